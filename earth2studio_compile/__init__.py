@@ -1,0 +1,26 @@
+"""earth2studio-compile: torch.compile for Earth2Studio rollouts, safely.
+
+Compile the tensor-only core network of Earth2Studio models in place, keep the
+coordinate bookkeeping eager, and fall back to eager at the first failing call.
+
+The workflows live in :mod:`earth2studio_compile.run` (imported on demand: importing
+``earth2studio.run`` takes several seconds).
+"""
+
+from earth2studio_compile.models import MODEL_TABLE, ModelSpec, plan, register_model
+from earth2studio_compile.options import CompileOptions
+from earth2studio_compile.report import CompileReport, RegionReport
+from earth2studio_compile.session import CompileSession
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MODEL_TABLE",
+    "CompileOptions",
+    "CompileReport",
+    "CompileSession",
+    "ModelSpec",
+    "RegionReport",
+    "plan",
+    "register_model",
+]

@@ -1,0 +1,478 @@
+"""Which part of a model to compile: the declarative model table and the generic path.
+
+Each Earth2Studio prognostic class maps to a :class:`ModelSpec`: the dotted paths of
+its tensor-only core network(s), which ``torch.compile`` handles, or the reason it
+runs eagerly. Everything else in a model (coordinate systems, numpy datetimes,
+zenith angles, sparse regridding, ONNX or JAX sessions) stays out of the trace.
+
+Models not in the table take the generic path (:func:`generic_spec`). Users can add
+their own classes with :func:`register_model`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = [
+    "MODEL_TABLE",
+    "ModelSpec",
+    "Plan",
+    "generic_spec",
+    "lookup",
+    "plan",
+    "register_model",
+    "resolve",
+]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What to compile in one model class.
+
+    Parameters
+    ----------
+    regions : tuple[str, ...], optional
+        Dotted attribute paths of the ``nn.Module`` cores to compile in place, e.g.
+        ``("model",)``. Empty means the model runs eagerly and ``reason`` says why.
+    reason : str | None, optional
+        Why the model is not compiled (required when ``regions`` is empty)
+    exclude : tuple[str, ...], optional
+        Class names of submodules kept eager inside a region (e.g. spherical-harmonic
+        transforms Inductor cannot compile); the region's other subtrees compile
+    pad_batch : bool, optional
+        The core treats batch samples independently, so a smaller batch (an
+        ensemble's last one) is padded to the compiled size instead of recompiling
+    wrapped : tuple[str, ...], optional
+        Paths of models this model wraps (``"dx_model.*"`` for each element of a
+        list); their own table entries apply under that prefix
+    note : str, optional
+        Where the core comes from, for the documentation table
+    """
+
+    regions: tuple[str, ...] = ()
+    reason: str | None = None
+    exclude: tuple[str, ...] = ()
+    pad_batch: bool = False
+    wrapped: tuple[str, ...] = ()
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.regions, str):
+            raise TypeError(
+                f"regions must be a tuple of attribute paths, got the str "
+                f"{self.regions!r}. Write regions=({self.regions!r},)."
+            )
+        if not self.regions and not self.wrapped and not self.reason:
+            raise ValueError(
+                "A ModelSpec without regions needs a reason saying why the model "
+                "runs eagerly."
+            )
+
+
+_PX = "earth2studio.models.px."
+
+# Shared reasons and exclusions, so the table reads as a list of decisions.
+_ONNX = (
+    "ONNX Runtime session, not a torch.nn.Module: there is nothing for "
+    "torch.compile to trace"
+)
+_JAX = "JAX model (already XLA-compiled by jax.jit): torch.compile cannot trace JAX"
+# Spherical-harmonic transforms: complex64 FFT work that Inductor cannot compile on
+# CUDA with torch-harmonics < 0.9.3 (KeyError: 'complex64'); they stay eager.
+_SHT = ("RealSHT", "InverseRealSHT", "DistributedRealSHT", "DistributedInverseRealSHT")
+_AIFS = ModelSpec(
+    regions=("model.model.processor",),
+    note="anemoi transformer processor; graph encoder/decoder stay eager "
+    "(anemoi aliases forward and calls predict_step, bypassing outer __call__)",
+)
+_AURORA = ModelSpec(
+    regions=("model.backbone",),
+    note="microsoft-aurora Swin3D backbone; Perceiver encoder/decoder take a Batch "
+    "dataclass and stay eager",
+)
+_DLESYM = ModelSpec(
+    regions=(
+        "atmos_model.encoder",
+        "atmos_model.decoder",
+        "ocean_model.encoder",
+        "ocean_model.decoder",
+    ),
+    exclude=("HEALPixPaddingv2",),
+    note="physicsnemo HEALPixRecUNet encoders/decoders; dim 0 is batch x 12 faces, "
+    "so no batch padding",
+)
+_MAKANI = ModelSpec(
+    regions=("model.model.model",),
+    exclude=_SHT,
+    note="makani network under its datetime-taking wrappers; SHTs stay eager",
+)
+_STORMSCOPE = ModelSpec(
+    regions=("stage_models.*",),
+    note="physicsnemo EDM DiT experts, one per sampler stage (35 calls a step); "
+    "skipped if compile_experts() already replaced them",
+)
+
+MODEL_TABLE: dict[str, ModelSpec] = {
+    # -- compiled ------------------------------------------------------------------
+    _PX + "fcn.FCN": ModelSpec(
+        regions=("model",), pad_batch=True, note="physicsnemo AFNO"
+    ),
+    _PX + "dlwp.DLWP": ModelSpec(
+        regions=("model",),
+        pad_batch=True,
+        note="physicsnemo DLWP (cubed sphere); sparse regridding and zenith angles "
+        "stay eager",
+    ),
+    _PX + "sfno.SFNO": _MAKANI,
+    _PX + "fcn3.FCN3": _MAKANI,
+    _PX + "ace2.ACE2ERA5": ModelSpec(
+        regions=("stepper.modules.0",),
+        exclude=_SHT,
+        note="fme SFNO behind ACE's dataclass stepper; SHTs stay eager",
+    ),
+    _PX + "samudrace.SamudrACE": ModelSpec(
+        regions=("core_model.0", "core_model.1"),
+        exclude=_SHT,
+        note="fme atmosphere SFNO and Samudra ocean UNet; SHTs stay eager",
+    ),
+    _PX + "aifs.AIFS": _AIFS,
+    _PX + "aifs2.AIFS2": _AIFS,
+    _PX + "aifsens.AIFSENS": _AIFS,
+    _PX + "aifs2ens.AIFS2ENS": _AIFS,
+    _PX + "aurora.Aurora": _AURORA,
+    _PX + "aurora1p5.Aurora1p5": _AURORA,
+    _PX + "aurora1p5.Aurora1p5_6h": _AURORA,
+    _PX + "aurora1p5.Aurora1p5Ensemble": ModelSpec(
+        reason="stochastic ensemble whose noise may be drawn inside the backbone: "
+        "compiled random streams would not reproduce seeded eager members",
+    ),
+    _PX + "aurora1p5.Aurora1p5Ensemble_6h": ModelSpec(
+        reason="stochastic ensemble whose noise may be drawn inside the backbone: "
+        "compiled random streams would not reproduce seeded eager members",
+    ),
+    _PX + "atlas.Atlas": ModelSpec(
+        regions=("model", "autoencoders.*"),
+        note="latent DiT drift net (called by the interpolant sampler) and NATTEN "
+        "autoencoder; the sampler and its noise stay eager",
+    ),
+    _PX + "atlas_crps.AtlasCRPS": ModelSpec(
+        regions=("autoencoder",),
+        note="autoencoder only: the CRPS DiT draws randn inside forward, and compiled "
+        "random streams would not reproduce eager seeded members",
+    ),
+    _PX + "camulator.CAMulator": ModelSpec(
+        regions=("model",), pad_batch=True, note="CREDIT CrossFormer port"
+    ),
+    _PX + "cbottle_video.CBottleVideo": ModelSpec(
+        regions=("_mixture_model.experts.*",),
+        note="cBottle denoiser experts; the mixture router (sigma.item()) and the "
+        "EDM sampler stay eager",
+    ),
+    _PX + "dlesym.DLESyM": _DLESYM,
+    _PX + "dlesym.DLESyMLatLon": _DLESYM,
+    _PX + "dlesym_v0_isccp_era5.DLESyMv0_ISCCP_ERA5": _DLESYM,
+    _PX + "dlesym_v0_isccp_era5.DLESyMv0_ISCCP_ERA5LatLon": _DLESYM,
+    _PX + "interpmodafno.InterpModAFNO": ModelSpec(
+        regions=("interp_model",),
+        wrapped=("px_model",),
+        note="physicsnemo ModAFNO interpolator (5 calls a base step) plus the wrapped "
+        "base model's own regions",
+    ),
+    _PX + "stormcast.StormCast": ModelSpec(
+        regions=("regression_model", "diffusion_model"),
+        note="physicsnemo UNets; the EDM sampler loop stays eager",
+    ),
+    _PX + "stormcastconus.StormCastCONUS": ModelSpec(
+        regions=(
+            "diffusion_model.model_high",
+            "diffusion_model.model_pz_low",
+            "diffusion_model.model_tq_low",
+            "diffusion_model.model_uv_low",
+        ),
+        note="four EDM DiTs; the sigma-threshold router between them stays eager",
+    ),
+    _PX + "stormscope.StormScopeGOES": _STORMSCOPE,
+    _PX + "stormscope.StormScopeMRMS": _STORMSCOPE,
+    _PX + "stormscope_meteosat.StormScopeMeteosatEU": ModelSpec(
+        regions=("experts.*",),
+        note="EDM DiT experts; skipped if compile_model() already replaced them",
+    ),
+    _PX + "ucast.UCast": ModelSpec(regions=("model",), note="Dhariwal UNet"),
+    # -- wrappers: the wrapped models' own entries apply -----------------------------
+    _PX + "dxwrapper.DiagnosticWrapper": ModelSpec(
+        wrapped=("px_model", "dx_model.*"),
+        note="compiles what the wrapped prognostic and diagnostics compile",
+    ),
+    # -- eager, with the reason ------------------------------------------------------
+    _PX + "persistence.Persistence": ModelSpec(
+        reason="no network: persistence returns its input, nothing to compile",
+    ),
+    _PX + "datareplay.DataReplay": ModelSpec(
+        reason="no network: replays frames from a data source, nothing to compile",
+    ),
+    _PX + "pangu.Pangu3": ModelSpec(reason=_ONNX),
+    _PX + "pangu.Pangu6": ModelSpec(reason=_ONNX),
+    _PX + "pangu.Pangu24": ModelSpec(reason=_ONNX),
+    _PX + "fengwu.FengWu": ModelSpec(reason=_ONNX),
+    _PX + "fuxi.FuXi": ModelSpec(reason=_ONNX),
+    _PX + "fuxi_s2s.FuXiS2S": ModelSpec(reason=_ONNX),
+    _PX + "graphcast_small.GraphCastSmall": ModelSpec(reason=_JAX),
+    _PX + "graphcast_operational.GraphCastOperational": ModelSpec(reason=_JAX),
+    _PX + "gencast_mini.GenCastMini": ModelSpec(reason=_JAX),
+    _PX + "weathernext2_cyclones.WeatherNext2Cyclones": ModelSpec(reason=_JAX),
+    _PX + "weathernext2_cyclones.WeatherNext2CyclonesMini": ModelSpec(reason=_JAX),
+}
+
+
+def register_model(
+    cls: type | str,
+    spec: ModelSpec | None = None,
+    /,
+    **fields: Any,
+) -> ModelSpec:
+    """Add or replace a model class in the table.
+
+    Parameters
+    ----------
+    cls : type | str
+        The model class, or its ``"module.QualName"``
+    spec : ModelSpec | None, optional
+        The spec; alternatively pass its fields as keyword arguments
+    **fields : Any
+        ``regions``, ``reason``, ``exclude``, ``pad_batch``, ``note``
+
+    Returns
+    -------
+    ModelSpec
+        The registered spec
+
+    Examples
+    --------
+    >>> register_model(MyModel, regions=("net",))  # doctest: +SKIP
+    >>> register_model(MyOnnxModel, reason="ONNX Runtime session")  # doctest: +SKIP
+    """
+    if spec is None:
+        spec = ModelSpec(**fields)
+    elif fields:
+        raise TypeError("Pass either a ModelSpec or its fields, not both.")
+    key = cls if isinstance(cls, str) else f"{cls.__module__}.{cls.__qualname__}"
+    MODEL_TABLE[key] = spec
+    return spec
+
+
+def lookup(model: Any) -> tuple[str, ModelSpec] | None:
+    """The table entry for ``model``'s class or its nearest listed base class.
+
+    Parameters
+    ----------
+    model : Any
+        A model instance or class
+
+    Returns
+    -------
+    tuple[str, ModelSpec] | None
+        The matching key and spec, or None for a model the table does not know
+    """
+    for cls in (model if isinstance(model, type) else type(model)).__mro__:
+        key = f"{cls.__module__}.{cls.__qualname__}"
+        if key in MODEL_TABLE:
+            return key, MODEL_TABLE[key]
+    return None
+
+
+def _n_params(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def generic_spec(model: Any) -> ModelSpec:
+    """Spec for a model the table does not list (a user's own model).
+
+    The model's ``_forward``/``__call__`` handles coordinates, so the model itself is
+    never traced. Its direct child modules hold the tensor work: if one of them
+    holds most of the parameters it is the core and is compiled alone; otherwise
+    every child with parameters is compiled. A model with no parameters has
+    nothing to compile.
+
+    Parameters
+    ----------
+    model : Any
+        A model instance
+
+    Returns
+    -------
+    ModelSpec
+        Spec with the chosen regions, or a reason to stay eager
+    """
+    if not isinstance(model, torch.nn.Module):
+        return ModelSpec(reason=f"{type(model).__name__} is not a torch.nn.Module")
+    children = []
+    for n, m in model.named_children():
+        # Containers are never called themselves: their elements are.
+        if isinstance(m, (torch.nn.ModuleList, torch.nn.ModuleDict)):
+            children.extend((f"{n}.{k}", c) for k, c in m.named_children())
+        else:
+            children.append((n, m))
+    children = [(n, m) for n, m in children if _n_params(m) > 0]
+    total = _n_params(model)
+    if not children:
+        return ModelSpec(reason="no submodule with parameters: nothing to compile")
+    name, biggest = max(children, key=lambda c: _n_params(c[1]))
+    if 2 * _n_params(biggest) > total:
+        return ModelSpec(regions=(name,), note="generic: largest submodule")
+    return ModelSpec(
+        regions=tuple(n for n, _ in children), note="generic: submodules with parameters"
+    )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The resolved decision for one model instance.
+
+    Attributes
+    ----------
+    name : str
+        Model class name
+    targets : tuple[tuple[str, torch.nn.Module], ...]
+        ``(dotted path, submodule)`` pairs to compile
+    spec : ModelSpec
+        The spec the targets came from
+    source : str
+        ``"table"``, ``"generic"`` or ``"user"``
+    """
+
+    name: str
+    targets: tuple[tuple[str, torch.nn.Module], ...]
+    spec: ModelSpec
+    source: str
+
+    @property
+    def reason(self) -> str | None:
+        """Why nothing is compiled, or None."""
+        if self.targets:
+            return None
+        return self.spec.reason or "no compilable submodule found"
+
+
+def resolve(model: Any, path: str) -> list[tuple[str, Any]]:
+    """Objects at a dotted path; a ``*`` segment stands for every child.
+
+    Plain ``getattr`` rather than ``get_submodule``: some cores are reachable only
+    through properties or non-module holders (ACE's stepper).
+
+    Parameters
+    ----------
+    model : Any
+        Root object
+    path : str
+        For example ``"model"``, ``"stepper.modules.0"`` or ``"stage_models.*"``
+
+    Returns
+    -------
+    list[tuple[str, Any]]
+        ``(concrete path, object)`` pairs; empty when the path does not exist
+    """
+    found: list[tuple[str, Any]] = [("", model)]
+    for part in path.split("."):
+        step: list[tuple[str, Any]] = []
+        for prefix, obj in found:
+            if part == "*":
+                if isinstance(obj, torch.nn.Module):
+                    items = list(obj.named_children())
+                elif isinstance(obj, (list, tuple)):
+                    items = [(str(i), o) for i, o in enumerate(obj)]
+                else:
+                    items = []
+            else:
+                try:
+                    items = [(part, getattr(obj, part))]
+                except Exception:  # a property may raise anything; treat as absent
+                    items = []
+            step.extend((f"{prefix}.{n}" if prefix else n, o) for n, o in items)
+        found = step
+    return [(p, o) for p, o in found if o is not None]
+
+
+def _expand(
+    path: str, module: torch.nn.Module, exclude: tuple[str, ...]
+) -> list[tuple[str, torch.nn.Module]]:
+    """Largest subtrees of ``module`` that contain no excluded class."""
+    if type(module).__name__ in exclude:
+        return []
+    if not any(type(m).__name__ in exclude for m in module.modules()):
+        return [(path, module)]
+    out = []
+    for name, child in module.named_children():
+        # Leaves without state (activations, reshapes) are not worth a graph each.
+        if not list(child.children()) and not list(child.parameters()):
+            continue
+        out.extend(_expand(f"{path}.{name}", child, exclude))
+    return out
+
+
+def _is_compiled(module: torch.nn.Module) -> bool:
+    """Already compiled by someone else (an OptimizedModule swap)."""
+    return hasattr(module, "_orig_mod") and hasattr(module, "dynamo_ctx")
+
+
+def plan(model: Any, regions: tuple[str, ...] | None = None) -> Plan:
+    """Decide what to compile in ``model``.
+
+    Parameters
+    ----------
+    model : Any
+        A prognostic or diagnostic model instance
+    regions : tuple[str, ...] | None, optional
+        Override: compile exactly these dotted paths, by default the table's (or
+        the generic path's) choice
+
+    Returns
+    -------
+    Plan
+        Targets to compile, or the reason there are none
+
+    Raises
+    ------
+    ValueError
+        A path in ``regions`` does not name an ``nn.Module`` of the model
+    """
+    name = type(model).__name__
+    if regions is not None:
+        spec, source = ModelSpec(regions=tuple(regions)), "user"
+    else:
+        found = lookup(model)
+        spec, source = (found[1], "table") if found else (generic_spec(model), "generic")
+    targets: list[tuple[str, torch.nn.Module]] = []
+    missing: list[str] = []
+    precompiled: list[str] = []
+    for pattern in spec.regions:
+        hits = [(p, m) for p, m in resolve(model, pattern) if isinstance(m, torch.nn.Module)]
+        if not hits:
+            if source == "user":
+                children = [n for n, _ in getattr(model, "named_children", list)()]
+                raise ValueError(
+                    f"{name} has no nn.Module at {pattern!r}. Name a submodule, e.g. "
+                    f"one of {children}."
+                )
+            missing.append(pattern)
+        for path, module in hits:
+            if _is_compiled(module):
+                precompiled.append(path)
+            else:
+                targets.extend(_expand(path, module, spec.exclude))
+    for pattern in spec.wrapped:
+        for prefix, inner in resolve(model, pattern):
+            sub = plan(inner)
+            targets.extend((f"{prefix}.{p}", m) for p, m in sub.targets)
+    if not targets and spec.regions and not spec.reason:
+        if precompiled:
+            why = f"already compiled by the model itself: {', '.join(precompiled)}"
+        else:
+            why = (
+                f"no nn.Module found at {', '.join(missing)} (a different version "
+                "of the model's package?)"
+            )
+        spec = ModelSpec(reason=why)
+    return Plan(name=name, targets=tuple(targets), spec=spec, source=source)

@@ -1,0 +1,124 @@
+"""What a compile session did, for the caller to read and for one log line."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class RegionReport:
+    """Outcome of one compiled region (a submodule compiled in place).
+
+    Attributes
+    ----------
+    model : str
+        Class name of the model that owns the region, e.g. ``"FCN"``
+    region : str
+        Dotted path of the submodule inside the model, e.g. ``"model"``
+    status : str
+        ``"pending"`` (never called), ``"compiled"``, ``"eager"`` (fell back) or
+        ``"skipped"`` (not compiled, see ``reason``)
+    mode : str | None
+        Backend and mode used, e.g. ``"inductor/reduce-overhead"``
+    calls : int
+        Calls through the region while the session was open
+    eager_calls : int
+        Of those, calls that ran eagerly (fallback re-runs included)
+    compile_seconds : float
+        Wall time of the calls that compiled (first call and recompiles), compile
+        and run together
+    graphs : int
+        FX graphs compiled at the first call (more than one means graph breaks)
+    graph_breaks : int
+        Graph breaks Dynamo recorded while compiling this region
+    recompiles : int
+        Later calls that compiled again (guard failures, e.g. a new shape)
+    padded_calls : int
+        Calls whose smaller batch was padded to the compiled batch size to avoid a
+        recompile
+    cudagraph_skips : int
+        Times Inductor skipped CUDA graphs for this region
+    reason : str | None
+        Why the region is not compiled (fallback cause or table reason)
+    """
+
+    model: str
+    region: str
+    status: str = "pending"
+    mode: str | None = None
+    calls: int = 0
+    eager_calls: int = 0
+    compile_seconds: float = 0.0
+    graphs: int = 0
+    graph_breaks: int = 0
+    recompiles: int = 0
+    padded_calls: int = 0
+    cudagraph_skips: int = 0
+    reason: str | None = None
+
+    @property
+    def label(self) -> str:
+        """``Model.region`` (just ``Model`` for a model with no region)."""
+        return f"{self.model}.{self.region}" if self.region else self.model
+
+
+@dataclass
+class CompileReport:
+    """Everything a :class:`~earth2studio_compile.CompileSession` did.
+
+    Attributes
+    ----------
+    regions : list[RegionReport]
+        One entry per compiled region, and one per model that was left eager
+    """
+
+    regions: list[RegionReport] = field(default_factory=list)
+
+    @property
+    def compiled(self) -> bool:
+        """True when at least one region ran compiled and none fell back."""
+        used = [r for r in self.regions if r.status in ("compiled", "eager")]
+        return bool(used) and all(r.status == "compiled" for r in used)
+
+    @property
+    def fell_back(self) -> bool:
+        """True when any region fell back to eager during the session."""
+        return any(r.status == "eager" for r in self.regions)
+
+    @property
+    def compile_seconds(self) -> float:
+        """Total wall time of the calls that compiled."""
+        return sum(r.compile_seconds for r in self.regions)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form (for JSON)."""
+        return {
+            "compiled": self.compiled,
+            "fell_back": self.fell_back,
+            "compile_seconds": self.compile_seconds,
+            "regions": [asdict(r) for r in self.regions],
+        }
+
+    def summary(self) -> str:
+        """One line, e.g. ``FCN.model: compiled (inductor/default) in 14.2 s, ...``."""
+        parts = []
+        for r in self.regions:
+            if r.status == "compiled":
+                text = (
+                    f"{r.label}: compiled ({r.mode}) in {r.compile_seconds:.1f} s, "
+                    f"{r.calls} calls, {r.graphs} graph(s), {r.graph_breaks} break(s), "
+                    f"{r.recompiles} recompile(s)"
+                )
+                if r.padded_calls:
+                    text += f", {r.padded_calls} padded batch(es)"
+                if r.cudagraph_skips:
+                    text += ", CUDA graphs skipped"
+            elif r.status == "eager":
+                text = f"{r.label}: fell back to eager ({r.reason})"
+            elif r.status == "skipped":
+                text = f"{r.label}: eager ({r.reason})"
+            else:
+                text = f"{r.label}: not called"
+            parts.append(text)
+        return "; ".join(parts) if parts else "nothing to compile"

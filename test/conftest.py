@@ -1,0 +1,126 @@
+"""Shared test set-up.
+
+Inductor's first CPU compile of a network costs 15-90 s on 2 cores; a persistent
+cache directory (``E2SC_TEST_INDUCTOR_CACHE``, default under ``~/.cache``) makes
+later runs reuse the generated code. Set before torch is imported.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+
+os.environ.setdefault(
+    "TORCHINDUCTOR_CACHE_DIR",
+    os.environ.get(
+        "E2SC_TEST_INDUCTOR_CACHE",
+        str(Path.home() / ".cache" / "earth2studio-compile" / "test-inductor"),
+    ),
+)
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+# earth2studio.run replaces loguru's handlers when imported; import it before any
+# test adds a capturing handler.
+import earth2studio.run  # noqa: E402, F401
+from loguru import logger  # noqa: E402
+
+TIME = ["2024-01-01T00:00"]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run `pytest -m gpu` on one)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    """Each test starts and ends with empty Dynamo caches (a failed compile can
+    leave the process in a state that trips the next compile)."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture
+def logs():
+    """Loguru records emitted during the test."""
+    records: list = []
+    handler = logger.add(lambda m: records.append(m.record), level="DEBUG")
+    yield records
+    logger.remove(handler)
+
+
+def messages(records: list, level: str) -> list[str]:
+    return [r["message"] for r in records if r["level"].name == level]
+
+
+def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
+    """||a - b|| / ||b||."""
+    a, b = a.double(), b.double()
+    return float(torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b))
+
+
+def run_workflow(
+    workflow: Callable, kind: str, model: torch.nn.Module, nsteps: int = 2,
+    device: str = "cpu", seed: int = 0, **kwargs
+) -> dict[str, torch.Tensor]:
+    """Run one of the three workflows from the same seeded data; return its arrays."""
+    from earth2studio.io import KVBackend
+    from earth2studio.models.dx import Identity
+    from earth2studio.perturbation import Gaussian
+
+    from earth2studio_compile import zoo
+
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    data = zoo.random_source(model)
+    io = KVBackend()
+    common = dict(device=torch.device(device), verbose=False, **kwargs)
+    if kind == "deterministic":
+        workflow(TIME, nsteps, model, data, io, **common)
+    elif kind == "diagnostic":
+        workflow(TIME, nsteps, model, Identity(), data, io, **common)
+    elif kind == "ensemble":
+        # 3 members in batches of 2: the last batch is smaller (a recompile trap).
+        workflow(
+            TIME, nsteps, 3, model, data, io, Gaussian(noise_amplitude=0.05, seed=seed),
+            batch_size=2, **common,
+        )
+    else:
+        raise ValueError(kind)
+    return {k: v.detach().cpu().clone() for k, v in io.root.items()}
+
+
+def snapshot(model: torch.nn.Module) -> dict:
+    """Everything a session must leave as it found it."""
+    return {
+        "type": type(model),
+        "dicts": {name: sorted(m.__dict__) for name, m in model.named_modules()},
+        "types": {name: type(m) for name, m in model.named_modules()},
+        "state": OrderedDict(
+            (k, v.detach().clone()) for k, v in model.state_dict().items()
+        ),
+    }
+
+
+def assert_unchanged(model: torch.nn.Module, before: dict) -> None:
+    after = snapshot(model)
+    assert after["type"] is before["type"]
+    assert after["types"] == before["types"]
+    assert after["dicts"] == before["dicts"], "instance attributes changed"
+    assert list(after["state"]) == list(before["state"]), "state_dict keys changed"
+    for key, value in before["state"].items():
+        assert torch.equal(after["state"][key], value), f"{key} changed"
+    for name, module in model.named_modules():
+        assert "_compiled_call_impl" not in module.__dict__, f"{name} left compiled"

@@ -1,0 +1,161 @@
+"""The model table and the generic path pick the right region."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+from earth2studio_compile import MODEL_TABLE, ModelSpec, plan, register_model, zoo
+from earth2studio_compile.models import generic_spec, lookup
+
+
+def _prognostic_classes() -> list[type]:
+    import earth2studio.models.px as px
+    from earth2studio.models.px.utils import PrognosticMixin
+
+    return [
+        obj
+        for _, obj in vars(px).items()
+        if inspect.isclass(obj) and issubclass(obj, PrognosticMixin)
+    ]
+
+
+def test_table_covers_every_shipped_prognostic():
+    classes = _prognostic_classes()
+    assert len(classes) > 30  # the import really found Earth2Studio's models
+    missing = [c.__name__ for c in classes if lookup(c) is None]
+    assert not missing, f"add these to MODEL_TABLE: {missing}"
+
+
+def test_every_entry_compiles_something_or_says_why():
+    for key, spec in MODEL_TABLE.items():
+        assert spec.regions or spec.wrapped or spec.reason, key
+        if spec.reason:
+            assert not spec.regions, f"{key}: a reason and regions contradict"
+            assert len(spec.reason) > 20, f"{key}: say why, for the user"
+
+
+@pytest.mark.parametrize("name", ["Pangu6", "FuXi", "FengWu"])
+def test_onnx_models_stay_eager_with_reason(name):
+    import earth2studio.models.px as px
+
+    assert "ONNX" in lookup(getattr(px, name))[1].reason
+
+
+@pytest.mark.parametrize("name", ["GraphCastSmall", "GenCastMini"])
+def test_jax_models_stay_eager_with_reason(name):
+    import earth2studio.models.px as px
+
+    assert "JAX" in lookup(getattr(px, name))[1].reason
+
+
+@pytest.mark.parametrize(
+    "name, regions",
+    [("fcn", ["model"]), ("dlwp", ["model"]), ("persistence", []), ("toy", ["model"])],
+)
+def test_plan_for_built_models(name, regions):
+    model = zoo.build(name)
+    p = plan(model)
+    assert [path for path, _ in p.targets] == regions
+    assert (p.reason is None) == bool(regions)
+    assert p.source == ("generic" if name == "toy" else "table")
+
+
+def test_subclass_inherits_table_entry():
+    # zoo's small FCN is a subclass of earth2studio's FCN with a smaller grid.
+    model = zoo.build("fcn")
+    assert type(model).__name__ != "FCN"
+    assert lookup(model)[0] == "earth2studio.models.px.fcn.FCN"
+
+
+def test_excluded_transforms_stay_out_of_every_region():
+    model = zoo.build("sfno")
+    p = plan(model)
+    assert p.targets
+    for _, module in p.targets:
+        names = {type(m).__name__ for m in module.modules()}
+        assert not names & {"RealSHT", "InverseRealSHT"}
+    # and the SHTs do exist in the model, so the exclusion did something
+    assert any(type(m).__name__ == "RealSHT" for m in model.modules())
+
+
+def test_generic_path():
+    class Holder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.big = torch.nn.Linear(64, 64)
+            self.small = torch.nn.Linear(2, 2)
+
+    assert generic_spec(Holder()).regions == ("big",)
+
+    class Even(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = torch.nn.ModuleList([torch.nn.Linear(8, 8) for _ in range(2)])
+
+    # a ModuleList is never called; its elements are
+    assert generic_spec(Even()).regions == ("blocks.0", "blocks.1")
+    assert "nothing to compile" in generic_spec(torch.nn.Module()).reason
+    assert "not a torch.nn.Module" in generic_spec(object()).reason
+
+
+def test_register_and_override():
+    class Mine(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(4, 4)
+            self.b = torch.nn.Linear(64, 64)
+
+    key = f"{Mine.__module__}.{Mine.__qualname__}"
+    try:
+        register_model(Mine, regions=("a",))
+        assert [p for p, _ in plan(Mine()).targets] == ["a"]
+        register_model(Mine, reason="runs through an external engine")
+        assert plan(Mine()).reason == "runs through an external engine"
+    finally:
+        MODEL_TABLE.pop(key, None)
+    assert [p for p, _ in plan(Mine(), regions=("b",)).targets] == ["b"]
+    with pytest.raises(ValueError, match="no nn.Module at 'c'"):
+        plan(Mine(), regions=("c",))
+    with pytest.raises(TypeError, match="regions=\\('a',\\)"):
+        ModelSpec(regions="a")
+    with pytest.raises(ValueError, match="needs a reason"):
+        ModelSpec()
+
+
+def test_wrapped_models_use_their_own_entries():
+    class Wrapper(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.px_model = zoo.build("fcn")
+            self.dx_model = torch.nn.ModuleList([zoo.build("toy")])
+
+    key = f"{Wrapper.__module__}.{Wrapper.__qualname__}"
+    try:
+        register_model(Wrapper, wrapped=("px_model", "dx_model.*"))
+        assert [p for p, _ in plan(Wrapper()).targets] == [
+            "px_model.model",
+            "dx_model.0.model",
+        ]
+    finally:
+        MODEL_TABLE.pop(key, None)
+
+
+def test_missing_table_region_is_a_reason_not_a_crash():
+    class Renamed(torch.nn.Module):
+        pass
+
+    key = f"{Renamed.__module__}.{Renamed.__qualname__}"
+    try:
+        register_model(Renamed, regions=("model",))
+        assert "no nn.Module found at model" in plan(Renamed()).reason
+    finally:
+        MODEL_TABLE.pop(key, None)
+
+
+def test_module_compiled_by_the_model_itself_is_left_alone():
+    model = zoo.build("toy")
+    model.model = torch.compile(model.model)  # an OptimizedModule swap
+    assert plan(model).reason and "already compiled" in plan(model).reason

@@ -1,0 +1,87 @@
+"""Bad input is a clear error before any model work."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from earth2studio_compile import CompileOptions, CompileSession
+
+
+def test_unknown_mode_names_the_fix():
+    with pytest.raises(ValueError, match="reduce-overhead") as err:
+        CompileOptions(mode="reduce_overhead")
+    assert "Did you mean 'reduce-overhead'" in str(err.value)
+
+
+def test_mode_and_options_are_exclusive():
+    with pytest.raises(ValueError, match="either mode or options"):
+        CompileOptions(mode="default", options={"triton.cudagraphs": True})
+
+
+def test_unknown_inductor_option():
+    with pytest.raises(ValueError, match="Did you mean 'triton.cudagraphs'"):
+        CompileOptions(options={"triton.cudagraph": True})
+
+
+def test_mode_needs_inductor():
+    with pytest.raises(ValueError, match="only applies to backend='inductor'"):
+        CompileOptions(mode="default", backend="eager")
+
+
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        ({"mode": 3}, "mode must be a str"),
+        ({"fullgraph": "yes"}, "fullgraph must be a bool"),
+        ({"dynamic": 1}, "dynamic must be a bool or None"),
+        ({"backend": 42}, "backend must be a backend name"),
+        ({"options": ["x"]}, "options must be a dict"),
+    ],
+)
+def test_wrong_types(kwargs, pattern):
+    with pytest.raises(TypeError, match=pattern):
+        CompileOptions(**kwargs)
+
+
+def test_unknown_backend():
+    with pytest.raises(ValueError, match="Unknown torch.compile backend 'inductr'"):
+        CompileOptions(backend="inductr")
+
+
+def test_mode_choice_per_device():
+    opts = CompileOptions()
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert opts.resolve_mode(cuda) == "reduce-overhead"
+    assert opts.uses_cudagraphs(cuda)
+    assert opts.resolve_mode(cpu) is None
+    assert not opts.uses_cudagraphs(cpu)
+    assert "mode" not in opts.torch_kwargs(cpu)
+    assert CompileOptions(mode="max-autotune-no-cudagraphs").uses_cudagraphs(cuda) is False
+    assert CompileOptions(options={"triton.cudagraphs": True}).uses_cudagraphs(cuda)
+
+
+def test_session_checks_options_and_regions():
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(ValueError):
+        CompileSession(model, mode="fast")
+    with pytest.raises(TypeError, match="single model"):
+        CompileSession(model, torch.nn.Linear(2, 2), regions=("weight",))
+    with pytest.raises(TypeError, match="at least one model"):
+        CompileSession()
+
+
+@pytest.mark.parametrize("flag", [1, "True", None, 0.0])
+@pytest.mark.parametrize("name", ["deterministic", "diagnostic", "ensemble"])
+def test_compile_flag_must_be_bool(name, flag):
+    from earth2studio_compile import run
+
+    class Untouchable:
+        def __getattr__(self, item):
+            raise AssertionError("the workflow touched the model before validating")
+
+    workflow = getattr(run, name)
+    n = len(__import__("inspect").signature(workflow).parameters)
+    args = [Untouchable()] * (n - 1)
+    with pytest.raises(TypeError, match="compile must be True or False"):
+        workflow(*args, compile=flag)
