@@ -75,7 +75,7 @@ def preflight(options: CompileOptions, device: torch.device) -> str | None:
         except Exception as err:  # any failure here means Inductor cannot build
             return (
                 "no working C++ compiler for Inductor on CPU "
-                f"({type(err).__name__}); install g++ or set CXX"
+                f"({_describe(err)}); install g++ or set CXX"
             )
     return None
 

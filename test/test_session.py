@@ -151,17 +151,17 @@ def test_graph_break_inside_core_is_reported(logs):
     assert any("graph break" in w for w in messages(logs, "WARNING"))
 
 
-def test_missing_cpp_compiler_falls_back_without_tracing(logs, monkeypatch):
+def test_missing_cpp_compiler_falls_back_without_tracing(logs):
     import torch._inductor.config as inductor_config
     from torch._dynamo.utils import counters
 
-    monkeypatch.setattr(inductor_config.cpp, "cxx", ("/nonexistent/g++",))
     core = toy_core()
     x = torch.randn(1, 4, 8, 8)
     frames = counters["frames"]["total"]
-    with CompileSession(core, regions=("net",)) as session:
-        with torch.no_grad():
-            out = core(x)
+    with inductor_config.patch({"cpp.cxx": ("/nonexistent/g++",)}):
+        with CompileSession(core, regions=("net",)) as session:
+            with torch.no_grad():
+                out = core(x)
     torch.testing.assert_close(out, core(x))
     assert counters["frames"]["total"] == frames  # nothing was traced
     region = session.report.regions[0]
