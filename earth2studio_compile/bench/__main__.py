@@ -1,0 +1,218 @@
+"""``python -m earth2studio_compile.bench``: eager vs compiled, per model, fresh processes.
+
+Examples
+--------
+CPU, small models (CI-sized)::
+
+    python -m earth2studio_compile.bench --small --models fcn,persistence --steps 10
+
+GPU, operational sizes, with the JSON and the figure::
+
+    python -m earth2studio_compile.bench --models fcn,dlwp,sfno,persistence \\
+        --json bench.json --plot bench.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from earth2studio_compile.bench.measure import AUTO, EAGER
+
+DEFAULT_MODELS = "fcn,dlwp,sfno,persistence"
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="earth2studio-compile-bench",
+        description="Time eager vs torch.compile'd rollouts of Earth2Studio models "
+        "(random weights), each model and mode in a fresh process.",
+    )
+    p.add_argument(
+        "--models", default=DEFAULT_MODELS,
+        help=f"comma-separated: fcn, dlwp, sfno, persistence, toy or module:callable "
+        f"(default {DEFAULT_MODELS})",
+    )
+    p.add_argument("--small", action="store_true", help="small grids and networks (CPU)")
+    p.add_argument(
+        "--modes", default=AUTO,
+        help="comma-separated compiled modes: auto (the flag's default: reduce-overhead "
+        "on CUDA, default on CPU), default, reduce-overhead, max-autotune, "
+        "max-autotune-no-cudagraphs (default auto)",
+    )
+    p.add_argument("--steps", type=int, default=20, help="forecast steps (>= 11)")
+    p.add_argument(
+        "--e2e-steps", type=int, default=10,
+        help="steps of the end-to-end deterministic workflow with a Zarr store; 0 skips",
+    )
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
+    p.add_argument("--json", type=Path, default=None, help="write every figure here")
+    p.add_argument("--plot", type=Path, default=None, help="write a PNG figure here")
+    p.add_argument("--timeout", type=int, default=900, help="seconds per measurement")
+    args = p.parse_args(argv)
+    if args.steps < 11:
+        p.error("--steps must be >= 11 (the median of >= 10 steady-state steps)")
+    if args.device is None:
+        import torch
+
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.device not in ("cuda", "cpu"):
+        p.error(f"--device must be cuda or cpu, not {args.device!r}")
+    modes = [m for m in args.modes.split(",") if m]
+    from earth2studio_compile.options import inductor_modes
+
+    for mode in modes:
+        if mode != AUTO and mode not in inductor_modes():
+            p.error(f"unknown mode {mode!r}; use auto or one of {inductor_modes()}")
+    args.mode_list = modes
+    args.model_list = [m for m in args.models.split(",") if m]
+    return args
+
+
+def environment(device: str) -> dict[str, Any]:
+    """Hardware and versions, for the JSON and the docs."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    env: dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+    }
+    for pkg in ("triton", "earth2studio", "nvidia-physicsnemo", "torch-harmonics"):
+        try:
+            env[pkg] = version(pkg)
+        except PackageNotFoundError:
+            env[pkg] = None
+    if device == "cuda":
+        env["gpu"] = torch.cuda.get_device_name(0)
+        try:
+            env["driver"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=30,
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            env["driver"] = None
+    return env
+
+
+def _run_one(spec: dict[str, Any], timeout: int) -> dict[str, Any]:
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        out = Path(f.name)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "earth2studio_compile.bench.measure", json.dumps(spec), str(out)],
+            capture_output=True, text=True, timeout=timeout,
+        )
+        if proc.returncode != 0 or not out.stat().st_size:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+            return {**spec, "error": " | ".join(tail) or f"exit {proc.returncode}"}
+        return json.loads(out.read_text())
+    except subprocess.TimeoutExpired:
+        return {**spec, "error": f"timed out after {timeout} s"}
+    finally:
+        out.unlink(missing_ok=True)
+
+
+def derive(eager: dict[str, Any], comp: dict[str, Any]) -> dict[str, Any]:
+    """Speedup and break-even of a compiled run against its eager run."""
+    if "error" in eager or "error" in comp:
+        return {}
+    saved = eager["steady_ms"] - comp["steady_ms"]
+    extra = comp["first_step_s"] - eager["first_step_s"]
+    out = {"speedup": eager["steady_ms"] / comp["steady_ms"]}
+    # First step n at which compiled cumulative time <= eager cumulative time.
+    out["break_even_steps"] = (1 + max(0.0, extra) * 1e3 / saved) if saved > 0 else None
+    if eager.get("peak_gpu_bytes") and comp.get("peak_gpu_bytes"):
+        out["memory_ratio"] = comp["peak_gpu_bytes"] / eager["peak_gpu_bytes"]
+    return out
+
+
+def _row(r: dict[str, Any]) -> list[str]:
+    def f(v: Any, fmt: str) -> str:
+        return "-" if v is None else format(v, fmt)
+
+    if "error" in r:
+        return [r["model"], r["mode"], "error: " + r["error"][:60]] + [""] * 9
+    regions = (r.get("report") or {}).get("regions", [])
+    graphs = sum(x["graphs"] for x in regions) if regions else None
+    breaks = sum(x["graph_breaks"] for x in regions) if regions else None
+    recompiles = sum(x["recompiles"] for x in regions) if regions else None
+    status = ",".join(sorted({x["status"] for x in regions})) if regions else "eager"
+    mem = r.get("peak_gpu_bytes")
+    return [
+        r["model"], r["mode"], status,
+        f(r["first_step_s"], ".2f"), f(r["steady_ms"], ".2f"), f(r.get("speedup"), ".2f"),
+        f(r.get("break_even_steps"), ".0f"), f(mem / 2**30 if mem else None, ".2f"),
+        f"{f(graphs, 'd')}/{f(breaks, 'd')}/{f(recompiles, 'd')}",
+        f(r.get("rel_l2_first"), ".1e"), f(r.get("rel_l2_last"), ".1e"), f(r.get("e2e_s"), ".2f"),
+    ]
+
+
+HEADER = [
+    "model", "mode", "status", "first s", "ms/step", "speedup", "break-even",
+    "peak GiB", "graphs/breaks/recomp", "relL2@1", "relL2@N", "e2e s",
+]
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    """Plain-text table of the results."""
+    rows = [HEADER] + [_row(r) for r in results]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``earth2studio-compile-bench``."""
+    from tqdm import tqdm
+
+    args = _parse(argv)
+    size = "small" if args.small else "full"
+    results: list[dict[str, Any]] = []
+    plan = [(m, mode) for m in args.model_list for mode in [EAGER, *args.mode_list]]
+    with tempfile.TemporaryDirectory() as tmp, tqdm(total=len(plan), desc="bench") as bar:
+        for model, mode in plan:
+            bar.set_postfix_str(f"{model} {mode}")
+            spec = {
+                "model": model, "mode": mode, "size": size, "device": args.device,
+                "steps": args.steps, "e2e_steps": args.e2e_steps,
+                "reference": str(Path(tmp) / f"{model.replace(':', '_')}.pt"),
+            }
+            result = _run_one(spec, args.timeout)
+            if mode != EAGER:
+                eager = next(r for r in results if r["model"] == model and r["mode"] == EAGER)
+                result.update(derive(eager, result))
+            result.pop("reference", None)
+            results.append(result)
+            bar.update(1)
+    env = environment(args.device)
+    print(table(results))
+    print(
+        f"\n{env.get('gpu') or platform.processor() or 'CPU'}, torch {env['torch']}, "
+        f"triton {env['triton']}, {size} models, {args.steps} steps, {env['date']}"
+    )
+    if args.json:
+        args.json.write_text(json.dumps({"environment": env, "argv": sys.argv, "results": results}, indent=2))
+    if args.plot:
+        from earth2studio_compile.bench.plot import plot
+
+        plot(results, args.plot, title=f"{env.get('gpu') or 'CPU'} ({size})")
+    return 1 if any("error" in r for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

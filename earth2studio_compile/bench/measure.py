@@ -1,0 +1,218 @@
+"""One measurement: a model, a mode, a fresh process.
+
+Run as ``python -m earth2studio_compile.bench.measure SPEC_JSON OUT_JSON``; the CLI
+does that once per (model, mode) so compile caches and CUDA state of one run never
+flatter another. Also importable: :func:`time_rollout` serves the demo.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+EAGER = "eager"
+AUTO = "auto"  # the flag's default: reduce-overhead on CUDA, Inductor default on CPU
+
+
+def initial_state(
+    model: Any, device: torch.device, seed: int = 0
+) -> tuple[torch.Tensor, OrderedDict]:
+    """A seeded random initial state on ``model``'s input coordinates (one time).
+
+    Parameters
+    ----------
+    model : Any
+        Prognostic model
+    device : torch.device
+        Where the state lives
+    seed : int, optional
+        Seed, by default 0
+
+    Returns
+    -------
+    tuple[torch.Tensor, OrderedDict]
+        Tensor and coordinate system, ready for ``model.create_iterator``
+    """
+    coords: OrderedDict = OrderedDict({"time": np.array([np.datetime64("2024-01-01")])})
+    for key, value in model.input_coords().items():
+        if key != "batch":
+            coords[key] = coords["time"] if key == "time" else value
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(*[len(v) for v in coords.values()], generator=gen)
+    return x.to(device), coords
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@dataclass
+class Rollout:
+    """Timings and outputs of one rollout.
+
+    Attributes
+    ----------
+    step_seconds : list[float]
+        Wall time of each forecast step (step 1 includes compilation), synchronized
+    outputs : list[torch.Tensor]
+        Each step's output, copied to the CPU outside the timed region
+    peak_bytes : int | None
+        Peak GPU memory allocated during the rollout (CUDA only)
+    report : dict | None
+        The compile session's report, for compiled rollouts
+    """
+
+    step_seconds: list[float]
+    outputs: list[torch.Tensor]
+    peak_bytes: int | None = None
+    report: dict | None = field(default=None)
+
+    @property
+    def first_seconds(self) -> float:
+        return self.step_seconds[0]
+
+    @property
+    def steady_ms(self) -> float:
+        """Median of steps 2..N, in ms."""
+        return float(np.median(self.step_seconds[1:]) * 1e3)
+
+
+def time_rollout(
+    model: Any,
+    x: torch.Tensor,
+    coords: OrderedDict,
+    nsteps: int,
+    compile_kwargs: dict[str, Any] | None = None,
+) -> Rollout:
+    """Roll ``model`` out ``nsteps`` steps, timing each step.
+
+    Parameters
+    ----------
+    model : Any
+        Prognostic model, already on ``x``'s device
+    x, coords : torch.Tensor, OrderedDict
+        Initial state
+    nsteps : int
+        Forecast steps (the initial condition is not counted)
+    compile_kwargs : dict | None, optional
+        None for eager, else keyword arguments of :class:`CompileSession`
+
+    Returns
+    -------
+    Rollout
+        Per-step times, outputs and peak memory
+    """
+    from contextlib import nullcontext
+
+    from earth2studio_compile import CompileSession
+
+    device = x.device
+    session = CompileSession(model, **compile_kwargs) if compile_kwargs is not None else None
+    times: list[float] = []
+    outputs: list[torch.Tensor] = []
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    with session if session is not None else nullcontext():
+        iterator = model.create_iterator(x, coords)
+        next(iterator)  # the initial condition: no model call
+        for _ in range(nsteps):
+            _sync(device)
+            start = time.perf_counter()
+            y, _ = next(iterator)
+            _sync(device)
+            times.append(time.perf_counter() - start)
+            outputs.append(y.detach().to("cpu", copy=True))
+        iterator.close()
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    return Rollout(times, outputs, peak, session.report.to_dict() if session else None)
+
+
+def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
+    """||a - b|| / ||b|| in float64."""
+    a, b = a.double(), b.double()
+    return float(torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b))
+
+
+def end_to_end(
+    model: Any, device: torch.device, nsteps: int, compile_kwargs: dict | None
+) -> float:
+    """Wall seconds of ``earth2studio.run.deterministic`` writing a Zarr store on disk."""
+    import earth2studio.run as upstream
+    from earth2studio.io import ZarrBackend
+
+    from earth2studio_compile import CompileSession, zoo
+
+    np.random.seed(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        io = ZarrBackend(str(Path(tmp) / "out.zarr"), backend_kwargs={"overwrite": True})
+        data = zoo.random_source(model)
+        session = CompileSession(model, **compile_kwargs) if compile_kwargs is not None else None
+        start = time.perf_counter()
+        if session is None:
+            upstream.deterministic(["2024-01-01"], nsteps, model, data, io, device=device, verbose=False)
+        else:
+            with session:
+                upstream.deterministic(["2024-01-01"], nsteps, model, data, io, device=device, verbose=False)
+        _sync(device)
+        return time.perf_counter() - start
+
+
+def compile_kwargs_for(mode: str) -> dict[str, Any] | None:
+    """Session arguments for a benchmark mode name (None: eager)."""
+    if mode == EAGER:
+        return None
+    return {} if mode == AUTO else {"mode": mode}
+
+
+def measure(spec: dict[str, Any]) -> dict[str, Any]:
+    """Run one measurement described by ``spec`` (see the CLI) and return figures."""
+    from loguru import logger
+
+    from earth2studio_compile import zoo
+
+    logger.remove()
+    logger.add(sys.stderr, level="WARNING")
+    device = torch.device(spec["device"])
+    model = zoo.build(spec["model"], size=spec["size"]).to(device)
+    x, coords = initial_state(model, device, seed=0)
+    kwargs = compile_kwargs_for(spec["mode"])
+    rollout = time_rollout(model, x, coords, spec["steps"], kwargs)
+    result: dict[str, Any] = {
+        **spec,
+        "model_class": type(model).__name__,
+        "first_step_s": rollout.first_seconds,
+        "steady_ms": rollout.steady_ms,
+        "step_s": rollout.step_seconds,
+        "peak_gpu_bytes": rollout.peak_bytes,
+        "report": rollout.report,
+    }
+    ref = Path(spec["reference"])
+    if spec["mode"] == EAGER:
+        torch.save({"first": rollout.outputs[0], "last": rollout.outputs[-1]}, ref)
+    elif ref.exists():
+        saved = torch.load(ref)
+        result["rel_l2_first"] = rel_l2(rollout.outputs[0], saved["first"])
+        result["rel_l2_last"] = rel_l2(rollout.outputs[-1], saved["last"])
+    if spec.get("e2e_steps"):
+        result["e2e_s"] = end_to_end(model, device, spec["e2e_steps"], kwargs)
+    return result
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    out = Path(sys.argv[2])
+    out.write_text(json.dumps(measure(spec)))
+
+
+if __name__ == "__main__":
+    main()

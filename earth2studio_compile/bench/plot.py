@@ -1,0 +1,57 @@
+"""The benchmark figure: ms/step per model, and cumulative time with the break-even."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def plot(results: list[dict[str, Any]], path: Path, title: str = "") -> None:
+    """Write a two-panel PNG.
+
+    Parameters
+    ----------
+    results : list[dict]
+        Measurements from the CLI (eager and compiled rows)
+    path : Path
+        PNG to write
+    title : str, optional
+        Figure title
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in results if "error" not in r]
+    models = list(dict.fromkeys(r["model"] for r in ok))
+    modes = list(dict.fromkeys(r["mode"] for r in ok))
+    fig, (bars, cumul) = plt.subplots(1, 2, figsize=(12, 4.5))
+    width = 0.8 / max(1, len(modes))
+    for j, mode in enumerate(modes):
+        values = [
+            next((r["steady_ms"] for r in ok if r["model"] == m and r["mode"] == mode), np.nan)
+            for m in models
+        ]
+        bars.bar(np.arange(len(models)) + j * width, values, width, label=mode)
+    bars.set_xticks(np.arange(len(models)) + width * (len(modes) - 1) / 2, models)
+    bars.set_ylabel("ms per step (median, steady state)")
+    bars.set_yscale("log")
+    bars.legend()
+    bars.set_title("Per-step time")
+    for i, model in enumerate(models):
+        for r in (r for r in ok if r["model"] == model):
+            cum = np.cumsum(r["step_s"])
+            style = "--" if r["mode"] == "eager" else "-"
+            cumul.plot(np.arange(1, len(cum) + 1), cum, style, color=f"C{i}", label=f"{model} {r['mode']}")
+    cumul.set_xlabel("forecast steps")
+    cumul.set_ylabel("cumulative seconds (first step includes compile)")
+    cumul.set_yscale("log")
+    cumul.set_title("Cumulative time: compiled pays back where lines cross")
+    cumul.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,85 @@
+"""GPU: compiled (reduce-overhead, CUDA graphs) rollouts equal eager ones.
+
+Run on a CUDA machine with ``pytest -m gpu``. ``E2SC_GPU_SIZE=full`` uses the
+operational grids (FCN 720x1440, DLWP 721x1440 / 6x64x64); the default ``small``
+keeps compile time to seconds. Tolerance as in ``test_workflows.py``, except that
+matrix products may use TF32 on Hopper when the user allows it; these tests keep
+fp32 (``torch.backends.cuda.matmul.allow_tf32`` is False by default).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+import torch
+from conftest import assert_unchanged, messages, rel_l2, run_workflow, snapshot
+
+from earth2studio_compile import CompileSession, run, zoo
+
+pytestmark = pytest.mark.gpu
+SIZE = os.environ.get("E2SC_GPU_SIZE", "small")
+
+
+def initial_state(model):
+    coords = OrderedDict({"time": np.array([np.datetime64("2024-01-01")])})
+    for key, value in model.input_coords().items():
+        if key == "batch":
+            continue
+        coords[key] = coords["time"] if key == "time" else value
+    torch.manual_seed(0)
+    x = torch.randn(*[len(v) for v in coords.values()], device="cuda")
+    return x, coords
+
+
+@pytest.mark.parametrize("name", ["fcn", "dlwp", "sfno", "toy"])
+def test_outputs_held_across_steps_are_not_overwritten(name, logs):
+    # Keep every yielded tensor without copying: with CUDA graphs an uncloned
+    # output would be overwritten by the next replay.
+    model = zoo.build(name, size=SIZE).cuda()
+    before = snapshot(model)
+    x, coords = initial_state(model)
+    nsteps = 6
+
+    def rollout():
+        kept = []
+        for step, (y, _) in enumerate(model.create_iterator(x, coords)):
+            kept.append(y)
+            if step == nsteps:
+                break
+        torch.cuda.synchronize()
+        return kept
+
+    eager = [y.clone() for y in rollout()]
+    with CompileSession(model) as session:
+        compiled = rollout()
+    for step, (a, b) in enumerate(zip(compiled, eager)):
+        assert rel_l2(a, b) <= 1e-5, f"step {step}: rel L2 {rel_l2(a, b):.2e}"
+    assert_unchanged(model, before)
+    for region in session.report.regions:
+        assert region.status == "compiled", session.report.summary()
+        assert region.mode == "inductor/reduce-overhead"
+        assert region.cudagraph_skips == 0, session.report.summary()
+    assert not messages(logs, "WARNING")
+
+
+@pytest.mark.parametrize("kind", ["deterministic", "diagnostic", "ensemble"])
+@pytest.mark.parametrize("name", ["fcn", "dlwp", "persistence"])
+def test_workflows_on_gpu_match_eager(kind, name):
+    model = zoo.build(name, size=SIZE)
+    nsteps = 4 if name == "dlwp" else 3
+    eager = run_workflow(getattr(run, kind), kind, model, nsteps=nsteps, device="cuda")
+    compiled = run_workflow(
+        getattr(run, kind), kind, model, nsteps=nsteps, device="cuda", compile=True
+    )
+    for var, ref in eager.items():
+        assert rel_l2(compiled[var], ref) <= 1e-5, var
+    report = run.last_report()
+    assert not report.fell_back, report.summary()
+    if name != "persistence":
+        region = next(r for r in report.regions if r.region == "model")
+        assert region.mode == "inductor/reduce-overhead" and region.cudagraph_skips == 0
+        if kind == "ensemble":
+            assert region.recompiles == 0 and region.padded_calls > 0
