@@ -476,3 +476,26 @@ def plan(model: Any, regions: tuple[str, ...] | None = None) -> Plan:
             )
         spec = ModelSpec(reason=why)
     return Plan(name=name, targets=tuple(targets), spec=spec, source=source)
+
+
+def table_markdown() -> str:
+    """The model table as Markdown, as published in ``docs/models.md``."""
+    lines = [
+        "| model | compiled region(s) | kept eager inside | notes / why eager |",
+        "| --- | --- | --- | --- |",
+    ]
+    for key in sorted(MODEL_TABLE, key=lambda k: k.rsplit(".", 1)[-1].lower()):
+        spec = MODEL_TABLE[key]
+        name = key.rsplit(".", 1)[-1]
+        regions = ", ".join(f"`{r}`" for r in spec.regions)
+        if spec.wrapped:
+            regions = (regions + ", " if regions else "") + "wrapped: " + ", ".join(
+                f"`{w}`" for w in spec.wrapped
+            )
+        exclude = ", ".join(spec.exclude) or ""
+        why = spec.reason or spec.note
+        if spec.pad_batch:
+            why += "; smaller batches padded, not recompiled"
+        lines.append(f"| {name} | {regions or 'eager'} | {exclude} | {why} |")
+    return "\n".join(lines)
+

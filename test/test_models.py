@@ -159,3 +159,12 @@ def test_module_compiled_by_the_model_itself_is_left_alone():
     model = zoo.build("toy")
     model.model = torch.compile(model.model)  # an OptimizedModule swap
     assert plan(model).reason and "already compiled" in plan(model).reason
+
+
+def test_published_table_is_current():
+    from pathlib import Path
+
+    from earth2studio_compile.models import table_markdown
+
+    doc = (Path(__file__).parents[1] / "docs" / "models.md").read_text()
+    assert table_markdown() in doc, "regenerate docs/models.md (see its header)"
