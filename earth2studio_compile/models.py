@@ -484,7 +484,8 @@ def table_markdown() -> str:
         "| model | compiled region(s) | kept eager inside | notes / why eager |",
         "| --- | --- | --- | --- |",
     ]
-    for key in sorted(MODEL_TABLE, key=lambda k: k.rsplit(".", 1)[-1].lower()):
+    shipped = [k for k in MODEL_TABLE if k.startswith(_PX)]  # not users' registrations
+    for key in sorted(shipped, key=lambda k: k.rsplit(".", 1)[-1].lower()):
         spec = MODEL_TABLE[key]
         name = key.rsplit(".", 1)[-1]
         regions = ", ".join(f"`{r}`" for r in spec.regions)

@@ -2,9 +2,15 @@
 
 Run on a CUDA machine with ``pytest -m gpu``. ``E2SC_GPU_SIZE=full`` uses the
 operational grids (FCN 720x1440, DLWP 721x1440 / 6x64x64); the default ``small``
-keeps compile time to seconds. Tolerance as in ``test_workflows.py``, except that
-matrix products may use TF32 on Hopper when the user allows it; these tests keep
-fp32 (``torch.backends.cuda.matmul.allow_tf32`` is False by default).
+keeps compile time to seconds.
+
+Tolerance: relative L2 <= 1e-4 per step, in fp32. PyTorch lets cuDNN convolutions use
+TF32 by default (``torch.backends.cudnn.allow_tf32``), which alone moves results by
+~1e-4..1e-3; these tests turn TF32 off so the comparison is fp32 against fp32. What
+remains is cuDNN picking other algorithms and layouts for Inductor's graph than for
+eager, and Inductor's fused, reordered fp32 arithmetic: measured on an H100, rel. L2
+1.3e-5 after DLWP's first step and 1.9e-5 after SFNO's third (small models). An
+overwritten CUDA-graph output or a lost step differs by O(1).
 """
 
 from __future__ import annotations
@@ -21,6 +27,15 @@ from earth2studio_compile import CompileSession, run, zoo
 
 pytestmark = pytest.mark.gpu
 SIZE = os.environ.get("E2SC_GPU_SIZE", "small")
+REL_L2 = 1e-4
+
+
+@pytest.fixture(autouse=True)
+def strict_fp32():
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def initial_state(model):
@@ -56,7 +71,7 @@ def test_outputs_held_across_steps_are_not_overwritten(name, logs):
     with CompileSession(model) as session:
         compiled = rollout()
     for step, (a, b) in enumerate(zip(compiled, eager)):
-        assert rel_l2(a, b) <= 1e-5, f"step {step}: rel L2 {rel_l2(a, b):.2e}"
+        assert rel_l2(a, b) <= REL_L2, f"step {step}: rel L2 {rel_l2(a, b):.2e}"
     assert_unchanged(model, before)
     for region in session.report.regions:
         assert region.status == "compiled", session.report.summary()
@@ -75,7 +90,7 @@ def test_workflows_on_gpu_match_eager(kind, name):
         getattr(run, kind), kind, model, nsteps=nsteps, device="cuda", compile=True
     )
     for var, ref in eager.items():
-        assert rel_l2(compiled[var], ref) <= 1e-5, var
+        assert rel_l2(compiled[var], ref) <= REL_L2, var
     report = run.last_report()
     assert not report.fell_back, report.summary()
     if name != "persistence":

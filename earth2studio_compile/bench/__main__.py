@@ -53,6 +53,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--e2e-steps", type=int, default=10,
         help="steps of the end-to-end deterministic workflow with a Zarr store; 0 skips",
     )
+    p.add_argument(
+        "--fp32", action="store_true",
+        help="turn TF32 off for cuDNN and matmul (default: PyTorch's defaults, which "
+        "let cuDNN convolutions use TF32 on CUDA)",
+    )
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
     p.add_argument("--json", type=Path, default=None, help="write every figure here")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG figure here")
@@ -84,6 +89,8 @@ def environment(device: str) -> dict[str, Any]:
     import torch
 
     env: dict[str, Any] = {
+        "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+        "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -189,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             bar.set_postfix_str(f"{model} {mode}")
             spec = {
                 "model": model, "mode": mode, "size": size, "device": args.device,
-                "steps": args.steps, "e2e_steps": args.e2e_steps,
+                "steps": args.steps, "e2e_steps": args.e2e_steps, "fp32": args.fp32,
                 "reference": str(Path(tmp) / f"{model.replace(':', '_')}.pt"),
             }
             result = _run_one(spec, args.timeout)
@@ -199,11 +206,16 @@ def main(argv: list[str] | None = None) -> int:
             result.pop("reference", None)
             results.append(result)
             bar.update(1)
+    if args.fp32:
+        import torch
+
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     env = environment(args.device)
     print(table(results))
     print(
         f"\n{env.get('gpu') or platform.processor() or 'CPU'}, torch {env['torch']}, "
-        f"triton {env['triton']}, {size} models, {args.steps} steps, {env['date']}"
+        f"triton {env['triton']}, {size} models, {args.steps} steps, "
+        f"TF32 convolutions {'on' if env['cudnn_allow_tf32'] else 'off'}, {env['date']}"
     )
     if args.json:
         args.json.write_text(json.dumps({"environment": env, "argv": sys.argv, "results": results}, indent=2))

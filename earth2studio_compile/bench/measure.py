@@ -183,6 +183,8 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     logger.remove()
     logger.add(sys.stderr, level="WARNING")
     device = torch.device(spec["device"])
+    if spec.get("fp32"):
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     model = zoo.build(spec["model"], size=spec["size"]).to(device)
     x, coords = initial_state(model, device, seed=0)
     kwargs = compile_kwargs_for(spec["mode"])
