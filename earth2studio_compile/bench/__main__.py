@@ -62,6 +62,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", type=Path, default=None, help="write every figure here")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG figure here")
     p.add_argument("--timeout", type=int, default=900, help="seconds per measurement")
+    p.add_argument(
+        "--render", type=Path, nargs="+", default=None, metavar="JSON",
+        help="measure nothing: merge these --json files into one table (and --plot)",
+    )
     args = p.parse_args(argv)
     if args.steps < 11:
         p.error("--steps must be >= 11 (the median of >= 10 steady-state steps)")
@@ -183,11 +187,29 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def render(paths: list[Path], plot_path: Path | None) -> int:
+    """Print (and plot) the merged results of earlier ``--json`` files."""
+    runs = [json.loads(p.read_text()) for p in paths]
+    results = [r for run in runs for r in run["results"]]
+    print(table(results))
+    for p, run in zip(paths, runs):
+        env = run["environment"]
+        print(f"{p.name}: {env.get('gpu', 'CPU')}, driver {env.get('driver')}, torch "
+              f"{env['torch']}, triton {env['triton']}, {env['date']}")
+    if plot_path:
+        from earth2studio_compile.bench.plot import plot
+
+        plot(results, plot_path, title=runs[0]["environment"].get("gpu", "CPU"))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``earth2studio-compile-bench``."""
     from tqdm import tqdm
 
     args = _parse(argv)
+    if args.render:
+        return render(args.render, args.plot)
     size = "small" if args.small else "full"
     results: list[dict[str, Any]] = []
     plan = [(m, mode) for m in args.model_list for mode in [EAGER, *args.mode_list]]

@@ -41,13 +41,22 @@ def plot(results: list[dict[str, Any]], path: Path, title: str = "") -> None:
     bars.set_yscale("log")
     bars.legend()
     bars.set_title("Per-step time")
+    # Measured steps, then extended with the median step time far enough to show
+    # where (if anywhere) the compiled line crosses the eager one.
+    evens = [r.get("break_even_steps") for r in ok if r.get("break_even_steps")]
+    horizon = int(min(1e5, max([len(ok[0]["step_s"]), *(2 * b for b in evens)])))
+    steps = np.unique(np.geomspace(1, horizon, 200).astype(int))
     for i, model in enumerate(models):
         for r in (r for r in ok if r["model"] == model):
-            cum = np.cumsum(r["step_s"])
+            measured = np.cumsum(r["step_s"])
+            extra = np.maximum(steps - len(measured), 0) * r["steady_ms"] / 1e3
+            cum = np.where(steps <= len(measured), measured[np.minimum(steps, len(measured)) - 1],
+                           measured[-1] + extra)
             style = "--" if r["mode"] == "eager" else "-"
-            cumul.plot(np.arange(1, len(cum) + 1), cum, style, color=f"C{i}", label=f"{model} {r['mode']}")
-    cumul.set_xlabel("forecast steps")
+            cumul.plot(steps, cum, style, color=f"C{i}", label=f"{model} {r['mode']}")
+    cumul.set_xlabel("forecast steps (measured, then extended at the median step time)")
     cumul.set_ylabel("cumulative seconds (first step includes compile)")
+    cumul.set_xscale("log")
     cumul.set_yscale("log")
     cumul.set_title("Cumulative time: compiled pays back where lines cross")
     cumul.legend(fontsize=7)
