@@ -10,7 +10,8 @@ The workflows live in :mod:`earth2studio_compile.run` (imported on demand: impor
 from earth2studio_compile.models import MODEL_TABLE, ModelSpec, plan, register_model
 from earth2studio_compile.options import CompileOptions
 from earth2studio_compile.report import CompileReport, RegionReport
-from earth2studio_compile.session import CompileSession
+from earth2studio_compile.cache import cache_root
+from earth2studio_compile.session import CompileSession, example_input
 
 __version__ = "0.1.0"
 
@@ -21,6 +22,8 @@ __all__ = [
     "CompileSession",
     "ModelSpec",
     "RegionReport",
+    "cache_root",
+    "example_input",
     "plan",
     "register_model",
 ]

@@ -213,3 +213,11 @@ class CompileOptions:
             self.backend, "__name__", type(self.backend).__name__
         )
         return f"{name}/{self.resolve_mode(device) or 'default'}"
+
+    def cache_text(self, device: torch.device) -> str:
+        """Stable text of everything that changes compiled code, for cache keys."""
+        options = sorted((str(k), repr(v)) for k, v in (self.options or {}).items())
+        return (
+            f"{self.describe(device)}|fullgraph={self.fullgraph}|"
+            f"dynamic={self.dynamic}|options={options}"
+        )

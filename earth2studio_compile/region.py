@@ -12,16 +12,26 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 from loguru import logger
 from torch.utils._pytree import tree_flatten, tree_map
 
+from earth2studio_compile.cache import ArtifactCache, cache_state, key_fields
 from earth2studio_compile.options import CompileOptions
 from earth2studio_compile.report import RegionReport
 
 _SLOT = "_compiled_call_impl"
+# Calls timed once per region to tell whether compiling pays off: compiled calls
+# after CUDA graphs' warm-up (call 1) and recording (call 2), then two eager calls.
+# Eager calls give the same answer within float tolerance, so probing costs nothing
+# but the eager speed of two steps. Rollouts shorter than this are not judged.
+_PROBE_COMPILED = (3, 4, 5)
+_PROBE_EAGER = (6, 7)
+# Compiled slower than eager by more than this is worth a WARNING.
+_SLOWER = 1.05
 _TORCH_LOGS_HINT = (
     "Set TORCH_LOGS='+dynamo,graph_breaks,recompiles' (and TORCHDYNAMO_VERBOSE=1) "
     "to see more."
@@ -37,6 +47,13 @@ def _counters() -> tuple[int, int, int]:
         sum(counters["graph_break"].values()),
         counters["inductor"]["cudagraph_skips"],
     )
+
+
+def _fx_cache() -> tuple[int, int]:
+    """(FX-graph cache hits, misses) so far in this process."""
+    from torch._dynamo.utils import counters
+
+    return counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
 
 
 def preflight(options: CompileOptions, device: torch.device) -> str | None:
@@ -138,6 +155,12 @@ class CompiledRegion:
     pad_batch : bool, optional
         Pad a smaller batch (dim 0) up to the first call's batch instead of
         recompiling. Only for cores whose samples do not interact, by default False
+    artifacts : Path | None, optional
+        Directory of portable compile-cache bundles (see
+        :mod:`earth2studio_compile.cache`); None disables them, by default None
+    owner : str, optional
+        Qualified class name of the model that owns the region (part of the bundle
+        key), by default the report's model name
     """
 
     def __init__(
@@ -146,15 +169,20 @@ class CompiledRegion:
         report: RegionReport,
         options: CompileOptions,
         pad_batch: bool = False,
+        artifacts: Path | None = None,
+        owner: str | None = None,
     ) -> None:
         self.module = module
         self.report = report
         self.options = options
         self.pad_batch = pad_batch
+        self.artifacts = artifacts
+        self.owner = owner or report.model
         self._compiled: Callable[..., Any] | None = None
         self._cudagraphs = False
         self._batch: int | None = None
         self._installed = False
+        self._timings: dict[str, list[float]] = {"compiled": [], "eager": []}
 
     # -- install / restore -------------------------------------------------------
     def install(self) -> None:
@@ -234,8 +262,15 @@ class CompiledRegion:
                 self.report.padded_calls += 1
 
         first = self.report.status == "pending"
-        before = _counters()
+        n = self.report.calls
+        if not first and n in _PROBE_EAGER and call_args is args:
+            return self._probe_eager(n, args, kwargs)
+        probe = not first and n in _PROBE_COMPILED
+        if probe:
+            self._sync(args, kwargs)
         start = time.perf_counter()
+        bundle = self._load_bundle(call_args, kwargs) if first else None
+        before, fx_before = _counters(), _fx_cache()
         try:
             with self._context():
                 if self._cudagraphs:
@@ -255,8 +290,65 @@ class CompiledRegion:
                     )
         except Exception as err:
             return self._recover(err, args, kwargs)
+        if probe:
+            self._sync(args, kwargs)
+            self._timings["compiled"].append(time.perf_counter() - start)
+        if first:
+            hits, misses = (a - b for a, b in zip(_fx_cache(), fx_before))
+            self.report.cache = cache_state(hits, misses)
+            if bundle is not None and (misses or self.report.artifact != "loaded"):
+                if bundle.save():
+                    ignored = self.report.artifact
+                    self.report.artifact = f"{ignored}; re-saved" if ignored else "saved"
         self._account(before, time.perf_counter() - start, first)
         return out
+
+    @staticmethod
+    def _sync(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        device = _first_device(args, kwargs)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    def _probe_eager(self, n: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        self._sync(args, kwargs)
+        start = time.perf_counter()
+        out = self.module._call_impl(*args, **kwargs)
+        self._sync(args, kwargs)
+        self._timings["eager"].append(time.perf_counter() - start)
+        if n == _PROBE_EAGER[-1] and self._timings["compiled"]:
+            self._judge()
+        return out
+
+    def _judge(self) -> None:
+        r = self.report
+        r.compiled_ms = min(self._timings["compiled"]) * 1e3
+        r.eager_ms = min(self._timings["eager"]) * 1e3
+        if r.compiled_ms > _SLOWER * r.eager_ms:
+            logger.warning(
+                f"{r.label} runs slower compiled ({r.compiled_ms:.2f} ms per call) than "
+                f"eager ({r.eager_ms:.2f} ms) with {r.mode}: compiling does not pay off "
+                "here. Use compile=False, or try another mode with CompileSession."
+            )
+
+    def _load_bundle(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> ArtifactCache | None:
+        if self.artifacts is None or self.options.backend != "inductor":
+            return None
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+        device = _first_device(args, kwargs)
+        try:
+            fields = key_fields(
+                self.owner, self.report.region, self.module, args, kwargs,
+                self.options.cache_text(device), device,
+            )
+        except Exception as err:  # an odd argument must not stop the compile
+            logger.debug(f"No compile cache key for {self.report.label}: {err}")
+            return None
+        bundle = ArtifactCache(self.artifacts, Path(cache_dir()), fields)
+        self.report.artifact = bundle.load()
+        return bundle
 
     # -- bookkeeping ---------------------------------------------------------------
     def _account(self, before: tuple[int, int, int], seconds: float, first: bool) -> None:
@@ -316,8 +408,9 @@ class CompiledRegion:
         r.status = "eager"
         r.reason = reason
         self._compiled = None
+        ran = "ran eagerly" if cause is None else "was re-run eagerly"
         logger.warning(
-            f"torch.compile failed for {r.label} {stage}: {reason}. That call was "
-            f"re-run eagerly and {r.label} stays eager for the rest of the session; "
-            f"no output is lost. {_TORCH_LOGS_HINT}"
+            f"torch.compile failed for {r.label} {stage}: {reason}. That call {ran} "
+            f"and {r.label} stays eager for the rest of the session; no output is "
+            f"lost. {_TORCH_LOGS_HINT}"
         )

@@ -39,6 +39,15 @@ class RegionReport:
         recompile
     cudagraph_skips : int
         Times Inductor skipped CUDA graphs for this region
+    cache : str | None
+        Inductor's local cache at the first compile: ``"cold"`` (kernels built),
+        ``"warm"`` (all reused), ``"partial"``, or None (no Inductor compile)
+    artifact : str | None
+        Portable cache bundle: ``"loaded"``, ``"saved"``, ``"ignored: <why>"`` or
+        None (cache disabled or no bundle yet)
+    compiled_ms, eager_ms : float | None
+        Fastest of a few synchronized compiled calls (3-5) and eager calls (6-7),
+        timed once to tell whether compiling pays off; None in shorter sessions
     reason : str | None
         Why the region is not compiled (fallback cause or table reason)
     """
@@ -55,6 +64,10 @@ class RegionReport:
     recompiles: int = 0
     padded_calls: int = 0
     cudagraph_skips: int = 0
+    cache: str | None = None
+    artifact: str | None = None
+    compiled_ms: float | None = None
+    eager_ms: float | None = None
     reason: str | None = None
 
     @property
@@ -105,8 +118,9 @@ class CompileReport:
         parts = []
         for r in self.regions:
             if r.status == "compiled":
+                cache = f", {r.cache} cache" if r.cache else ""
                 text = (
-                    f"{r.label}: compiled ({r.mode}) in {r.compile_seconds:.1f} s, "
+                    f"{r.label}: compiled ({r.mode}{cache}) in {r.compile_seconds:.1f} s, "
                     f"{r.calls} calls, {r.graphs} graph(s), {r.graph_breaks} break(s), "
                     f"{r.recompiles} recompile(s)"
                 )
@@ -114,6 +128,11 @@ class CompileReport:
                     text += f", {r.padded_calls} padded batch(es)"
                 if r.cudagraph_skips:
                     text += ", CUDA graphs skipped"
+                if r.compiled_ms is not None and r.eager_ms:
+                    text += (
+                        f", {r.compiled_ms:.2f} vs {r.eager_ms:.2f} ms eager per call "
+                        f"({r.eager_ms / r.compiled_ms:.2f}x)"
+                    )
             elif r.status == "eager":
                 text = f"{r.label}: fell back to eager ({r.reason})"
             elif r.status == "skipped":

@@ -27,6 +27,7 @@ from typing import Any
 import earth2studio.run as _upstream
 import numpy as np
 
+from earth2studio_compile.overlap import drain
 from earth2studio_compile.report import CompileReport
 from earth2studio_compile.session import CompileSession
 
@@ -54,7 +55,9 @@ def last_report() -> CompileReport | None:
 _COMPILE_DOC = """    compile : bool, optional
         Compile the models' core networks with torch.compile for this call
         (earth2studio-compile), by default False. Falls back to eager, with a
-        WARNING, wherever compiling fails.
+        WARNING, wherever compiling fails. An ``io`` wrapped in
+        ``earth2studio_compile.overlap.OverlappedIO`` writes in the background and
+        is flushed before the workflow returns.
 """
 
 
@@ -110,11 +113,20 @@ def _with_compile(
         enabled = check_compile_flag(
             bound.arguments.pop("compile", False), upstream.__name__
         )
-        if not enabled:
-            return upstream(*bound.args, **bound.kwargs)
-        with CompileSession(*(bound.arguments[name] for name in models)) as session:
-            _last[:] = [session.report]
-            return upstream(*bound.args, **bound.kwargs)
+        ios = [bound.arguments["io"]] if "io" in bound.arguments else []
+        try:
+            if not enabled:
+                result = upstream(*bound.args, **bound.kwargs)
+            else:
+                with CompileSession(*(bound.arguments[name] for name in models)) as session:
+                    _last[:] = [session.report]
+                    result = upstream(*bound.args, **bound.kwargs)
+        except BaseException:
+            drain(ios, failed=True)
+            raise
+        # An OverlappedIO still writing in the background is finished before return.
+        drain(ios, failed=False)
+        return result
 
     doc = upstream.__doc__ or ""
     marker = "\n    Returns\n"

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
+import numpy as np
+import torch
 from loguru import logger
 
+from earth2studio_compile.cache import cache_root, use_local_cache
 from earth2studio_compile.models import plan
 from earth2studio_compile.options import CompileOptions
 from earth2studio_compile.region import _SLOT, CompiledRegion
@@ -44,6 +48,12 @@ class CompileSession:
     regions : Sequence[str] | None, optional
         Compile exactly these dotted submodule paths of the single model given,
         overriding the table, by default None
+    cache : bool, optional
+        Use the persistent compile cache (:mod:`earth2studio_compile.cache`):
+        Inductor's local cache under the package cache root unless
+        ``TORCHINDUCTOR_CACHE_DIR`` is set, and portable per-region bundles. The
+        environment variable ``EARTH2STUDIO_COMPILE_CACHE=off`` disables it too, by
+        default True
 
     Raises
     ------
@@ -69,10 +79,17 @@ class CompileSession:
         backend: str | Callable[..., Any] = "inductor",
         options: Mapping[str, Any] | None = None,
         regions: Sequence[str] | None = None,
+        cache: bool = True,
     ) -> None:
         self.options = CompileOptions(
             mode=mode, fullgraph=fullgraph, dynamic=dynamic, backend=backend, options=options
         )
+        if not isinstance(cache, (bool, np.bool_)):
+            raise TypeError(
+                f"cache must be True or False, got {type(cache).__name__} ({cache!r}). "
+                "To move the cache, set EARTH2STUDIO_COMPILE_CACHE=/path."
+            )
+        self.cache = bool(cache)
         if not models:
             raise TypeError("CompileSession needs at least one model.")
         if regions is not None:
@@ -87,11 +104,18 @@ class CompileSession:
         self.regions = tuple(regions) if regions is not None else None
         self.report = CompileReport()
         self._open: list[CompiledRegion] = []
+        self._active = False
 
     def __enter__(self) -> CompileSession:
-        if self._open:
+        if self._active:
             raise RuntimeError("This CompileSession is already open.")
         self.report = CompileReport()
+        self._active = True
+        root = cache_root() if self.cache else None
+        artifacts = None
+        if root is not None:
+            use_local_cache(root)
+            artifacts = root / "artifacts"
         seen: set[int] = set()
         for model in self.models:
             p = plan(model, self.regions)
@@ -110,6 +134,8 @@ class CompileSession:
                     self._add(RegionReport(model=p.name, region=path)),
                     self.options,
                     pad_batch=p.spec.pad_batch,
+                    artifacts=artifacts,
+                    owner=f"{type(model).__module__}.{type(model).__qualname__}",
                 )
                 region.install()
                 self._open.append(region)
@@ -134,6 +160,7 @@ class CompileSession:
         for region in reversed(self._open):
             region.restore()
         self._open = []
+        self._active = False
         if self.report.fell_back:
             # A failed compile can leave Dynamo's caches in a state where the next
             # compile in this process trips an internal assert; start it clean.
@@ -141,6 +168,73 @@ class CompileSession:
 
             torch._dynamo.reset()
         logger.info(f"torch.compile: {self.report.summary()}")
+
+    def warmup(
+        self,
+        model: Any = None,
+        coords: Mapping[str, np.ndarray] | None = None,
+        batch_size: int = 1,
+        device: torch.device | str | None = None,
+    ) -> CompileReport:
+        """Compile ahead of time: run ``model`` once on zeros.
+
+        Call it at service start, inside the session that will run the forecasts,
+        so their first step already runs compiled. Compiling also fills the
+        persistent cache, so a later process starts warm. The dummy input must have
+        the shapes the forecast will use, or the forecast recompiles.
+
+        Parameters
+        ----------
+        model : Any, optional
+            One of the session's models, by default the first
+        coords : Mapping[str, np.ndarray] | None, optional
+            Coordinates of the dummy input, as the workflow will call the model; by
+            default the model's ``input_coords()`` at 2024-01-01 (see
+            :func:`example_input`)
+        batch_size : int, optional
+            Samples per call, as the workflow will batch them (an ensemble's
+            ``batch_size``); only used without ``coords``, by default 1
+        device : torch.device | str | None, optional
+            Device of the dummy input, by default the model's parameters' device
+
+        Returns
+        -------
+        CompileReport
+            The session's report so far
+
+        Raises
+        ------
+        RuntimeError
+            The session is not open
+        ValueError
+            ``model`` is not one of the session's, or a bad ``batch_size``
+
+        Examples
+        --------
+        >>> with CompileSession(model) as session:  # doctest: +SKIP
+        ...     session.warmup()  # compiles now, not at the first forecast step
+        ...     for request in requests:
+        ...         earth2studio.run.deterministic(request.times, 40, model, data, io)
+        """
+        if not self._active:
+            raise RuntimeError(
+                "warmup() compiles inside an open session: call it within "
+                "`with CompileSession(model) as session:`."
+            )
+        model = self.models[0] if model is None else model
+        if not any(model is m for m in self.models):
+            raise ValueError("warmup() takes one of the models the session was opened with.")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
+        if coords is None:
+            x, coords = example_input(model, int(batch_size), device=device)
+        else:
+            coords = OrderedDict(coords)
+            x = torch.zeros(
+                [len(v) for v in coords.values()], device=device or _model_device(model)
+            )
+        model(x, coords)
+        return self.report
 
     def _add(self, region: RegionReport) -> RegionReport:
         self.report.regions.append(region)
@@ -151,3 +245,47 @@ class CompileSession:
         where = f"{model}.{path}" if path else model
         logger.info(f"{where} runs eagerly: {reason}")
 
+
+def example_input(
+    model: Any,
+    batch_size: int = 1,
+    time: np.datetime64 | None = None,
+    device: torch.device | str | None = None,
+) -> tuple[torch.Tensor, OrderedDict]:
+    """Zeros on ``model.input_coords()``, batched the way Earth2Studio's workflows batch.
+
+    Parameters
+    ----------
+    model : Any
+        Prognostic or diagnostic model
+    batch_size : int, optional
+        Leading ``ensemble`` size when > 1, by default 1
+    time : np.datetime64 | None, optional
+        Value of a ``time`` coordinate, by default 2024-01-01
+    device : torch.device | str | None, optional
+        By default the device of the model's first parameter or buffer (CPU if none)
+
+    Returns
+    -------
+    tuple[torch.Tensor, OrderedDict]
+        Input tensor and coordinate system
+    """
+    device = device or _model_device(model)
+    coords: OrderedDict = OrderedDict()
+    if batch_size > 1:
+        coords["ensemble"] = np.arange(batch_size)
+    for dim, value in model.input_coords().items():
+        if dim == "batch":
+            continue
+        if dim == "time":
+            value = np.array([np.datetime64("2024-01-01") if time is None else time])
+        coords[dim] = value
+    shape = [len(v) for v in coords.values()]
+    return torch.zeros(shape, device=device), coords
+
+
+def _model_device(model: Any) -> torch.device:
+    if isinstance(model, torch.nn.Module):
+        for tensor in [*model.parameters(), *model.buffers()]:
+            return tensor.device
+    return torch.device("cpu")

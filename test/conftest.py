@@ -3,6 +3,9 @@
 Inductor's first CPU compile of a network costs 15-90 s on 2 cores; a persistent
 cache directory (``E2SC_TEST_INDUCTOR_CACHE``, default under ``~/.cache``) makes
 later runs reuse the generated code. Set before torch is imported.
+
+The package's own persistent cache (portable bundles) is off unless a test turns it
+on, so the suite never writes into the user's ``~/.cache/earth2studio``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ os.environ.setdefault(
         str(Path.home() / ".cache" / "earth2studio-compile" / "test-inductor"),
     ),
 )
+
+os.environ.setdefault("EARTH2STUDIO_COMPILE_CACHE", "off")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -73,19 +78,23 @@ def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def run_workflow(
     workflow: Callable, kind: str, model: torch.nn.Module, nsteps: int = 2,
-    device: str = "cpu", seed: int = 0, **kwargs
+    device: str = "cpu", seed: int = 0, overlap: bool = False, **kwargs
 ) -> dict[str, torch.Tensor]:
-    """Run one of the three workflows from the same seeded data; return its arrays."""
+    """Run one of the three workflows from the same seeded data; return its arrays.
+
+    ``overlap`` writes through :class:`~earth2studio_compile.overlap.OverlappedIO`.
+    """
     from earth2studio.io import KVBackend
     from earth2studio.models.dx import Identity
     from earth2studio.perturbation import Gaussian
 
     from earth2studio_compile import zoo
+    from earth2studio_compile.overlap import OverlappedIO
 
     np.random.seed(seed)
     torch.manual_seed(seed)
     data = zoo.random_source(model)
-    io = KVBackend()
+    io = OverlappedIO(KVBackend()) if overlap else KVBackend()
     common = dict(device=torch.device(device), verbose=False, **kwargs)
     if kind == "deterministic":
         workflow(TIME, nsteps, model, data, io, **common)

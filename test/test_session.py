@@ -222,3 +222,37 @@ def test_module_compiled_by_the_user_is_left_alone(logs):
         assert core.net.__dict__["_compiled_call_impl"] is mine
     assert core.net.__dict__["_compiled_call_impl"] is mine
     assert session.report.regions[0].status == "skipped"
+
+
+def test_warns_when_compiled_is_slower_than_eager(logs):
+    import time
+
+    def slow_backend(gm, example_inputs):
+        def run(*args):
+            time.sleep(0.05)  # a compiled region that loses to eager
+            return gm.forward(*args)
+
+        return run
+
+    model = zoo.build("toy")
+    x = torch.randn(1, 4, 16, 32)
+    with torch.no_grad():
+        expected = model.model(x)
+    with CompileSession(model, backend=slow_backend) as session, torch.no_grad():
+        outs = [model.model(x) for _ in range(8)]
+    region = session.report.regions[0]
+    assert region.status == "compiled" and region.eager_calls == 0
+    assert region.compiled_ms >= 50 and region.eager_ms < region.compiled_ms
+    for out in outs:
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    slow = [m for m in messages(logs, "WARNING") if "runs slower compiled" in m]
+    assert len(slow) == 1 and "compile=False" in slow[0]
+
+
+def test_no_speed_verdict_in_short_sessions():
+    model = zoo.build("toy")
+    with CompileSession(model, backend=eager_backend) as session, torch.no_grad():
+        for _ in range(5):
+            model.model(torch.randn(1, 4, 16, 32))
+    region = session.report.regions[0]
+    assert region.compiled_ms is None and region.eager_ms is None

@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from earth2studio_compile.bench.e2e import IO_BACKENDS, e2e_table
 from earth2studio_compile.bench.measure import AUTO, EAGER
 
 DEFAULT_MODELS = "fcn,dlwp,sfno,persistence"
@@ -54,9 +55,20 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="steps of the end-to-end deterministic workflow with a Zarr store; 0 skips",
     )
     p.add_argument(
+        "--io", default="",
+        help="comma-separated IO backends for the end-to-end profile and overlapped "
+        f"writing: {', '.join(IO_BACKENDS)} (default: none); one more fresh process "
+        "per model, --e2e-steps steps (20 if 0)",
+    )
+    p.add_argument(
         "--fp32", action="store_true",
         help="turn TF32 off for cuDNN and matmul (default: PyTorch's defaults, which "
         "let cuDNN convolutions use TF32 on CUDA)",
+    )
+    p.add_argument(
+        "--no-warm", dest="warm", action="store_false",
+        help="skip the warm-start run (a second fresh process with an empty local "
+        "Inductor cache and the first run's portable cache bundles)",
     )
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
     p.add_argument("--json", type=Path, default=None, help="write every figure here")
@@ -82,6 +94,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         if mode != AUTO and mode not in inductor_modes():
             p.error(f"unknown mode {mode!r}; use auto or one of {inductor_modes()}")
     args.mode_list = modes
+    args.io_list = [b for b in args.io.split(",") if b]
+    for backend in args.io_list:
+        if backend not in IO_BACKENDS:
+            p.error(f"unknown IO backend {backend!r}; use {', '.join(IO_BACKENDS)}")
     args.model_list = [m for m in args.models.split(",") if m]
     return args
 
@@ -119,13 +135,27 @@ def environment(device: str) -> dict[str, Any]:
     return env
 
 
-def _run_one(spec: dict[str, Any], timeout: int) -> dict[str, Any]:
+def _run_one(spec: dict[str, Any], timeout: int, workdir: Path) -> dict[str, Any]:
+    """One measurement in a fresh process with its own, empty local compile caches.
+
+    The package's portable bundles live in one directory per (model, mode), shared
+    by the cold run (which writes them) and the warm run (which only reads them):
+    that is a warm start on a fresh machine with an empty local cache.
+    """
+    tag = f"{spec['model'].replace(':', '_')}-{spec['mode']}"
+    local = workdir / f"local-{tag}-{spec.get('cache') or 'eager'}"
+    env = {
+        **os.environ,
+        "EARTH2STUDIO_COMPILE_CACHE": str(workdir / f"bundles-{tag}"),
+        "TORCHINDUCTOR_CACHE_DIR": str(local),
+        "TRITON_CACHE_DIR": str(local / "triton"),
+    }
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = Path(f.name)
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "earth2studio_compile.bench.measure", json.dumps(spec), str(out)],
-            capture_output=True, text=True, timeout=timeout,
+            capture_output=True, text=True, timeout=timeout, env=env,
         )
         if proc.returncode != 0 or not out.stat().st_size:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
@@ -156,7 +186,7 @@ def _row(r: dict[str, Any]) -> list[str]:
         return "-" if v is None else format(v, fmt)
 
     if "error" in r:
-        return [r["model"], r["mode"], "error: " + r["error"][:60]] + [""] * 9
+        return [r["model"], r["mode"], "", "error: " + r["error"][:60]] + [""] * 9
     regions = (r.get("report") or {}).get("regions", [])
     graphs = sum(x["graphs"] for x in regions) if regions else None
     breaks = sum(x["graph_breaks"] for x in regions) if regions else None
@@ -164,7 +194,7 @@ def _row(r: dict[str, Any]) -> list[str]:
     status = ",".join(sorted({x["status"] for x in regions})) if regions else "eager"
     mem = r.get("peak_gpu_bytes")
     return [
-        r["model"], r["mode"], status,
+        r["model"], r["mode"], r.get("cache") or "", status,
         f(r["first_step_s"], ".2f"), f(r["steady_ms"], ".2f"), f(r.get("speedup"), ".2f"),
         f(r.get("break_even_steps"), ".0f"), f(mem / 2**30 if mem else None, ".2f"),
         f"{f(graphs, 'd')}/{f(breaks, 'd')}/{f(recompiles, 'd')}",
@@ -173,7 +203,7 @@ def _row(r: dict[str, Any]) -> list[str]:
 
 
 HEADER = [
-    "model", "mode", "status", "first s", "ms/step", "speedup", "break-even",
+    "model", "mode", "cache", "status", "first s", "ms/step", "speedup", "break-even",
     "peak GiB", "graphs/breaks/recomp", "relL2@1", "relL2@N", "e2e s",
 ]
 
@@ -187,11 +217,23 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def warm_lines(results: list[dict[str, Any]]) -> list[str]:
+    """One line per warm start: first step warm vs cold."""
+    return [
+        f"warm start {r['model']} {r['mode']}: first step {r['first_step_s']:.2f} s vs "
+        f"{r['first_step_s'] / r['warm_over_cold']:.2f} s cold "
+        f"({100 * r['warm_over_cold']:.0f}%)"
+        for r in results
+        if r.get("warm_over_cold")
+    ]
+
+
 def render(paths: list[Path], plot_path: Path | None) -> int:
     """Print (and plot) the merged results of earlier ``--json`` files."""
     runs = [json.loads(p.read_text()) for p in paths]
     results = [r for run in runs for r in run["results"]]
     print(table(results))
+    print("\n".join(warm_lines(results)))
     for p, run in zip(paths, runs):
         env = run["environment"]
         print(f"{p.name}: {env.get('gpu', 'CPU')}, driver {env.get('driver')}, torch "
@@ -203,6 +245,19 @@ def render(paths: list[Path], plot_path: Path | None) -> int:
     return 0
 
 
+def _compiled_anything(results: list[dict[str, Any]], model: str, mode: str) -> bool:
+    cold = [r for r in results if r["model"] == model and r["mode"] == mode]
+    regions = [x for r in cold for x in (r.get("report") or {}).get("regions", [])]
+    return any(x["status"] == "compiled" for x in regions)
+
+
+def _write_json(
+    path: Path, env: dict[str, Any], results: list[dict[str, Any]], e2e: list[dict[str, Any]]
+) -> None:
+    payload = {"environment": env, "argv": sys.argv, "results": results, "e2e": e2e}
+    path.write_text(json.dumps(payload, indent=2))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``earth2studio-compile-bench``."""
     from tqdm import tqdm
@@ -212,40 +267,75 @@ def main(argv: list[str] | None = None) -> int:
         return render(args.render, args.plot)
     size = "small" if args.small else "full"
     results: list[dict[str, Any]] = []
-    plan = [(m, mode) for m in args.model_list for mode in [EAGER, *args.mode_list]]
-    with tempfile.TemporaryDirectory() as tmp, tqdm(total=len(plan), desc="bench") as bar:
-        for model, mode in plan:
-            bar.set_postfix_str(f"{model} {mode}")
-            spec = {
-                "model": model, "mode": mode, "size": size, "device": args.device,
-                "steps": args.steps, "e2e_steps": args.e2e_steps, "fp32": args.fp32,
-                "reference": str(Path(tmp) / f"{model.replace(':', '_')}.pt"),
-            }
-            result = _run_one(spec, args.timeout)
-            if mode != EAGER:
-                eager = next(r for r in results if r["model"] == model and r["mode"] == EAGER)
-                result.update(derive(eager, result))
-            result.pop("reference", None)
-            results.append(result)
-            bar.update(1)
+    caches = ["cold", "warm"] if args.warm else ["cold"]
+    plan = [
+        (m, mode, cache)
+        for m in args.model_list
+        for mode, cache in [(EAGER, None)] + [(x, c) for x in args.mode_list for c in caches]
+    ]
+    e2e: list[dict[str, Any]] = []
     if args.fp32:
         import torch
 
         torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     env = environment(args.device)
+    total = len(plan) + (len(args.model_list) if args.io_list else 0)
+    with tempfile.TemporaryDirectory() as tmp, tqdm(total=total, desc="bench") as bar:
+        for model, mode, cache in plan:
+            if cache == "warm" and not _compiled_anything(results, model, mode):
+                bar.update(1)  # nothing was compiled, so there is nothing to warm-start
+                continue
+            bar.set_postfix_str(f"{model} {mode} {cache or ''}".rstrip())
+            spec = {
+                "model": model, "mode": mode, "cache": cache, "size": size,
+                "device": args.device, "steps": args.steps, "fp32": args.fp32,
+                # End to end once per mode: a warm start changes only the first step.
+                "e2e_steps": 0 if cache == "warm" else args.e2e_steps,
+                "reference": str(Path(tmp) / f"{model.replace(':', '_')}.pt"),
+            }
+            result = _run_one(spec, args.timeout, Path(tmp))
+            if mode != EAGER:
+                eager = next(r for r in results if r["model"] == model and r["mode"] == EAGER)
+                result.update(derive(eager, result))
+            if cache == "warm":
+                cold = next(
+                    r for r in results
+                    if r["model"] == model and r["mode"] == mode and r.get("cache") == "cold"
+                )
+                if "error" not in cold and "error" not in result:
+                    result["warm_over_cold"] = result["first_step_s"] / cold["first_step_s"]
+            result.pop("reference", None)
+            results.append(result)
+            bar.write(table([result]).splitlines()[-1])
+            if args.json:  # after every run, so a run cut short keeps what it measured
+                _write_json(args.json, env, results, e2e)
+            bar.update(1)
+        for model in args.model_list if args.io_list else []:
+            bar.set_postfix_str(f"{model} end to end")
+            spec = {
+                "model": model, "mode": "e2e", "size": size, "device": args.device,
+                "steps": args.e2e_steps or 20, "fp32": args.fp32, "io": args.io_list,
+            }
+            result = _run_one(spec, args.timeout, Path(tmp))
+            e2e.append(result)
+            bar.write(e2e_table(model, result["e2e"]) if "e2e" in result else f"{model} end to end: {result['error']}")
+            if args.json:
+                _write_json(args.json, env, results, e2e)
+            bar.update(1)
     print(table(results))
+    print("\n".join(warm_lines(results)))
+    for r in e2e:
+        print("\n" + (e2e_table(r["model"], r["e2e"]) if "e2e" in r else f"{r['model']} end to end: {r['error']}"))
     print(
         f"\n{env.get('gpu') or platform.processor() or 'CPU'}, torch {env['torch']}, "
         f"triton {env['triton']}, {size} models, {args.steps} steps, "
         f"TF32 convolutions {'on' if env['cudnn_allow_tf32'] else 'off'}, {env['date']}"
     )
-    if args.json:
-        args.json.write_text(json.dumps({"environment": env, "argv": sys.argv, "results": results}, indent=2))
     if args.plot:
         from earth2studio_compile.bench.plot import plot
 
         plot(results, args.plot, title=f"{env.get('gpu') or 'CPU'} ({size})")
-    return 1 if any("error" in r for r in results) else 0
+    return 1 if any("error" in r for r in results + e2e) else 0
 
 
 if __name__ == "__main__":

@@ -27,12 +27,17 @@ def plot(results: list[dict[str, Any]], path: Path, title: str = "") -> None:
 
     ok = [r for r in results if "error" not in r]
     models = list(dict.fromkeys(r["model"] for r in ok))
-    modes = list(dict.fromkeys(r["mode"] for r in ok))
+    # Warm rows differ from cold ones only in the first step: no bar of their own.
+    modes = list(dict.fromkeys(r["mode"] for r in ok if r.get("cache") != "warm"))
     fig, (bars, cumul) = plt.subplots(1, 2, figsize=(12, 4.5))
     width = 0.8 / max(1, len(modes))
     for j, mode in enumerate(modes):
         values = [
-            next((r["steady_ms"] for r in ok if r["model"] == m and r["mode"] == mode), np.nan)
+            next(
+                (r["steady_ms"] for r in ok
+                 if r["model"] == m and r["mode"] == mode and r.get("cache") != "warm"),
+                np.nan,
+            )
             for m in models
         ]
         bars.bar(np.arange(len(models)) + j * width, values, width, label=mode)
@@ -52,8 +57,9 @@ def plot(results: list[dict[str, Any]], path: Path, title: str = "") -> None:
             extra = np.maximum(steps - len(measured), 0) * r["steady_ms"] / 1e3
             cum = np.where(steps <= len(measured), measured[np.minimum(steps, len(measured)) - 1],
                            measured[-1] + extra)
-            style = "--" if r["mode"] == "eager" else "-"
-            cumul.plot(steps, cum, style, color=f"C{i}", label=f"{model} {r['mode']}")
+            style = {"eager": "--", "warm": ":"}.get(r.get("cache") or r["mode"], "-")
+            label = f"{model} {r['mode']} {r.get('cache') or ''}".rstrip()
+            cumul.plot(steps, cum, style, color=f"C{i}", label=label)
     cumul.set_xlabel("forecast steps (measured, then extended at the median step time)")
     cumul.set_ylabel("cumulative seconds (first step includes compile)")
     cumul.set_xscale("log")
