@@ -61,6 +61,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "per model, --e2e-steps steps (20 if 0)",
     )
     p.add_argument(
+        "--skip-rollouts", action="store_true",
+        help="measure only the end-to-end profile (needs --io)",
+    )
+    p.add_argument(
         "--fp32", action="store_true",
         help="turn TF32 off for cuDNN and matmul (default: PyTorch's defaults, which "
         "let cuDNN convolutions use TF32 on CUDA)",
@@ -95,6 +99,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
             p.error(f"unknown mode {mode!r}; use auto or one of {inductor_modes()}")
     args.mode_list = modes
     args.io_list = [b for b in args.io.split(",") if b]
+    if args.skip_rollouts and not args.io_list:
+        p.error("--skip-rollouts leaves nothing to measure without --io")
     for backend in args.io_list:
         if backend not in IO_BACKENDS:
             p.error(f"unknown IO backend {backend!r}; use {', '.join(IO_BACKENDS)}")
@@ -273,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
         for m in args.model_list
         for mode, cache in [(EAGER, None)] + [(x, c) for x in args.mode_list for c in caches]
     ]
+    if args.skip_rollouts:
+        plan = []
     e2e: list[dict[str, Any]] = []
     if args.fp32:
         import torch
