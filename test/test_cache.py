@@ -170,3 +170,25 @@ def test_warm_start_in_a_fresh_process_with_an_empty_local_cache(tmp_path):
     for run in (cold, warm):
         assert run["rel_l2_first"] <= 1e-5 and run["rel_l2_last"] <= 1e-5
     print(f"first step: cold {cold['first_step_s']:.2f} s, warm {warm['first_step_s']:.2f} s")
+
+
+def test_warm_start_does_not_start_compile_workers(bundles, monkeypatch):
+    import torch._inductor.async_compile as async_compile
+    import torch._inductor.config as inductor_config
+
+    seen = []
+    real = async_compile.maybe_warm_pool
+
+    def spy():
+        seen.append(inductor_config.compile_threads)
+        real()
+
+    monkeypatch.setattr(async_compile, "maybe_warm_pool", spy)
+    model = zoo.build("toy")
+    _, cold = _toy_rollout(model)
+    torch._dynamo.reset()
+    _, warm = _toy_rollout(model)
+    assert (cold.artifact, warm.artifact) == ("saved", "loaded")
+    # Nothing is left to build on a warm start: no pool of compile workers competing
+    # with the rollout for the host's cores.
+    assert seen[-1] == 1
