@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from earth2studio_compile.bench.measure import _sync
+
 IO_BACKENDS = ("zarr", "netcdf4", "async-zarr")
 PHASES = ("model", "coords", "d2h", "write", "other")
 
@@ -74,11 +76,6 @@ def make_io(name: str, directory: Path, model: Any, nsteps: int) -> Any:
             blocking=False,
         )
     raise ValueError(f"Unknown IO backend {name!r}; use one of {IO_BACKENDS}.")
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 class _TimedIO:

@@ -1,0 +1,122 @@
+"""``python -m earth2studio_compile.bench.kernels``: where a step's time goes, by kernel.
+
+Profiles a few steady-state rollout steps (after compilation, CUDA-graph recording and
+the session's speed probe) with :mod:`torch.profiler`, eager and compiled, and splits
+the device time by kernel family: GEMM, FFT, convolution, Inductor's fused Triton
+kernels, copies, other. ``host ms`` is wall time minus device busy time: a step that
+is mostly host time is bound by Python, numpy or synchronizations, which compiling
+the core cannot shorten.
+
+Examples
+--------
+::
+
+    python -m earth2studio_compile.bench.kernels --models fcn,dlwp --json kernels.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from earth2studio_compile.bench.measure import _sync, initial_state
+
+# First match wins; names are CUDA kernel names as the profiler reports them.
+FAMILIES = (
+    ("fft", re.compile(r"fft|regular_fft|vector_fft", re.I)),
+    ("gemm", re.compile(r"gemm|sm90_xmma|cutlass|cublas|ampere_sgemm|sgemm|matmul", re.I)),
+    ("conv", re.compile(r"conv|cudnn|implicit_convolve|winograd|xmma_fprop", re.I)),
+    ("triton", re.compile(r"^triton_|triton", re.I)),
+    ("copy", re.compile(r"memcpy|memset|copy", re.I)),
+)
+WARM_STEPS = 16  # past compilation, CUDA-graph recording and probe calls 3-7
+
+
+def _family(name: str) -> str:
+    return next((family for family, pattern in FAMILIES if pattern.search(name)), "other")
+
+
+def profile_steps(model: Any, device: torch.device, steps: int, compiled: bool) -> dict[str, float]:
+    """Milliseconds per step: wall, device busy, host, and device time per family."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from earth2studio_compile import CompileSession
+
+    x, coords = initial_state(model, device)
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with CompileSession(model) if compiled else nullcontext():
+        iterator = model.create_iterator(x, coords)
+        for _ in range(1 + WARM_STEPS):
+            next(iterator)
+        _sync(device)
+        with profile(activities=activities) as prof:
+            start = time.perf_counter()
+            for _ in range(steps):
+                next(iterator)
+            _sync(device)
+            wall = time.perf_counter() - start
+        iterator.close()
+    totals = {family: 0.0 for family, _ in FAMILIES} | {"other": 0.0}
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            totals[_family(event.name)] += event.device_time_total / 1e3  # us -> ms
+    busy = sum(totals.values())
+    out = {"wall_ms": 1e3 * wall / steps, "device_ms": busy / steps}
+    out["host_ms"] = out["wall_ms"] - out["device_ms"]
+    out |= {f"{family}_ms": value / steps for family, value in totals.items()}
+    return out
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """Plain-text table of :func:`profile_steps` results."""
+    keys = ["wall_ms", "device_ms", "host_ms", *(f"{f}_ms" for f, _ in FAMILIES), "other_ms"]
+    header = ["model", "run", *(k.replace("_ms", " ms") for k in keys)]
+    body = [[r["model"], r["run"], *(f"{r[k]:.2f}" for k in keys)] for r in rows]
+    widths = [max(len(str(row[i])) for row in [header, *body]) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in [header, *body]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: profile each model eager then compiled, in this process."""
+    from loguru import logger
+
+    from earth2studio_compile import zoo
+
+    p = argparse.ArgumentParser(prog="python -m earth2studio_compile.bench.kernels", description=__doc__.split("\n")[0])
+    p.add_argument("--models", default="fcn,dlwp", help="comma-separated zoo models (default fcn,dlwp)")
+    p.add_argument("--small", action="store_true", help="small grids and networks (CPU)")
+    p.add_argument("--steps", type=int, default=6, help="profiled steps (default 6)")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
+    p.add_argument("--json", type=Path, default=None, help="write the rows here")
+    args = p.parse_args(argv)
+    if args.steps < 1:
+        p.error("--steps must be >= 1")
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    logger.remove()
+    logger.add(sys.stderr, level="WARNING")
+    rows = []
+    for name in [m for m in args.models.split(",") if m]:
+        model = zoo.build(name, size="small" if args.small else "full").to(device)
+        for compiled in (False, True):
+            row = {"model": name, "run": "compiled" if compiled else "eager"}
+            rows.append(row | profile_steps(model, device, args.steps, compiled))
+    print(table(rows))
+    if args.json:
+        args.json.write_text(json.dumps({"argv": sys.argv, "device": str(device), "rows": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
