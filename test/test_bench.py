@@ -1,0 +1,96 @@
+"""The benchmark CLI's own logic: argument errors, derived figures, tables, kernel families.
+
+The measurements themselves run in fresh processes (``test_cache.py`` runs one); these
+tests keep the arithmetic and the error messages honest without timing anything.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from earth2studio_compile.bench import __main__ as cli
+from earth2studio_compile.bench.e2e import PHASES, e2e_table
+from earth2studio_compile.bench.kernels import _family
+from earth2studio_compile.bench.measure import Rollout
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--modes", "reduce_overhead"], "unknown mode 'reduce_overhead'"),
+        (["--steps", "5"], "--steps must be >= 11"),
+        (["--io", "parquet"], "unknown IO backend 'parquet'"),
+        (["--skip-rollouts"], "--skip-rollouts leaves nothing to measure without --io"),
+        (["--device", "tpu"], "--device must be cuda or cpu"),
+    ],
+)
+def test_bad_arguments_name_the_fix(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        cli._parse(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_speedup_and_break_even():
+    eager = {"steady_ms": 60.0, "first_step_s": 0.5, "peak_gpu_bytes": 100}
+    comp = {"steady_ms": 50.0, "first_step_s": 20.5, "peak_gpu_bytes": 110}
+    out = cli.derive(eager, comp)
+    assert out["speedup"] == pytest.approx(1.2)
+    # 20 s extra first step / 10 ms saved per step = 2000 steps, plus the first one.
+    assert out["break_even_steps"] == pytest.approx(2001)
+    assert out["memory_ratio"] == pytest.approx(1.1)
+    slower = cli.derive(eager, {**comp, "steady_ms": 70.0})
+    assert slower["break_even_steps"] is None  # never pays back
+    assert cli.derive({"error": "x"}, comp) == {}
+
+
+def test_steady_ms_averages_whole_model_calls():
+    # DLWP-like: each network call (10 ms) yields two steps, the second costs 1 ms.
+    # Step 1 compiles, step 2 is its free partner.
+    steps = [30.0, 0.001] + [0.010, 0.001] * 4
+    rollout = Rollout(steps, outputs=[], period=2)
+    assert rollout.steady_ms == pytest.approx(5.5)  # mean of each (10 ms, 1 ms) pair
+    # A per-step median would report only the free steps, which outnumber the others.
+    assert Rollout(steps, outputs=[]).steady_ms == pytest.approx(1.0)
+
+
+def test_tables_render_errors_and_figures():
+    rows = [
+        {"model": "fcn", "mode": "eager", "first_step_s": 0.4, "steady_ms": 62.0, "report": None},
+        {"model": "fcn", "mode": "auto", "error": "timed out after 9 s"},
+    ]
+    text = cli.table(rows)
+    assert "62.00" in text and "error: timed out" in text
+    e2e = {"backends": {"zarr": {
+        run: {f"{p}_ms": 1.0 for p in PHASES} for run in ("eager", "compiled")
+    } | {"eager_wall_s": 6.5, "eager_overlap_wall_s": 3.2, "compiled_wall_s": 6.8,
+         "compiled_overlap_wall_s": 3.7}}}
+    text = e2e_table("fcn", e2e)
+    assert "6.50" in text and "3.70" in text and "zarr" in text
+
+
+def test_render_merges_json_runs(tmp_path, capsys):
+    env = {"torch": "x", "triton": "y", "date": "d", "gpu": "G", "driver": "1"}
+    row = {"model": "toy", "mode": "eager", "first_step_s": 0.1, "steady_ms": 2.0,
+           "step_s": [0.1, 0.002, 0.002], "report": None}
+    path = tmp_path / "a.json"
+    path.write_text(json.dumps({"environment": env, "results": [row]}))
+    assert cli.main(["--render", str(path)]) == 0
+    assert "toy" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "kernel, family",
+    [
+        ("sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32", "gemm"),
+        ("ampere_sgemm_128x64_tn", "gemm"),
+        ("regular_fft_factor<...>", "fft"),
+        ("cudnn::winograd_nonfused::winogradForwardData4x4", "conv"),
+        ("triton_poi_fused_add_gelu_0", "triton"),
+        ("Memcpy DtoD (Device -> Device)", "copy"),
+        ("void at::native::vectorized_elementwise_kernel<4, GeluCUDAKernelImpl>", "other"),
+    ],
+)
+def test_kernel_families(kernel, family):
+    assert _family(kernel) == family
