@@ -300,11 +300,6 @@ class OverlappedIO:
                 self._queue.task_done()
 
 
-def is_overlapped(io: Any) -> bool:
-    """Whether ``io`` is an :class:`OverlappedIO` (the workflows flush those)."""
-    return isinstance(io, OverlappedIO)
-
-
 def drain(ios: Sequence[Any], failed: bool) -> None:
     """Flush every :class:`OverlappedIO` in ``ios`` at the end of a workflow.
 
@@ -317,7 +312,7 @@ def drain(ios: Sequence[Any], failed: bool) -> None:
         exception, not a writer error, reach the caller
     """
     for io in ios:
-        if not is_overlapped(io):
+        if not isinstance(io, OverlappedIO):
             continue
         if not failed:
             io.flush()
