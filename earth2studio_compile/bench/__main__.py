@@ -27,6 +27,7 @@ from typing import Any
 
 from earth2studio_compile.bench.e2e import IO_BACKENDS, e2e_table
 from earth2studio_compile.bench.measure import AUTO, EAGER
+from earth2studio_compile.bench.text import format_table
 
 DEFAULT_MODELS = "fcn,dlwp,sfno,persistence"
 
@@ -216,11 +217,7 @@ HEADER = [
 
 def table(results: list[dict[str, Any]]) -> str:
     """Plain-text table of the results."""
-    rows = [HEADER] + [_row(r) for r in results]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return format_table(HEADER, [_row(r) for r in results])
 
 
 def warm_lines(results: list[dict[str, Any]]) -> list[str]:

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from earth2studio_compile.bench.measure import _sync
+from earth2studio_compile.bench.text import format_table
 
 IO_BACKENDS = ("zarr", "netcdf4", "async-zarr")
 PHASES = ("model", "coords", "d2h", "write", "other")
@@ -220,7 +221,7 @@ def measure_e2e(model: Any, device: torch.device, nsteps: int, backends: list[st
 def e2e_table(model: str, e2e: dict[str, Any]) -> str:
     """Plain-text table of one model's end-to-end results."""
     header = ["model", "io", "run", *(f"{p} ms" for p in PHASES), "wall s", "overlap wall s"]
-    rows = [header]
+    rows = []
     for name, r in e2e["backends"].items():
         for run in ("eager", "compiled"):
             b = r[run]
@@ -228,7 +229,4 @@ def e2e_table(model: str, e2e: dict[str, Any]) -> str:
                 model, name, run, *(f"{b[f'{p}_ms']:.1f}" for p in PHASES),
                 f"{r[f'{run}_wall_s']:.2f}", f"{r[f'{run}_overlap_wall_s']:.2f}",
             ])
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return format_table(header, rows)

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from earth2studio_compile.bench.measure import _sync, initial_state
+from earth2studio_compile.bench.text import format_table
 
 # First match wins; names are CUDA kernel names as the profiler reports them.
 FAMILIES = (
@@ -81,11 +82,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     """Plain-text table of :func:`profile_steps` results."""
     keys = ["wall_ms", "device_ms", "host_ms", *(f"{f}_ms" for f, _ in FAMILIES), "other_ms"]
     header = ["model", "run", *(k.replace("_ms", " ms") for k in keys)]
-    body = [[r["model"], r["run"], *(f"{r[k]:.2f}" for k in keys)] for r in rows]
-    widths = [max(len(str(row[i])) for row in [header, *body]) for i in range(len(header))]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in [header, *body]]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return format_table(header, [[r["model"], r["run"], *(f"{r[k]:.2f}" for k in keys)] for r in rows])
 
 
 def main(argv: list[str] | None = None) -> int:

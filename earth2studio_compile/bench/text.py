@@ -1,0 +1,27 @@
+"""Plain-text tables, the benchmark's one output format for terminals and logs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned columns, two spaces apart, a dashed rule under the header.
+
+    Parameters
+    ----------
+    header : Sequence[str]
+        Column names
+    rows : Sequence[Sequence[str]]
+        Cells, already formatted
+
+    Returns
+    -------
+    str
+        The table, without a trailing newline
+    """
+    table = [list(header), *(list(map(str, row)) for row in rows)]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
