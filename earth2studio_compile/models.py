@@ -40,8 +40,17 @@ class ModelSpec:
     reason : str | None, optional
         Why the model is not compiled (required when ``regions`` is empty)
     exclude : tuple[str, ...], optional
-        Class names of submodules kept eager inside a region (e.g. spherical-harmonic
-        transforms Inductor cannot compile); the region's other subtrees compile
+        Class names of submodules kept eager by splitting the region: its largest
+        subtrees without them compile, each as its own graph
+    opaque : tuple[str, ...], optional
+        Class names of submodules kept eager *inside* the region: each call becomes
+        one opaque operator in a single compiled graph (and CUDA graph), see
+        :mod:`earth2studio_compile.opaque`. They must take and return tensors only
+    cudagraphs : bool, optional
+        With the default ``mode=None`` on CUDA, compile with CUDA graphs
+        (``"reduce-overhead"``). False picks Inductor's default mode instead, for
+        models where replaying graphs costs more than it saves (measured, see the
+        note), by default True
     pad_batch : bool, optional
         The core treats batch samples independently, so a smaller batch (an
         ensemble's last one) is padded to the compiled size instead of recompiling
@@ -55,16 +64,20 @@ class ModelSpec:
     regions: tuple[str, ...] = ()
     reason: str | None = None
     exclude: tuple[str, ...] = ()
+    opaque: tuple[str, ...] = ()
+    cudagraphs: bool = True
     pad_batch: bool = False
     wrapped: tuple[str, ...] = ()
     note: str = ""
 
     def __post_init__(self) -> None:
-        if isinstance(self.regions, str):
-            raise TypeError(
-                f"regions must be a tuple of attribute paths, got the str "
-                f"{self.regions!r}. Write regions=({self.regions!r},)."
-            )
+        for name in ("regions", "exclude", "opaque"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                raise TypeError(
+                    f"{name} must be a tuple of strings, got the str {value!r}. "
+                    f"Write {name}=({value!r},)."
+                )
         if not self.regions and not self.wrapped and not self.reason:
             raise ValueError(
                 "A ModelSpec without regions needs a reason saying why the model "
@@ -242,7 +255,8 @@ def register_model(
     spec : ModelSpec | None, optional
         The spec; alternatively pass its fields as keyword arguments
     **fields : Any
-        ``regions``, ``reason``, ``exclude``, ``pad_batch``, ``note``
+        ``regions``, ``reason``, ``exclude``, ``opaque``, ``cudagraphs``,
+        ``pad_batch``, ``note``
 
     Returns
     -------
@@ -493,8 +507,12 @@ def table_markdown() -> str:
             regions = (regions + ", " if regions else "") + "wrapped: " + ", ".join(
                 f"`{w}`" for w in spec.wrapped
             )
-        exclude = ", ".join(spec.exclude) or ""
+        exclude = ", ".join(
+            [*spec.exclude, *(f"{c} (opaque, in graph)" for c in spec.opaque)]
+        )
         why = spec.reason or spec.note
+        if not spec.cudagraphs:
+            why += "; no CUDA graphs by default"
         if spec.pad_batch:
             why += "; smaller batches padded, not recompiled"
         lines.append(f"| {name} | {regions or 'eager'} | {exclude} | {why} |")

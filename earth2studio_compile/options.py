@@ -56,6 +56,9 @@ class CompileOptions:
         Dynamo backend name or callable, by default ``"inductor"``
     options : Mapping[str, Any] | None, optional
         Inductor config overrides (``torch._inductor.list_options()``), by default None
+    auto_cudagraphs : bool, optional
+        Whether ``mode=None`` means CUDA graphs on CUDA, by default True. The model
+        table turns it off per model (:attr:`ModelSpec.cudagraphs`)
 
     Raises
     ------
@@ -71,6 +74,7 @@ class CompileOptions:
     dynamic: bool | None = None
     backend: str | Callable[..., Any] = "inductor"
     options: Mapping[str, Any] | None = field(default=None, hash=False)
+    auto_cudagraphs: bool = True
 
     def __post_init__(self) -> None:
         if self.mode is not None:
@@ -155,11 +159,17 @@ class CompileOptions:
         -------
         str | None
             The user's mode, else ``"reduce-overhead"`` on CUDA with the Inductor
-            backend and no explicit ``options``, else None (Inductor's default)
+            backend, no explicit ``options`` and ``auto_cudagraphs``, else None
+            (Inductor's default)
         """
         if self.mode is not None:
             return self.mode
-        if device.type == "cuda" and self.backend == "inductor" and not self.options:
+        if (
+            device.type == "cuda"
+            and self.backend == "inductor"
+            and not self.options
+            and self.auto_cudagraphs
+        ):
             return "reduce-overhead"
         return None
 

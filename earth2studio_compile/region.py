@@ -20,6 +20,7 @@ from loguru import logger
 from torch.utils._pytree import tree_flatten, tree_map
 
 from earth2studio_compile.cache import ArtifactCache, cache_state, key_fields
+from earth2studio_compile.opaque import OpaqueSubmodule, find_opaque
 from earth2studio_compile.options import CompileOptions
 from earth2studio_compile.report import RegionReport
 
@@ -161,6 +162,9 @@ class CompiledRegion:
     owner : str, optional
         Qualified class name of the model that owns the region (part of the bundle
         key), by default the report's model name
+    opaque : tuple[str, ...], optional
+        Class names of submodules called as opaque operators inside the compiled
+        graph (see :mod:`earth2studio_compile.opaque`), by default none
     """
 
     def __init__(
@@ -171,6 +175,7 @@ class CompiledRegion:
         pad_batch: bool = False,
         artifacts: Path | None = None,
         owner: str | None = None,
+        opaque: tuple[str, ...] = (),
     ) -> None:
         self.module = module
         self.report = report
@@ -183,6 +188,11 @@ class CompiledRegion:
         self._batch: int | None = None
         self._installed = False
         self._timings: dict[str, list[float]] = {"compiled": [], "eager": []}
+        self._opaque = [
+            OpaqueSubmodule(m, f"{report.label}.{path}")
+            for path, m in find_opaque(module, opaque)
+        ]
+        report.opaque = len(self._opaque)
 
     # -- install / restore -------------------------------------------------------
     def install(self) -> None:
@@ -190,6 +200,8 @@ class CompiledRegion:
         # Set through __dict__: nn.Module.__setattr__ would be fine for a plain
         # callable too, but this makes the single touched key explicit.
         self.module.__dict__[_SLOT] = self
+        for op in self._opaque:
+            op.install()
         self._installed = True
 
     def restore(self) -> None:
@@ -197,6 +209,8 @@ class CompiledRegion:
         if self._installed:
             if self.module.__dict__.get(_SLOT) is self:
                 del self.module.__dict__[_SLOT]
+            for op in reversed(self._opaque):
+                op.restore()
             self._installed = False
         self._compiled = None
 

@@ -39,6 +39,8 @@ class RegionReport:
         recompile
     cudagraph_skips : int
         Times Inductor skipped CUDA graphs for this region
+    opaque : int
+        Submodules run eagerly as opaque operators inside the compiled graph
     cache : str | None
         Inductor's local cache at the first compile: ``"cold"`` (kernels built),
         ``"warm"`` (all reused), ``"partial"``, or None (no Inductor compile)
@@ -64,6 +66,7 @@ class RegionReport:
     recompiles: int = 0
     padded_calls: int = 0
     cudagraph_skips: int = 0
+    opaque: int = 0
     cache: str | None = None
     artifact: str | None = None
     compiled_ms: float | None = None
@@ -124,6 +127,8 @@ class CompileReport:
                     f"{r.calls} calls, {r.graphs} graph(s), {r.graph_breaks} break(s), "
                     f"{r.recompiles} recompile(s)"
                 )
+                if r.opaque:
+                    text += f", {r.opaque} opaque submodule(s) run eagerly in the graph"
                 if r.padded_calls:
                     text += f", {r.padded_calls} padded batch(es)"
                 if r.cudagraph_skips:

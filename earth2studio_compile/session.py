@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
@@ -129,13 +130,17 @@ class CompileSession:
                 if module.__dict__.get(_SLOT) is not None:
                     self._skip(p.name, path, "already compiled outside this session")
                     continue
+                options = self.options
+                if not p.spec.cudagraphs:
+                    options = dataclasses.replace(options, auto_cudagraphs=False)
                 region = CompiledRegion(
                     module,
                     self._add(RegionReport(model=p.name, region=path)),
-                    self.options,
+                    options,
                     pad_batch=p.spec.pad_batch,
                     artifacts=artifacts,
                     owner=f"{type(model).__module__}.{type(model).__qualname__}",
+                    opaque=p.spec.opaque,
                 )
                 region.install()
                 self._open.append(region)

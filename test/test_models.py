@@ -71,14 +71,27 @@ def test_subclass_inherits_table_entry():
 
 
 def test_excluded_transforms_stay_out_of_every_region():
+    # exclude splits the region: its largest subtrees without the classes compile.
     model = zoo.build("sfno")
-    p = plan(model)
-    assert p.targets
+    key = f"{type(model).__module__}.{type(model).__qualname__}"
+    saved = MODEL_TABLE[key]
+    try:
+        register_model(type(model), regions=("model",), exclude=("RealSHT", "InverseRealSHT"))
+        p = plan(model)
+    finally:
+        MODEL_TABLE[key] = saved
+    assert len(p.targets) > 1
     for _, module in p.targets:
         names = {type(m).__name__ for m in module.modules()}
         assert not names & {"RealSHT", "InverseRealSHT"}
     # and the SHTs do exist in the model, so the exclusion did something
     assert any(type(m).__name__ == "RealSHT" for m in model.modules())
+
+
+def test_sfno_compiles_whole_with_spectral_convolutions_opaque():
+    p = plan(zoo.build("sfno"))
+    assert [path for path, _ in p.targets] == ["model"]
+    assert p.spec.opaque == ("SpectralConvS2",)
 
 
 def test_generic_path():

@@ -61,6 +61,15 @@ def test_mode_choice_per_device():
     assert CompileOptions(options={"triton.cudagraphs": True}).uses_cudagraphs(cuda)
 
 
+def test_table_can_turn_default_cuda_graphs_off_but_not_the_users_mode():
+    cuda = torch.device("cuda")
+    off = CompileOptions(auto_cudagraphs=False)
+    assert off.resolve_mode(cuda) is None and not off.uses_cudagraphs(cuda)
+    assert off.describe(cuda) == "inductor/default"
+    chosen = CompileOptions(mode="reduce-overhead", auto_cudagraphs=False)
+    assert chosen.uses_cudagraphs(cuda)
+
+
 def test_session_checks_options_and_regions():
     model = torch.nn.Linear(2, 2)
     with pytest.raises(ValueError):

@@ -1,0 +1,182 @@
+"""Opaque submodules: run eagerly as one operator each, inside a single compiled graph."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import assert_unchanged, messages, rel_l2, snapshot
+
+from earth2studio_compile import MODEL_TABLE, CompileSession, register_model, zoo
+from earth2studio_compile.opaque import find_opaque
+
+
+class Recorder:
+    """A backend that keeps every FX graph Dynamo hands it and compiles nothing."""
+
+    def __init__(self) -> None:
+        self.graphs: list[torch.fx.GraphModule] = []
+        self.__name__ = "recorder"
+
+    def __call__(self, gm, example_inputs):
+        self.graphs.append(gm)
+        return gm.forward
+
+
+def opaque_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    return [n for n in gm.graph.nodes if "earth2studio_compile.opaque" in str(n.target)]
+
+
+def tensor_dtypes(gm: torch.fx.GraphModule) -> set[torch.dtype]:
+    values = [n.meta.get("example_value") for n in gm.graph.nodes]
+    return {v.dtype for v in values if isinstance(v, torch.Tensor)}
+
+
+def test_spectral_convolutions_become_opaque_nodes_of_one_graph(logs):
+    model = zoo.build("sfno")
+    before = snapshot(model)
+    layers = len(model.model.sfno.blocks)
+    x = torch.randn(1, 4, 16, 32)
+    with torch.no_grad():
+        expected = model.model(x)
+    recorder = Recorder()
+    with CompileSession(model, backend=recorder) as session:
+        # the table's cudagraphs=False reaches the region's options
+        assert [r.options.auto_cudagraphs for r in session._open] == [False]
+        with torch.no_grad():
+            out = model.model(x)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+    assert_unchanged(model, before)
+    region = session.report.regions[0]
+    assert (region.region, region.status) == ("model", "compiled")
+    assert (region.graphs, region.graph_breaks, region.opaque) == (1, 0, layers)
+    (gm,) = recorder.graphs
+    assert len(opaque_nodes(gm)) == layers
+    # Complex values are what Inductor cannot compile on CUDA: none may reach it.
+    dtypes = tensor_dtypes(gm)
+    assert torch.float32 in dtypes
+    assert not any(d.is_complex for d in dtypes), dtypes
+    assert "opaque submodule(s)" in messages(logs, "INFO")[-1]
+
+
+def test_opaque_sfno_under_inductor_matches_eager():
+    model = zoo.build("sfno")
+    x = torch.randn(1, 4, 16, 32)
+    with torch.no_grad():
+        expected = [model.model(x)]
+        expected.append(model.model(expected[0]))
+    with CompileSession(model) as session:
+        with torch.no_grad():
+            first = model.model(x)
+            second = model.model(first)
+    assert session.report.compiled
+    assert rel_l2(first, expected[0]) <= 1e-5
+    assert rel_l2(second, expected[1]) <= 1e-5
+
+
+class Island(torch.nn.Module):
+    """Returns a new tensor and its own input: the input must come back as itself."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.tensor(2.0))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.sin(x) * self.scale, x
+
+
+class KwIsland(Island):
+    pass
+
+
+class Net(torch.nn.Module):
+    def __init__(self, island: torch.nn.Module) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+        self.island = island
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y, skip = self.island(self.lin(x)) if not isinstance(
+            self.island, KwIsland
+        ) else self.island(x=self.lin(x))
+        return y + skip
+
+
+class Holder(torch.nn.Module):
+    def __init__(self, island: torch.nn.Module) -> None:
+        super().__init__()
+        self.net = Net(island)
+
+
+@pytest.fixture
+def holder_spec():
+    key = f"{Holder.__module__}.{Holder.__qualname__}"
+    register_model(Holder, regions=("net",), opaque=("Island", "KwIsland"))
+    yield
+    MODEL_TABLE.pop(key, None)
+
+
+def test_output_that_is_the_input_comes_back_as_the_input(holder_spec):
+    model = Holder(Island())
+    before = snapshot(model)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        expected = model.net(x)
+    recorder = Recorder()
+    with CompileSession(model, backend=recorder) as session:
+        with torch.no_grad():
+            out = model.net(x)
+    torch.testing.assert_close(out, expected)
+    assert session.report.regions[0].status == "compiled"
+    (gm,) = recorder.graphs
+    (node,) = opaque_nodes(gm)
+    # only the new tensor crosses the operator; the skip is the traced input itself
+    assert len(node.meta["example_value"]) == 1
+    assert_unchanged(model, before)
+
+
+def test_keyword_call_falls_back_naming_the_fix(holder_spec, logs):
+    model = Holder(KwIsland())
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        expected = model.net(x)
+    with CompileSession(model, backend=Recorder()) as session:
+        with torch.no_grad():
+            out = model.net(x)
+    torch.testing.assert_close(out, expected)  # the call was re-run eagerly
+    assert session.report.regions[0].status == "eager"
+    (warning,) = messages(logs, "WARNING")
+    assert "opaque submodule takes tensors only" in warning
+    assert "exclude" in warning
+
+
+def test_an_instance_forward_of_the_users_survives(holder_spec):
+    island = Island()
+    own = island.forward
+    island.forward = lambda x: own(x)  # e.g. a user's instance-level patch
+    patched = island.__dict__["forward"]
+    model = Holder(island)
+    with CompileSession(model, backend=Recorder()):
+        assert model.net.island.__dict__["forward"] is not patched
+        with torch.no_grad():
+            model.net(torch.randn(2, 8))
+    assert model.net.island.__dict__["forward"] is patched
+
+
+def test_find_opaque_takes_the_outermost_match():
+    model = zoo.build("sfno").model
+    convs = find_opaque(model, ("SpectralConvS2",))
+    assert [p for p, _ in convs] == [
+        f"sfno.blocks.{i}.global_conv" for i in range(len(model.sfno.blocks))
+    ]
+    both = [p for p, _ in find_opaque(model, ("SpectralConvS2", "RealSHT"))]
+    assert set(p for p, _ in convs) <= set(both)
+    # the SHTs inside each convolution are covered by it, not listed again
+    assert not [p for p in both if any(p.startswith(c + ".") for c, _ in convs)]
+    assert find_opaque(model, ()) == []
+
+
+def test_opaque_must_be_a_tuple():
+    from earth2studio_compile import ModelSpec
+
+    with pytest.raises(TypeError, match=r"opaque=\('RealSHT',\)"):
+        ModelSpec(regions=("model",), opaque="RealSHT")
