@@ -11,7 +11,8 @@ their own classes with :func:`register_model`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -51,6 +52,10 @@ class ModelSpec:
         (``"reduce-overhead"``). False picks Inductor's default mode instead, for
         models where replaying graphs costs more than it saves (measured, see the
         note), by default True
+    inductor_options : Mapping | Callable[[torch.device], Mapping] | None, optional
+        Inductor options for this model (or a function of the device returning
+        them), used when the user chose neither ``mode`` nor ``options``, by
+        default None
     pad_batch : bool, optional
         The core treats batch samples independently, so a smaller batch (an
         ensemble's last one) is padded to the compiled size instead of recompiling
@@ -66,6 +71,9 @@ class ModelSpec:
     exclude: tuple[str, ...] = ()
     opaque: tuple[str, ...] = ()
     cudagraphs: bool = True
+    inductor_options: Mapping[str, Any] | Callable[[torch.device], Mapping[str, Any]] | None = (
+        field(default=None, compare=False)
+    )
     pad_batch: bool = False
     wrapped: tuple[str, ...] = ()
     note: str = ""
@@ -256,7 +264,7 @@ def register_model(
         The spec; alternatively pass its fields as keyword arguments
     **fields : Any
         ``regions``, ``reason``, ``exclude``, ``opaque``, ``cudagraphs``,
-        ``pad_batch``, ``note``
+        ``inductor_options``, ``pad_batch``, ``note``
 
     Returns
     -------
@@ -513,6 +521,8 @@ def table_markdown() -> str:
         why = spec.reason or spec.note
         if not spec.cudagraphs:
             why += "; no CUDA graphs by default"
+        if spec.inductor_options is not None:
+            why += "; own Inductor options"
         if spec.pad_batch:
             why += "; smaller batches padded, not recompiled"
         lines.append(f"| {name} | {regions or 'eager'} | {exclude} | {why} |")

@@ -59,6 +59,10 @@ class CompileOptions:
     auto_cudagraphs : bool, optional
         Whether ``mode=None`` means CUDA graphs on CUDA, by default True. The model
         table turns it off per model (:attr:`ModelSpec.cudagraphs`)
+    auto_options : Mapping | Callable[[torch.device], Mapping] | None, optional
+        Inductor options the model table sets for a model
+        (:attr:`ModelSpec.inductor_options`); used only when neither ``mode`` nor
+        ``options`` is given, by default None
 
     Raises
     ------
@@ -75,6 +79,9 @@ class CompileOptions:
     backend: str | Callable[..., Any] = "inductor"
     options: Mapping[str, Any] | None = field(default=None, hash=False)
     auto_cudagraphs: bool = True
+    auto_options: Mapping[str, Any] | Callable[[torch.device], Mapping[str, Any]] | None = (
+        field(default=None, hash=False, compare=False)
+    )
 
     def __post_init__(self) -> None:
         if self.mode is not None:
@@ -190,7 +197,29 @@ class CompileOptions:
             return False
         if self.resolve_mode(device) in CUDAGRAPH_MODES:
             return True
-        return bool((self.options or {}).get("triton.cudagraphs", False))
+        chosen = {**self.table_options(device), **(self.options or {})}
+        return bool(chosen.get("triton.cudagraphs", False))
+
+    def table_options(self, device: torch.device) -> dict[str, Any]:
+        """The model table's Inductor options for ``device``, when they apply.
+
+        Parameters
+        ----------
+        device : torch.device
+            Device of the region's first input
+
+        Returns
+        -------
+        dict[str, Any]
+            Empty when the user chose ``mode`` or ``options`` (theirs win), the
+            backend is not Inductor, or the table sets none
+        """
+        if self.mode is not None or self.options or self.backend != "inductor":
+            return {}
+        chosen = self.auto_options
+        if callable(chosen):
+            chosen = chosen(device)
+        return dict(chosen or {})
 
     def torch_kwargs(self, device: torch.device) -> dict[str, Any]:
         """Keyword arguments for :func:`torch.compile` on ``device``.
@@ -211,18 +240,35 @@ class CompileOptions:
             "dynamic": self.dynamic,
         }
         mode = self.resolve_mode(device)
-        if mode is not None:
+        table = self.table_options(device)
+        if table:
+            # torch.compile takes a mode or options, not both; a mode is a preset
+            # of options, so the table's options carry the mode's own settings.
+            if mode is not None:
+                import torch._inductor
+
+                table = {**torch._inductor.list_mode_options(mode), **table}
+            kwargs["options"] = table
+        elif mode is not None:
             kwargs["mode"] = mode
         if self.options:
             kwargs["options"] = dict(self.options)
         return kwargs
 
     def describe(self, device: torch.device) -> str:
-        """Short human-readable form, e.g. ``inductor/reduce-overhead``."""
+        """Short human-readable form, e.g. ``inductor/reduce-overhead``.
+
+        The model table's options, if any, follow a ``+``:
+        ``inductor/default+layout_optimization=False``.
+        """
         name = self.backend if isinstance(self.backend, str) else getattr(
             self.backend, "__name__", type(self.backend).__name__
         )
-        return f"{name}/{self.resolve_mode(device) or 'default'}"
+        text = f"{name}/{self.resolve_mode(device) or 'default'}"
+        table = self.table_options(device)
+        if table:
+            text += "+" + ",".join(f"{k}={v}" for k, v in sorted(table.items()))
+        return text
 
     def cache_text(self, device: torch.device) -> str:
         """Stable text of everything that changes compiled code, for cache keys."""

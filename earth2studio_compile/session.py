@@ -130,9 +130,11 @@ class CompileSession:
                 if module.__dict__.get(_SLOT) is not None:
                     self._skip(p.name, path, "already compiled outside this session")
                     continue
-                options = self.options
-                if not p.spec.cudagraphs:
-                    options = dataclasses.replace(options, auto_cudagraphs=False)
+                options = dataclasses.replace(
+                    self.options,
+                    auto_cudagraphs=p.spec.cudagraphs,
+                    auto_options=p.spec.inductor_options,
+                )
                 region = CompiledRegion(
                     module,
                     self._add(RegionReport(model=p.name, region=path)),

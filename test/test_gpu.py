@@ -66,7 +66,7 @@ def test_outputs_held_across_steps_are_not_overwritten(name, logs):
     assert_unchanged(model, before)
     for region in session.report.regions:
         assert region.status == "compiled", session.report.summary()
-        assert region.mode == expected_mode
+        assert region.mode.startswith(expected_mode), region.mode
         assert region.cudagraph_skips == 0, session.report.summary()
     assert not messages(logs, "WARNING")
 

@@ -40,8 +40,10 @@ def test_spectral_convolutions_become_opaque_nodes_of_one_graph(logs):
         expected = model.model(x)
     recorder = Recorder()
     with CompileSession(model, backend=recorder) as session:
-        # the table's cudagraphs=False reaches the region's options
-        assert [r.options.auto_cudagraphs for r in session._open] == [False]
+        # the table's cudagraphs=False and Inductor options reach the region
+        (opts,) = [r.options for r in session._open]
+        assert opts.auto_cudagraphs is False
+        assert opts.auto_options is zoo.sfno_inductor_options
         with torch.no_grad():
             out = model.model(x)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
@@ -180,3 +182,17 @@ def test_opaque_must_be_a_tuple():
 
     with pytest.raises(TypeError, match=r"opaque=\('RealSHT',\)"):
         ModelSpec(regions=("model",), opaque="RealSHT")
+
+
+def test_sfno_mlps_run_as_matmuls_only_where_precision_is_kept(monkeypatch):
+    from earth2studio_compile.zoo import sfno_inductor_options
+
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    torch.set_float32_matmul_precision("highest")
+    # PyTorch's defaults: TF32 convolutions, fp32 matmuls. As matmuls the 1x1
+    # convolutions would lose TF32 (slower) and change the numbers.
+    assert "conv_1x1_as_mm" not in sfno_inductor_options(cuda)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    assert sfno_inductor_options(cuda)["conv_1x1_as_mm"] is True
+    assert "conv_1x1_as_mm" not in sfno_inductor_options(torch.device("cpu"))

@@ -94,3 +94,21 @@ def test_compile_flag_must_be_bool(name, flag):
     args = [Untouchable()] * (n - 1)
     with pytest.raises(TypeError, match="compile must be True or False"):
         workflow(*args, compile=flag)
+
+
+def test_table_options_apply_only_when_the_user_chose_nothing():
+    cuda = torch.device("cuda")
+    table = {"layout_optimization": False}
+    auto = CompileOptions(auto_options=table)
+    # CUDA graphs and the table's options together: the mode's preset is merged in,
+    # since torch.compile takes a mode or options, not both
+    assert auto.torch_kwargs(cuda)["options"] == {"triton.cudagraphs": True, **table}
+    assert "mode" not in auto.torch_kwargs(cuda)
+    assert auto.uses_cudagraphs(cuda)
+    assert auto.describe(cuda) == "inductor/reduce-overhead+layout_optimization=False"
+    assert "layout_optimization=False" in auto.cache_text(cuda)
+    mine = CompileOptions(mode="default", auto_options=table)
+    assert mine.torch_kwargs(cuda)["mode"] == "default" and "options" not in mine.torch_kwargs(cuda)
+    calls = []
+    picked = CompileOptions(auto_options=lambda d: calls.append(d.type) or {"a": 1})
+    assert picked.table_options(cuda) == {"a": 1} and calls == ["cuda"]
