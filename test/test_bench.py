@@ -62,6 +62,9 @@ def test_tables_render_errors_and_figures():
     ]
     text = cli.table(rows)
     assert "62.00" in text and "error: timed out" in text
+    # runs with TF32 off are another comparison, and say so
+    fp32 = cli.table([rows[0] | {"fp32": True}])
+    assert "fcn fp32" in fp32 and "fcn fp32" not in text
     e2e = {"backends": {"zarr": {
         run: {f"{p}_ms": 1.0 for p in PHASES} for run in ("eager", "compiled")
     } | {"eager_wall_s": 6.5, "eager_overlap_wall_s": 3.2, "compiled_wall_s": 6.8,

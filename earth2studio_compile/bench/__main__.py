@@ -27,7 +27,7 @@ from typing import Any
 
 from earth2studio_compile.bench.e2e import IO_BACKENDS, e2e_table
 from earth2studio_compile.bench.measure import AUTO, EAGER
-from earth2studio_compile.bench.text import format_table
+from earth2studio_compile.bench.text import format_table, model_label
 
 DEFAULT_MODELS = "fcn,dlwp,sfno,persistence"
 
@@ -193,7 +193,7 @@ def _row(r: dict[str, Any]) -> list[str]:
         return "-" if v is None else format(v, fmt)
 
     if "error" in r:
-        return [r["model"], r["mode"], "", "error: " + r["error"][:60]] + [""] * 9
+        return [model_label(r), r["mode"], "", "error: " + r["error"][:60]] + [""] * 9
     regions = (r.get("report") or {}).get("regions", [])
     graphs = sum(x["graphs"] for x in regions) if regions else None
     breaks = sum(x["graph_breaks"] for x in regions) if regions else None
@@ -201,7 +201,7 @@ def _row(r: dict[str, Any]) -> list[str]:
     status = ",".join(sorted({x["status"] for x in regions})) if regions else "eager"
     mem = r.get("peak_gpu_bytes")
     return [
-        r["model"], r["mode"], r.get("cache") or "", status,
+        model_label(r), r["mode"], r.get("cache") or "", status,
         f(r["first_step_s"], ".2f"), f(r["steady_ms"], ".2f"), f(r.get("speedup"), ".2f"),
         f(r.get("break_even_steps"), ".0f"), f(mem / 2**30 if mem else None, ".2f"),
         f"{f(graphs, 'd')}/{f(breaks, 'd')}/{f(recompiles, 'd')}",

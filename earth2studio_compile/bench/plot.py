@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from earth2studio_compile.bench.text import model_label
+
 
 def plot(results: list[dict[str, Any]], path: Path, title: str = "") -> None:
     """Write a two-panel PNG.
@@ -26,7 +28,7 @@ def plot(results: list[dict[str, Any]], path: Path, title: str = "") -> None:
     import matplotlib.pyplot as plt
 
     ok = [r for r in results if "error" not in r]
-    models = list(dict.fromkeys(r["model"] for r in ok))
+    models = list(dict.fromkeys(model_label(r) for r in ok))
     # Warm rows differ from cold ones only in the first step: no bar of their own.
     modes = list(dict.fromkeys(r["mode"] for r in ok if r.get("cache") != "warm"))
     fig, (bars, cumul) = plt.subplots(1, 2, figsize=(12, 4.5))
@@ -35,7 +37,7 @@ def plot(results: list[dict[str, Any]], path: Path, title: str = "") -> None:
         values = [
             next(
                 (r["steady_ms"] for r in ok
-                 if r["model"] == m and r["mode"] == mode and r.get("cache") != "warm"),
+                 if model_label(r) == m and r["mode"] == mode and r.get("cache") != "warm"),
                 np.nan,
             )
             for m in models
@@ -52,7 +54,7 @@ def plot(results: list[dict[str, Any]], path: Path, title: str = "") -> None:
     horizon = int(min(1e5, max([len(ok[0]["step_s"]), *(2 * b for b in evens)])))
     steps = np.unique(np.geomspace(1, horizon, 200).astype(int))
     for i, model in enumerate(models):
-        for r in (r for r in ok if r["model"] == model):
+        for r in (r for r in ok if model_label(r) == model):
             measured = np.cumsum(r["step_s"])
             extra = np.maximum(steps - len(measured), 0) * r["steady_ms"] / 1e3
             cum = np.where(steps <= len(measured), measured[np.minimum(steps, len(measured)) - 1],

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def model_label(result: Mapping[str, Any]) -> str:
+    """A result's model name, marked ``fp32`` when TF32 was off (``--fp32``).
+
+    Runs of one model at two precisions are different comparisons: tables and plots
+    keep them apart.
+    """
+    return f"{result['model']} fp32" if result.get("fp32") else str(result["model"])
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
