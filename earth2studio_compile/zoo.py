@@ -405,9 +405,9 @@ def sfno_inductor_options(device: torch.device) -> dict[str, bool]:
 
     Inductor's channels-last layout for the 1x1 convolutions made the step slower
     than eager (0.93x in fp32), so it is off. Running them as matrix multiplies
-    helps (1.11x in fp32) only where that keeps their precision: cuDNN and cuBLAS
+    helps (1.12x in fp32) only where that keeps their precision: cuDNN and cuBLAS
     must agree on TF32. With PyTorch's defaults (TF32 convolutions, fp32 matmuls)
-    it would turn TF32 convolutions into fp32 GEMMs (0.76x).
+    it would turn TF32 convolutions into fp32 GEMMs (0.77x).
 
     Parameters
     ----------
