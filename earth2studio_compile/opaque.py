@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -74,12 +74,28 @@ def find_opaque(
     return found
 
 
-def _meta_run(handle: int, specs: Sequence[TensorSpec]) -> tuple[list[torch.Tensor], Any]:
-    """Run the submodule's own forward on meta tensors: shapes without device work."""
+class _Signature(NamedTuple):
+    """What a call returns, for one set of input shapes: found once, at trace time."""
+
+    is_tuple: bool
+    # For each output, the index of the input it is (returned as is), or -1.
+    alias: tuple[int, ...]
+    # Meta tensors of the outputs that are not inputs: what the operator returns.
+    fresh: tuple[torch.Tensor, ...]
+
+
+def _signature(handle: int, specs: tuple[TensorSpec, ...]) -> _Signature:
+    """Run the submodule's own forward on meta tensors once per input signature.
+
+    Dynamo (the output structure) and fake-tensor tracing (the output shapes) both
+    ask; the answer is kept on the submodule until the session ends.
+    """
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     from torch.nn.utils.stateless import _reparametrize_module
 
     op = _MODULES[handle]
+    if specs in op.signatures:
+        return op.signatures[specs]
     module = op.module
     with unset_fake_temporarily(), torch.no_grad():
         inputs = [
@@ -95,7 +111,19 @@ def _meta_run(handle: int, specs: Sequence[TensorSpec]) -> tuple[list[torch.Tens
         }
         with _reparametrize_module(module, state):
             out = op.forward(*inputs)
-    return inputs, out
+    outs = _outputs(out, op.label)
+    alias = tuple(next((k for k, t in enumerate(inputs) if o is t), -1) for o in outs)
+    signature = _Signature(
+        is_tuple=isinstance(out, (tuple, list)),
+        alias=alias,
+        fresh=tuple(o for o, k in zip(outs, alias) if k < 0),
+    )
+    op.signatures[specs] = signature
+    return signature
+
+
+def _specs(tensors: Sequence[torch.Tensor]) -> tuple[TensorSpec, ...]:
+    return tuple((tuple(t.shape), tuple(t.stride()), t.dtype) for t in tensors)
 
 
 def _outputs(out: Any, label: str) -> list[torch.Tensor]:
@@ -120,10 +148,8 @@ def _reject(problem: str) -> bool:
 @torch.compiler.assume_constant_result
 def _structure(handle: int, specs: tuple[TensorSpec, ...]) -> tuple[bool, tuple[int, ...]]:
     """(returns a tuple?, for each output the input it is, or -1): a trace-time constant."""
-    inputs, out = _meta_run(handle, specs)
-    outs = _outputs(out, _MODULES[handle].label)
-    alias = tuple(next((k for k, t in enumerate(inputs) if o is t), -1) for o in outs)
-    return isinstance(out, (tuple, list)), alias
+    signature = _signature(handle, specs)
+    return signature.is_tuple, signature.alias
 
 
 # The submodule's eager code may do what CUDA-graph capture forbids (torch-harmonics'
@@ -155,12 +181,9 @@ def _opaque(inputs: list[torch.Tensor], handle: int) -> list[torch.Tensor]:
 
 @_opaque.register_fake
 def _opaque_fake(inputs: list[torch.Tensor], handle: int) -> list[torch.Tensor]:
-    specs = [(tuple(t.shape), tuple(t.stride()), t.dtype) for t in inputs]
-    metas, out = _meta_run(handle, specs)
     return [
         inputs[0].new_empty_strided(o.shape, o.stride(), dtype=o.dtype)
-        for o in _outputs(out, _MODULES[handle].label)
-        if not any(o is t for t in metas)
+        for o in _signature(handle, _specs(inputs)).fresh
     ]
 
 
@@ -180,6 +203,7 @@ class OpaqueSubmodule:
         self.label = label
         self.handle = next(_HANDLES)
         self.forward: Callable[..., Any] = module.forward
+        self.signatures: dict[tuple[TensorSpec, ...], _Signature] = {}
         self._saved: tuple[bool, Any] | None = None
 
     def install(self) -> None:
@@ -199,8 +223,7 @@ class OpaqueSubmodule:
                 # Raised from a trace-time constant, not from traced code, which Dynamo
                 # would turn into a silent graph break.
                 _reject(f"{label} was called with non-tensor or keyword arguments")
-            specs = tuple((tuple(a.shape), tuple(a.stride()), a.dtype) for a in args)
-            is_tuple, alias = _structure(handle, specs)
+            is_tuple, alias = _structure(handle, _specs(args))
             fresh = iter(_opaque(list(args), handle))
             outs = [args[k] if k >= 0 else next(fresh) for k in alias]
             return tuple(outs) if is_tuple else outs[0]
@@ -218,4 +241,5 @@ class OpaqueSubmodule:
         else:
             d.pop(_FORWARD, None)
         self._saved = None
+        self.signatures.clear()
         _MODULES.pop(self.handle, None)
