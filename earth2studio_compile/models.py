@@ -12,10 +12,12 @@ their own classes with :func:`register_model`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.nn.parameter import is_lazy
 
 __all__ = [
     "MODEL_TABLE",
@@ -62,6 +64,11 @@ class ModelSpec:
     wrapped : tuple[str, ...], optional
         Paths of models this model wraps (``"dx_model.*"`` for each element of a
         list); their own table entries apply under that prefix
+    covers : tuple[str, ...], optional
+        Paths of further submodules whose parameters the entry describes (an eager
+        entry's network, say). A subclass that matches the entry only through a base
+        class and holds parameters outside ``regions``, ``wrapped`` and ``covers``
+        is not what the entry describes: it takes the generic path
     note : str, optional
         Where the core comes from, for the documentation table
     """
@@ -76,21 +83,57 @@ class ModelSpec:
     )
     pad_batch: bool = False
     wrapped: tuple[str, ...] = ()
+    covers: tuple[str, ...] = ()
     note: str = ""
 
     def __post_init__(self) -> None:
-        for name in ("regions", "exclude", "opaque"):
-            value = getattr(self, name)
-            if isinstance(value, str):
-                raise TypeError(
-                    f"{name} must be a tuple of strings, got the str {value!r}. "
-                    f"Write {name}=({value!r},)."
-                )
+        for name in ("regions", "exclude", "opaque", "wrapped", "covers"):
+            object.__setattr__(self, name, check_paths(getattr(self, name), name))
         if not self.regions and not self.wrapped and not self.reason:
             raise ValueError(
                 "A ModelSpec without regions needs a reason saying why the model "
                 "runs eagerly."
             )
+
+
+def check_paths(value: Any, name: str) -> tuple[str, ...]:
+    """Validate a tuple of dotted paths or class names (``regions=``, ``exclude=``...).
+
+    Parameters
+    ----------
+    value : Any
+        What the caller passed
+    name : str
+        The parameter's name, for the error
+
+    Returns
+    -------
+    tuple[str, ...]
+        The names as a tuple
+
+    Raises
+    ------
+    TypeError
+        ``value`` is a bare string, not a sequence, or holds a non-string or an
+        empty string
+    """
+    if isinstance(value, str):
+        raise TypeError(
+            f"{name} must be a tuple of strings, got the str {value!r}. "
+            f"Write {name}=({value!r},)."
+        )
+    if not isinstance(value, (tuple, list)):
+        raise TypeError(
+            f"{name} must be a tuple of strings, got {type(value).__name__} "
+            f"({value!r}). For example {name}=('model',)."
+        )
+    for item in value:
+        if not isinstance(item, str) or not item.strip():
+            raise TypeError(
+                f"{name} must hold non-empty strings (dotted submodule paths such as "
+                f"'model' or 'net.blocks.0'), got {item!r} in {tuple(value)!r}."
+            )
+    return tuple(value)
 
 
 _PX = "earth2studio.models.px."
@@ -124,6 +167,11 @@ _DLESYM = ModelSpec(
     exclude=("HEALPixPaddingv2",),
     note="physicsnemo HEALPixRecUNet encoders/decoders; dim 0 is batch x 12 faces, "
     "so no batch padding",
+)
+_AURORA_ENSEMBLE = ModelSpec(
+    reason="stochastic ensemble whose noise may be drawn inside the backbone: "
+    "compiled random streams would not reproduce seeded eager members",
+    covers=("model",),
 )
 _MAKANI = ModelSpec(
     regions=("model.model.model",),
@@ -166,14 +214,8 @@ MODEL_TABLE: dict[str, ModelSpec] = {
     _PX + "aurora.Aurora": _AURORA,
     _PX + "aurora1p5.Aurora1p5": _AURORA,
     _PX + "aurora1p5.Aurora1p5_6h": _AURORA,
-    _PX + "aurora1p5.Aurora1p5Ensemble": ModelSpec(
-        reason="stochastic ensemble whose noise may be drawn inside the backbone: "
-        "compiled random streams would not reproduce seeded eager members",
-    ),
-    _PX + "aurora1p5.Aurora1p5Ensemble_6h": ModelSpec(
-        reason="stochastic ensemble whose noise may be drawn inside the backbone: "
-        "compiled random streams would not reproduce seeded eager members",
-    ),
+    _PX + "aurora1p5.Aurora1p5Ensemble": _AURORA_ENSEMBLE,
+    _PX + "aurora1p5.Aurora1p5Ensemble_6h": _AURORA_ENSEMBLE,
     _PX + "atlas.Atlas": ModelSpec(
         regions=("model", "autoencoders.*"),
         note="latent DiT drift net (called by the interpolant sampler) and NATTEN "
@@ -309,6 +351,24 @@ def _n_params(module: torch.nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
+def _lazy(module: torch.nn.Module) -> list[str]:
+    return [n for n, p in module.named_parameters() if is_lazy(p)]
+
+
+def _outside(model: Any, spec: ModelSpec) -> list[str]:
+    """Parameters of ``model`` that none of the spec's paths accounts for."""
+    if not isinstance(model, torch.nn.Module):
+        return []
+    prefixes = [
+        p.split("*", 1)[0].rstrip(".") for p in (*spec.regions, *spec.wrapped, *spec.covers)
+    ]
+    return [
+        name
+        for name, _ in model.named_parameters()
+        if not any(not pre or name == pre or name.startswith(pre + ".") for pre in prefixes)
+    ]
+
+
 def generic_spec(model: Any) -> ModelSpec:
     """Spec for a model the table does not list (a user's own model).
 
@@ -330,6 +390,12 @@ def generic_spec(model: Any) -> ModelSpec:
     """
     if not isinstance(model, torch.nn.Module):
         return ModelSpec(reason=f"{type(model).__name__} is not a torch.nn.Module")
+    lazy = _lazy(model)
+    if lazy:
+        return ModelSpec(
+            reason=f"uninitialized lazy parameters ({', '.join(lazy[:3])}): they get "
+            "their shapes at the first eager call; run one step eagerly, then compile"
+        )
     children = []
     for n, m in model.named_children():
         # Containers are never called themselves: their elements are.
@@ -466,6 +532,19 @@ def plan(model: Any, regions: tuple[str, ...] | None = None) -> Plan:
     else:
         found = lookup(model)
         spec, source = (found[1], "table") if found else (generic_spec(model), "generic")
+        exact = f"{type(model).__module__}.{type(model).__qualname__}"
+        if found and found[0] != exact:
+            # Matched through a base class: the entry must still describe the model.
+            extra = _outside(model, spec)
+            if extra:
+                base = found[0].rsplit(".", 1)[-1]
+                generic = generic_spec(model)
+                spec = dataclasses.replace(
+                    generic,
+                    note=f"subclass of {base} with parameters its entry does not "
+                    f"describe ({', '.join(extra[:3])}); {generic.note}".rstrip("; "),
+                )
+                source = "generic"
     targets: list[tuple[str, torch.nn.Module]] = []
     missing: list[str] = []
     precompiled: list[str] = []

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from earth2studio_compile import _torch
+
 # Modes whose Inductor settings turn CUDA graphs on. Their outputs live in memory the
 # next replay overwrites, which is why a session clones what leaves a compiled region.
 CUDAGRAPH_MODES = frozenset({"reduce-overhead", "max-autotune"})
@@ -27,9 +29,7 @@ def inductor_modes() -> list[str]:
     list[str]
         For example ``["default", "reduce-overhead", "max-autotune", ...]``
     """
-    import torch._inductor
-
-    return list(torch._inductor.list_mode_options().keys())
+    return _torch.inductor_modes()
 
 
 def _type_error(name: str, expected: str, value: Any, fix: str) -> TypeError:
@@ -112,9 +112,7 @@ class CompileOptions:
                 "dynamic", "a bool or None", self.dynamic, "Use True, False or None."
             )
         if isinstance(self.backend, str):
-            import torch._dynamo
-
-            known = torch._dynamo.list_backends(exclude_tags=())
+            known = _torch.known_backends()
             if self.backend not in known:
                 raise ValueError(
                     f"Unknown torch.compile backend {self.backend!r}. Use one of "
@@ -142,9 +140,7 @@ class CompileOptions:
                     "options={'triton.cudagraphs': True} for CUDA graphs."
                 )
             if self.backend == "inductor":
-                import torch._inductor
-
-                known = set(torch._inductor.list_options())
+                known = _torch.inductor_options()
                 for key in self.options:
                     if key not in known:
                         close = difflib.get_close_matches(str(key), known, n=1)
@@ -153,6 +149,9 @@ class CompileOptions:
                             f"Unknown Inductor option {key!r}.{hint} See "
                             "torch._inductor.list_options()."
                         )
+                # Value types too: Inductor checks them only at the first call,
+                # where the error would end the forecast instead of naming the key.
+                _torch.validate_inductor_options(self.options, self.dynamic)
 
     def resolve_mode(self, device: torch.device) -> str | None:
         """The mode a region on ``device`` compiles with.
@@ -245,9 +244,7 @@ class CompileOptions:
             # torch.compile takes a mode or options, not both; a mode is a preset
             # of options, so the table's options carry the mode's own settings.
             if mode is not None:
-                import torch._inductor
-
-                table = {**torch._inductor.list_mode_options(mode), **table}
+                table = {**_torch.mode_options(mode), **table}
             kwargs["options"] = table
         elif mode is not None:
             kwargs["mode"] = mode

@@ -5,97 +5,44 @@ uses, so parameters, buffers and ``state_dict`` keys are untouched and the model
 own code (coordinate handling, numpy, datetimes) keeps running eagerly around it.
 ``torch.compile`` is lazy: errors appear at the first call, not at the wrap, so the
 region catches them there, re-runs that call eagerly and stays eager.
+
+A call goes through three states: *pending* (nothing compiled yet: set up, maybe
+load a cache bundle, compile), *compiled* (run compiled code; count recompiles), and
+*eager* (fallen back, for good). The collaborators each do one job:
+:class:`StagedCall` (the arguments compiled code sees, and the mutations it makes,
+handed back), :class:`SpeedProbe` (does compiling pay off?) and the bundle layer of
+:mod:`earth2studio_compile.cache`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 from loguru import logger
-from torch.utils._pytree import tree_flatten, tree_map
 
+from earth2studio_compile import _torch
+from earth2studio_compile._torch import MODULE_SLOT, tree_flatten, tree_map
 from earth2studio_compile.cache import ArtifactCache, cache_state, key_fields
 from earth2studio_compile.opaque import OpaqueSubmodule, find_opaque
 from earth2studio_compile.options import CompileOptions
 from earth2studio_compile.report import RegionReport
 
-_SLOT = "_compiled_call_impl"
-# Calls timed once per region to tell whether compiling pays off: compiled calls
-# after CUDA graphs' warm-up (call 1) and recording (call 2), then two eager calls.
-# Eager calls give the same answer within float tolerance, so probing costs nothing
-# but the eager speed of two steps. Rollouts shorter than this are not judged.
-_PROBE_COMPILED = (3, 4, 5)
-_PROBE_EAGER = (6, 7)
-# Compiled slower than eager by more than this is worth a WARNING.
-_SLOWER = 1.05
+_SLOT = MODULE_SLOT  # kept for callers of the old name
+# Compiled variants a region may hold before it is declared a storm. Legitimate
+# shape changes settle quickly: a smaller last ensemble batch needs 2 variants, many
+# batch sizes 3 (static, dynamic, and batch 1, which Dynamo specializes), batch and
+# grid changing together 4 (measured on CPU with torch 2.14, see docs/user-guide.md,
+# "Recompile storms"). A storm is caught at its 4th recompile instead of Dynamo's 8th.
+RECOMPILE_LIMIT = 4
 _TORCH_LOGS_HINT = (
     "Set TORCH_LOGS='+dynamo,graph_breaks,recompiles' (and TORCHDYNAMO_VERBOSE=1) "
     "to see more."
 )
-
-
-def _counters() -> tuple[int, int, int]:
-    """(graphs compiled, graph breaks, CUDA-graph skips) so far in this process."""
-    from torch._dynamo.utils import counters
-
-    return (
-        counters["stats"]["unique_graphs"],
-        sum(counters["graph_break"].values()),
-        counters["inductor"]["cudagraph_skips"],
-    )
-
-
-def _fx_cache() -> tuple[int, int]:
-    """(FX-graph cache hits, misses) so far in this process."""
-    from torch._dynamo.utils import counters
-
-    return counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
-
-
-def preflight(options: CompileOptions, device: torch.device) -> str | None:
-    """Why Inductor cannot compile on ``device`` here, or None if it can.
-
-    Checked before tracing, so a machine without a C++ compiler (CPU) or Triton
-    (CUDA) runs eagerly at once instead of tracing for minutes and then failing.
-
-    Parameters
-    ----------
-    options : CompileOptions
-        Session options; only the Inductor backend is checked
-    device : torch.device
-        Device of the region's first input
-
-    Returns
-    -------
-    str | None
-        Reason, or None
-    """
-    if options.backend != "inductor":
-        return None
-    if device.type == "cuda":
-        from torch.utils._triton import has_triton
-
-        if not has_triton():
-            return (
-                "Triton is not installed or cannot use this GPU; Inductor needs it "
-                "on CUDA (pip install triton)"
-            )
-    elif device.type == "cpu":
-        from torch._inductor.cpp_builder import get_cpp_compiler
-
-        try:
-            get_cpp_compiler()
-        except Exception as err:  # any failure here means Inductor cannot build
-            return (
-                "no working C++ compiler for Inductor on CPU "
-                f"({_describe(err)}); install g++ or set CXX"
-            )
-    return None
 
 
 def _first_device(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.device:
@@ -106,22 +53,16 @@ def _first_device(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.device
     return torch.device("cpu")
 
 
-def _batch_size(args: tuple[Any, ...]) -> int | None:
-    """Size of dim 0 shared by every positional tensor argument, if any."""
-    sizes = {a.shape[0] for a in args if isinstance(a, torch.Tensor) and a.ndim}
-    return sizes.pop() if len(sizes) == 1 else None
+def _no_grad() -> contextlib.AbstractContextManager[Any]:
+    # Earth2Studio cores run under inference_mode or no_grad; a core called with
+    # grad enabled would trace an autograd graph it never uses. no_grad rather
+    # than inference_mode keeps outputs usable by later in-place eager code.
+    return torch.no_grad() if torch.is_grad_enabled() else contextlib.nullcontext()
 
 
-def _pad(args: tuple[Any, ...], size: int) -> tuple[Any, ...]:
-    # Repeating the first sample (not zeros) keeps padded rows inside the model's
-    # valid input range; they are sliced off afterwards.
-    def pad(a: Any) -> Any:
-        if isinstance(a, torch.Tensor) and a.ndim:
-            extra = a[:1].expand(size - a.shape[0], *a.shape[1:])
-            return torch.cat([a, extra], dim=0)
-        return a
-
-    return tuple(pad(a) for a in args)
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _first_line(err: BaseException) -> str:
@@ -129,7 +70,7 @@ def _first_line(err: BaseException) -> str:
     return line if len(line) <= 300 else line[:300] + "..."
 
 
-def _describe(err: BaseException) -> str:
+def describe(err: BaseException) -> str:
     """``Outer caused by Root: message``: Dynamo wraps the real cause, often twice."""
     root, seen = err, {id(err)}
     while True:
@@ -140,6 +81,126 @@ def _describe(err: BaseException) -> str:
         root = inner
     text = f"{type(root).__name__}: {_first_line(root)}".rstrip(": ")
     return text if root is err else f"{type(err).__name__} caused by {text}"
+
+
+_describe = describe  # kept for callers of the old name
+
+
+class StagedCall:
+    """The positional arguments compiled code is given, and the way back.
+
+    Compiled code sometimes needs other tensors than the caller's: a copy of a
+    normal tensor under inference mode (the first step's input; every later one is
+    an inference tensor, and Dynamo would recompile on the difference), or a batch
+    padded to the compiled size. Whatever is copied, the caller must see exactly
+    what eager would do: in-place updates to a copy (a stateful core updating its
+    state argument) are written back to the caller's tensor, and an output that *is*
+    a copy is replaced by the caller's tensor.
+
+    Parameters
+    ----------
+    args : tuple[Any, ...]
+        The caller's positional arguments
+    copy_normal : bool
+        Copy tensors that are not inference tensors (the call runs in inference mode)
+    pad_to : int | None
+        Pad every positional tensor's dim 0 up to this size (repeating the first
+        sample keeps padded rows inside the model's valid input range)
+    """
+
+    def __init__(
+        self, args: tuple[Any, ...], copy_normal: bool, pad_to: int | None = None
+    ) -> None:
+        self.originals = args
+        self.pad_to = pad_to
+        work: list[Any] = []
+        for a in args:
+            w = a
+            if isinstance(a, torch.Tensor):
+                if copy_normal and not a.is_inference():
+                    w = a.clone()
+                if pad_to is not None and a.ndim and a.shape[0] < pad_to:
+                    extra = w[:1].expand(pad_to - a.shape[0], *a.shape[1:])
+                    w = torch.cat([w, extra], dim=0)
+            work.append(w)
+        self.args = tuple(work)
+        # Inference tensors (copies made in inference mode) keep no version counter:
+        # for those, a changed value is what tells a mutation.
+        self._versions = [
+            None if w is a else (-1 if w.is_inference() else w._version)
+            for a, w in zip(args, self.args)
+        ]
+
+    @property
+    def padded(self) -> bool:
+        """Whether any argument was padded."""
+        return self.pad_to is not None and any(
+            isinstance(a, torch.Tensor) and a.ndim and a.shape[0] < self.pad_to
+            for a in self.originals
+        )
+
+    def finish(self, out: Any) -> Any:
+        """Hand mutations of copies back to the caller's tensors; map outputs back."""
+        for a, w, version in zip(self.originals, self.args, self._versions):
+            if version is None:
+                continue
+            src = w[: a.shape[0]] if w.shape != a.shape else w
+            if version >= 0 and w._version == version:
+                continue
+            if version < 0 and torch.equal(src, a):
+                continue
+            with torch.no_grad():
+                a.copy_(src)
+        copies = {id(w): a for a, w in zip(self.originals, self.args) if w is not a}
+        if not copies:
+            return out
+        return tree_map(
+            lambda t: copies.get(id(t), t) if isinstance(t, torch.Tensor) else t, out
+        )
+
+
+class SpeedProbe:
+    """Times a few calls once per region to tell whether compiling pays off.
+
+    Compiled calls after CUDA graphs' warm-up (call 1) and recording (call 2), then
+    two eager calls. Eager calls give the same answer within float tolerance, so
+    probing costs nothing but the eager speed of two steps. Rollouts shorter than
+    this are not judged.
+    """
+
+    COMPILED = (3, 4, 5)
+    EAGER = (6, 7)
+    # Compiled slower than eager by more than this is worth a WARNING.
+    SLOWER = 1.05
+
+    def __init__(self, report: RegionReport) -> None:
+        self.report = report
+        self.timings: dict[str, list[float]] = {"compiled": [], "eager": []}
+
+    def wants_eager(self, call: int) -> bool:
+        """Whether call number ``call`` is one of the eager probes."""
+        return call in self.EAGER
+
+    def times_compiled(self, call: int) -> bool:
+        """Whether call number ``call`` is one of the timed compiled calls."""
+        return call in self.COMPILED
+
+    def record(self, kind: str, seconds: float, call: int) -> None:
+        """Add one timing; judge after the last eager probe."""
+        self.timings[kind].append(seconds)
+        if kind == "eager" and call == self.EAGER[-1] and self.timings["compiled"]:
+            self._judge()
+
+    def _judge(self) -> None:
+        r = self.report
+        r.compiled_ms = min(self.timings["compiled"]) * 1e3
+        r.eager_ms = min(self.timings["eager"]) * 1e3
+        if r.compiled_ms > self.SLOWER * r.eager_ms:
+            logger.warning(
+                f"{r.label} runs slower compiled ({r.compiled_ms:.2f} ms per call) than "
+                f"eager ({r.eager_ms:.2f} ms) with {r.mode}: compiling does not pay off "
+                "here. Use compile=False, or try another mode with CompileSession."
+            )
 
 
 class CompiledRegion:
@@ -183,11 +244,13 @@ class CompiledRegion:
         self.pad_batch = pad_batch
         self.artifacts = artifacts
         self.owner = owner or report.model
+        self.probe = SpeedProbe(report)
         self._compiled: Callable[..., Any] | None = None
+        self._backend: _torch.CountingBackend | None = None
         self._cudagraphs = False
         self._batch: int | None = None
         self._installed = False
-        self._timings: dict[str, list[float]] = {"compiled": [], "eager": []}
+        self._bundle: str | None = None
         self._opaque = [
             OpaqueSubmodule(m, f"{report.label}.{path}")
             for path, m in find_opaque(module, opaque)
@@ -200,9 +263,9 @@ class CompiledRegion:
         # Set through __dict__: nn.Module.__setattr__ would be fine for a plain
         # callable too, but this makes the single touched key explicit.
         self.module.__dict__[_SLOT] = self
+        self._installed = True
         for op in self._opaque:
             op.install()
-        self._installed = True
 
     def restore(self) -> None:
         """Put the module back exactly as it was: no slot left in its ``__dict__``."""
@@ -212,154 +275,162 @@ class CompiledRegion:
             for op in reversed(self._opaque):
                 op.restore()
             self._installed = False
+        # Dropping the compiled function drops its code object and with it every
+        # Dynamo cache entry of this region; no process-wide reset is needed.
         self._compiled = None
+        self._backend = None
 
     # -- calls ---------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        r = self.report
+        r.calls += 1
+        if r.status == "eager":
+            return self._eager(*args, **kwargs)
+        if self._compiled is None:
+            try:
+                reason = self._setup(_first_device(args, kwargs))
+            except Exception as err:  # nothing on the compile path may end a forecast
+                reason = f"setting up torch.compile failed ({describe(err)})"
+            if reason is not None:
+                self._fall_back(reason, cause=None)
+                return self._eager(*args, **kwargs)
+        if (
+            r.status == "compiled"
+            and self.probe.wants_eager(r.calls)
+            and not self._needs_padding(args)
+        ):
+            return self._probe_eager(args, kwargs)
+        return self._compiled_call(args, kwargs)
+
+    def _compiled_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        r = self.report
+        assert self._backend is not None and self._compiled is not None
+        backend, compiled = self._backend, self._compiled
+        first = r.status == "pending"
+        device = _first_device(args, kwargs)
+        timed = not first and self.probe.times_compiled(r.calls)
+        start = time.perf_counter()
+        graphs, runs = backend.graphs, backend.runs
+        try:
+            staged = self._stage(args)
+            bundle = self._load_bundle(staged.args, kwargs, device) if first else None
+            skips, fx = _torch.cudagraph_skips(), _torch.fx_cache_counts()
+            if timed:
+                _sync(device)
+                start = time.perf_counter()
+            with _no_grad(), _torch.call_context(self._recompile_limit(), self._warm(bundle)):
+                if self._cudagraphs:
+                    _torch.mark_cudagraph_step()
+                out = compiled(*staged.args, **kwargs)
+            out = staged.finish(self._unpad(out, staged))
+            if self._cudagraphs:
+                # CUDA-graph outputs are overwritten by the next replay.
+                out = tree_map(
+                    lambda t: t.clone() if isinstance(t, torch.Tensor) else t, out
+                )
+        except Exception as err:
+            return self._recover(err, args, kwargs, time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        if timed:
+            _sync(device)
+            self.probe.record("compiled", time.perf_counter() - start, r.calls)
+        if first:
+            if backend.runs == runs:
+                # Dynamo ran the frame without compiled code (nothing to trace, a
+                # skipped frame, a "force_eager" stance): not compiled, so say so.
+                r.compile_seconds += seconds
+                self._fall_back(
+                    "torch.compile ran no compiled code for it (Dynamo produced no "
+                    "graph or skipped the frame)",
+                    cause=None,
+                )
+                return out
+            self._after_first(bundle, fx)
+        self._account(backend.graphs - graphs, seconds, first, _torch.cudagraph_skips() - skips)
+        return out
+
+    def _needs_padding(self, args: tuple[Any, ...]) -> bool:
+        valid = _batch_size(args)
+        return self.pad_batch and self._batch is not None and valid not in (None, self._batch)
+
+    def _stage(self, args: tuple[Any, ...]) -> StagedCall:
+        pad_to = None
+        if self.pad_batch:
+            valid = _batch_size(args)
+            if valid is not None:
+                if self._batch is None:
+                    self._batch = valid
+                elif valid < self._batch:
+                    pad_to = self._batch
+                    self.report.padded_calls += 1
+        return StagedCall(args, torch.is_inference_mode_enabled(), pad_to)
+
+    def _unpad(self, out: Any, staged: StagedCall) -> Any:
+        if staged.pad_to is None:
+            return out
+        valid = _batch_size(staged.originals)
+        return tree_map(
+            lambda t: t[:valid]
+            if isinstance(t, torch.Tensor) and t.ndim and t.shape[0] == staged.pad_to
+            else t,
+            out,
+        )
+
     def _eager(self, *args: Any, **kwargs: Any) -> Any:
         self.report.eager_calls += 1
         return self.module._call_impl(*args, **kwargs)
 
-    @contextlib.contextmanager
-    def _context(self, warm: bool = False) -> Iterator[None]:
-        # Earth2Studio cores run under inference_mode or no_grad; a core called with
-        # grad enabled would trace an autograd graph it never uses. no_grad rather
-        # than inference_mode keeps outputs usable by later in-place eager code.
-        with contextlib.ExitStack() as stack:
-            if torch.is_grad_enabled():
-                stack.enter_context(torch.no_grad())
-            if warm:
-                # A loaded bundle leaves nothing to build. Inductor would still start
-                # one compile worker per core, and on a warm start they are importing
-                # torch while the rollout runs: DLWP's host-bound steps took ~50 ms
-                # instead of ~5 ms on a 16-core H100 host until they were gone.
-                import torch._inductor.config as inductor_config
-
-                stack.enter_context(inductor_config.patch(compile_threads=1))
-            import torch._dynamo.config as dynamo_config
-
-            # Turns Dynamo's silent "recompile limit reached, run eagerly" into an
-            # exception at the call that hits it, so it is reported as a storm.
-            if hasattr(dynamo_config, "fail_on_recompile_limit_hit"):
-                stack.enter_context(
-                    dynamo_config.patch(fail_on_recompile_limit_hit=True)
-                )
-            yield
+    def _probe_eager(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        device = _first_device(args, kwargs)
+        _sync(device)
+        start = time.perf_counter()
+        out = self.module._call_impl(*args, **kwargs)
+        _sync(device)
+        self.probe.record("eager", time.perf_counter() - start, self.report.calls)
+        return out
 
     def _setup(self, device: torch.device) -> str | None:
-        reason = preflight(self.options, device)
+        """Build the compiled function; a reason instead when it cannot be built."""
+        reason = _torch.preflight(self.options.backend, device)
         if reason is not None:
             return reason
         self._cudagraphs = self.options.uses_cudagraphs(device)
+        if self._cudagraphs and _torch.missing("cudagraph_step"):
+            return _torch.missing("cudagraph_step")
         self.report.mode = self.options.describe(device)
-        self._compiled = torch.compile(
-            self.module._call_impl, **self.options.torch_kwargs(device)
+        kwargs = self.options.torch_kwargs(device)
+        self._backend = _torch.CountingBackend(
+            kwargs["backend"], kwargs.get("mode"), kwargs.get("options"), kwargs["dynamic"]
+        )
+        self._compiled = _torch.compile_region(
+            self.module,
+            self.report.label,
+            self._backend,
+            fullgraph=kwargs["fullgraph"],
+            dynamic=kwargs["dynamic"],
         )
         return None
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        self.report.calls += 1
-        if self.report.status == "eager":
-            return self._eager(*args, **kwargs)
-        if self._compiled is None:
-            reason = self._setup(_first_device(args, kwargs))
-            if reason is not None:
-                self._fall_back(reason, cause=None)
-                return self._eager(*args, **kwargs)
-
-        if torch.is_inference_mode_enabled():
-            # A rollout's first input is usually a normal tensor and every later one
-            # an inference tensor; Dynamo guards on the difference and would
-            # recompile at step 2. One copy of the first input avoids that.
-            args = tuple(
-                a.clone() if isinstance(a, torch.Tensor) and not a.is_inference() else a
-                for a in args
-            )
-        valid = _batch_size(args)
-        call_args = args
-        if self.pad_batch and valid is not None:
-            if self._batch is None:
-                self._batch = valid
-            elif valid < self._batch:
-                call_args = _pad(args, self._batch)
-                self.report.padded_calls += 1
-
-        first = self.report.status == "pending"
-        n = self.report.calls
-        if not first and n in _PROBE_EAGER and call_args is args:
-            return self._probe_eager(n, args, kwargs)
-        probe = not first and n in _PROBE_COMPILED
-        if probe:
-            self._sync(args, kwargs)
-        start = time.perf_counter()
-        bundle = self._load_bundle(call_args, kwargs) if first else None
-        before, fx_before = _counters(), _fx_cache()
-        try:
-            with self._context(warm=bundle is not None and self.report.artifact == "loaded"):
-                if self._cudagraphs:
-                    torch.compiler.cudagraph_mark_step_begin()
-                out = self._compiled(*call_args, **kwargs)
-                if call_args is not args:
-                    out = tree_map(
-                        lambda t: t[:valid]
-                        if isinstance(t, torch.Tensor) and t.ndim and t.shape[0] == self._batch
-                        else t,
-                        out,
-                    )
-                if self._cudagraphs:
-                    # CUDA-graph outputs are overwritten by the next replay.
-                    out = tree_map(
-                        lambda t: t.clone() if isinstance(t, torch.Tensor) else t, out
-                    )
-        except Exception as err:
-            return self._recover(err, args, kwargs)
-        if probe:
-            self._sync(args, kwargs)
-            self._timings["compiled"].append(time.perf_counter() - start)
-        if first:
-            hits, misses = (a - b for a, b in zip(_fx_cache(), fx_before))
-            self.report.cache = cache_state(hits, misses)
-            if bundle is not None and (misses or self.report.artifact != "loaded"):
-                if bundle.save():
-                    ignored = self.report.artifact
-                    self.report.artifact = f"{ignored}; re-saved" if ignored else "saved"
-        self._account(before, time.perf_counter() - start, first)
-        return out
-
     @staticmethod
-    def _sync(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        device = _first_device(args, kwargs)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+    def _recompile_limit() -> int:
+        # A user who lowered Dynamo's own limit keeps the lower one.
+        if _torch.missing("dynamo_config"):
+            return RECOMPILE_LIMIT
+        import torch._dynamo.config as dynamo_config
 
-    def _probe_eager(self, n: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        self._sync(args, kwargs)
-        start = time.perf_counter()
-        out = self.module._call_impl(*args, **kwargs)
-        self._sync(args, kwargs)
-        self._timings["eager"].append(time.perf_counter() - start)
-        if n == _PROBE_EAGER[-1] and self._timings["compiled"]:
-            self._judge()
-        return out
+        return min(RECOMPILE_LIMIT, int(dynamo_config.recompile_limit))
 
-    def _judge(self) -> None:
-        r = self.report
-        r.compiled_ms = min(self._timings["compiled"]) * 1e3
-        r.eager_ms = min(self._timings["eager"]) * 1e3
-        if r.compiled_ms > _SLOWER * r.eager_ms:
-            logger.warning(
-                f"{r.label} runs slower compiled ({r.compiled_ms:.2f} ms per call) than "
-                f"eager ({r.eager_ms:.2f} ms) with {r.mode}: compiling does not pay off "
-                "here. Use compile=False, or try another mode with CompileSession."
-            )
+    def _warm(self, bundle: ArtifactCache | None) -> bool:
+        return bundle is not None and self.report.artifact == "loaded"
 
+    # -- cache bundles -------------------------------------------------------------
     def _load_bundle(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], device: torch.device
     ) -> ArtifactCache | None:
         if self.artifacts is None or self.options.backend != "inductor":
             return None
-        from torch._inductor.runtime.cache_dir_utils import cache_dir
-
-        device = _first_device(args, kwargs)
+        if _torch.missing("cache_dir"):
+            return None
         try:
             fields = key_fields(
                 self.owner, self.report.region, self.module, args, kwargs,
@@ -368,13 +439,22 @@ class CompiledRegion:
         except Exception as err:  # an odd argument must not stop the compile
             logger.debug(f"No compile cache key for {self.report.label}: {err}")
             return None
-        bundle = ArtifactCache(self.artifacts, Path(cache_dir()), fields)
+        bundle = ArtifactCache(self.artifacts, Path(_torch.inductor_cache_dir()), fields)
         self.report.artifact = bundle.load()
+        if self.report.artifact == "loaded":
+            self._bundle = str(bundle.path)
         return bundle
 
+    def _after_first(self, bundle: ArtifactCache | None, fx: tuple[int, int]) -> None:
+        hits, misses = (a - b for a, b in zip(_torch.fx_cache_counts(), fx))
+        self.report.cache = cache_state(hits, misses)
+        if bundle is not None and (misses or self.report.artifact != "loaded"):
+            if bundle.save():
+                ignored = self.report.artifact
+                self.report.artifact = f"{ignored}; re-saved" if ignored else "saved"
+
     # -- bookkeeping ---------------------------------------------------------------
-    def _account(self, before: tuple[int, int, int], seconds: float, first: bool) -> None:
-        graphs, breaks, skips = (a - b for a, b in zip(_counters(), before))
+    def _account(self, graphs: int, seconds: float, first: bool, skips: int) -> None:
         r = self.report
         if first:
             r.status = "compiled"
@@ -388,6 +468,8 @@ class CompiledRegion:
                 f"{r.label} recompiled ({r.recompiles} so far, {seconds:.1f} s). "
                 "Set TORCH_LOGS='recompiles' to see why."
             )
+        # Each graph beyond the first of one compile is a graph break.
+        breaks = max(graphs - 1, 0)
         if breaks:
             new = r.graph_breaks == 0
             r.graph_breaks += breaks
@@ -408,31 +490,43 @@ class CompiledRegion:
                 )
 
     def _recover(
-        self, err: Exception, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        err: Exception,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        seconds: float,
     ) -> Any:
         # Re-run eagerly first: if eager fails too, the input or the model is at
         # fault, not the compiler, and the caller gets the eager error unchanged.
         out = self._eager(*args, **kwargs)
-        self._fall_back(_describe(err), cause=err)
+        if self.report.status == "pending" or _torch.is_recompile_limit_hit(err):
+            self.report.compile_seconds += seconds
+        self._fall_back(describe(err), cause=err)
         return out
 
     def _fall_back(self, reason: str, cause: BaseException | None) -> None:
         r = self.report
-        storm = cause is not None and type(cause).__name__ == "FailOnRecompileLimitHit"
-        if storm:
-            import torch._dynamo.config as dynamo_config
-
+        if cause is not None and _torch.is_recompile_limit_hit(cause):
             reason = (
-                f"recompile storm: recompiled until torch._dynamo.config."
-                f"recompile_limit ({dynamo_config.recompile_limit}) was reached"
+                f"recompile storm: {self._recompile_limit()} compiled variants "
+                "and still recompiling"
             )
+        elif self._bundle is not None and r.status == "pending":
+            reason += f" (after loading the compile cache bundle {self._bundle})"
         stage = "at its first call" if r.status == "pending" else f"at call {r.calls}"
         r.status = "eager"
         r.reason = reason
         self._compiled = None
-        ran = "ran eagerly" if cause is None else "was re-run eagerly"
+        self._backend = None
+        what = "That call ran eagerly" if cause is None else "That call was re-run eagerly"
         logger.warning(
-            f"torch.compile failed for {r.label} {stage}: {reason}. That call {ran} "
+            f"torch.compile failed for {r.label} {stage}: {reason}. {what} "
             f"and {r.label} stays eager for the rest of the session; no output is "
             f"lost. {_TORCH_LOGS_HINT}"
         )
+
+
+def _batch_size(args: tuple[Any, ...]) -> int | None:
+    """Size of dim 0 shared by every positional tensor argument, if any."""
+    sizes = {a.shape[0] for a in args if isinstance(a, torch.Tensor) and a.ndim}
+    return sizes.pop() if len(sizes) == 1 else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -13,9 +14,10 @@ import torch
 from loguru import logger
 
 from earth2studio_compile.cache import cache_root, use_local_cache
-from earth2studio_compile.models import plan
+from earth2studio_compile.models import check_paths, plan
 from earth2studio_compile.options import CompileOptions
-from earth2studio_compile.region import _SLOT, CompiledRegion
+from earth2studio_compile._torch import MODULE_SLOT
+from earth2studio_compile.region import CompiledRegion, describe
 from earth2studio_compile.report import CompileReport, RegionReport
 
 
@@ -94,8 +96,7 @@ class CompileSession:
         if not models:
             raise TypeError("CompileSession needs at least one model.")
         if regions is not None:
-            if isinstance(regions, str):
-                regions = (regions,)
+            regions = check_paths(regions, "regions")
             if len(models) != 1:
                 raise TypeError(
                     "regions names submodules of one model; pass a single model, or "
@@ -111,41 +112,21 @@ class CompileSession:
         if self._active:
             raise RuntimeError("This CompileSession is already open.")
         self.report = CompileReport()
-        self._active = True
         root = cache_root() if self.cache else None
         artifacts = None
         if root is not None:
             use_local_cache(root)
             artifacts = root / "artifacts"
-        seen: set[int] = set()
-        for model in self.models:
-            p = plan(model, self.regions)
-            if not p.targets:
-                self._skip(p.name, "", p.reason or "nothing to compile")
-                continue
-            for path, module in p.targets:
-                if id(module) in seen:
-                    continue
-                seen.add(id(module))
-                if module.__dict__.get(_SLOT) is not None:
-                    self._skip(p.name, path, "already compiled outside this session")
-                    continue
-                options = dataclasses.replace(
-                    self.options,
-                    auto_cudagraphs=p.spec.cudagraphs,
-                    auto_options=p.spec.inductor_options,
-                )
-                region = CompiledRegion(
-                    module,
-                    self._add(RegionReport(model=p.name, region=path)),
-                    options,
-                    pad_batch=p.spec.pad_batch,
-                    artifacts=artifacts,
-                    owner=f"{type(model).__module__}.{type(model).__qualname__}",
-                    opaque=p.spec.opaque,
-                )
-                region.install()
+        regions = self._plan_regions(artifacts)
+        # All or nothing: a failure while installing leaves no model compiled.
+        try:
+            for region in regions:
                 self._open.append(region)
+                region.install()
+        except BaseException:
+            self._restore()
+            raise
+        self._active = True
         if self._open:
             logger.info(
                 "torch.compile enabled for "
@@ -153,6 +134,55 @@ class CompileSession:
                 + " (compiles at the first step)"
             )
         return self
+
+    def _plan_regions(self, artifacts: Path | None) -> list[CompiledRegion]:
+        """Decide every model's regions before any of them is touched."""
+        out: list[CompiledRegion] = []
+        seen: set[int] = set()
+        for model in self.models:
+            name = type(model).__name__
+            try:
+                p = plan(model, self.regions)
+            except Exception as err:
+                if self.regions is not None and isinstance(err, (TypeError, ValueError)):
+                    raise  # the user's own regions are wrong: tell them
+                # An odd model must not end the forecast: it runs eagerly.
+                why = f"could not plan what to compile ({describe(err)})"
+                self._skip(name, "", why, warn=True)
+                continue
+            if not p.targets:
+                self._skip(p.name, "", p.reason or "nothing to compile")
+                continue
+            for path, module in p.targets:
+                if id(module) in seen:
+                    continue
+                seen.add(id(module))
+                if module.__dict__.get(MODULE_SLOT) is not None:
+                    self._skip(p.name, path, "already compiled outside this session")
+                    continue
+                options = dataclasses.replace(
+                    self.options,
+                    auto_cudagraphs=p.spec.cudagraphs,
+                    auto_options=p.spec.inductor_options,
+                )
+                report = RegionReport(model=p.name, region=path)
+                try:
+                    region = CompiledRegion(
+                        module,
+                        report,
+                        options,
+                        pad_batch=p.spec.pad_batch,
+                        artifacts=artifacts,
+                        owner=f"{type(model).__module__}.{type(model).__qualname__}",
+                        opaque=p.spec.opaque,
+                    )
+                except Exception as err:  # same: run this region eagerly
+                    why = f"could not prepare it ({describe(err)})"
+                    self._skip(p.name, path, why, warn=True)
+                    continue
+                self._add(report)
+                out.append(region)
+        return out
 
     def __exit__(
         self,
@@ -164,17 +194,16 @@ class CompileSession:
 
     def close(self) -> None:
         """Restore every model and log the summary (called by ``__exit__``)."""
+        self._restore()
+        logger.info(f"torch.compile: {self.report.summary()}")
+
+    def _restore(self) -> None:
+        # No torch._dynamo.reset(): each region's compiled code dies with it, and a
+        # reset would discard the user's own compiled functions and other sessions'.
         for region in reversed(self._open):
             region.restore()
         self._open = []
         self._active = False
-        if self.report.fell_back:
-            # A failed compile can leave Dynamo's caches in a state where the next
-            # compile in this process trips an internal assert; start it clean.
-            import torch._dynamo
-
-            torch._dynamo.reset()
-        logger.info(f"torch.compile: {self.report.summary()}")
 
     def warmup(
         self,
@@ -247,10 +276,10 @@ class CompileSession:
         self.report.regions.append(region)
         return region
 
-    def _skip(self, model: str, path: str, reason: str) -> None:
+    def _skip(self, model: str, path: str, reason: str, warn: bool = False) -> None:
         self._add(RegionReport(model=model, region=path, status="skipped", reason=reason))
         where = f"{model}.{path}" if path else model
-        logger.info(f"{where} runs eagerly: {reason}")
+        (logger.warning if warn else logger.info)(f"{where} runs eagerly: {reason}")
 
 
 def example_input(
