@@ -7,13 +7,19 @@ stores it, while the GPU sits idle. :class:`OverlappedIO` wraps any backend so t
 background thread waits for each copy and calls the wrapped backend's ``write`` with
 host tensors, in the order the workflow wrote them.
 
-Memory is bounded: at most ``max_pending`` steps wait in the queue (plus the one being
-written); a workflow that outruns its storage blocks in ``write`` until a slot frees.
-An exception raised by the wrapped backend is re-raised in the calling thread at the
-next ``write``, ``add_array``, ``flush`` or ``close``, and the writer accepts nothing
-after it. ``flush`` waits for every queued write. The workflows of
-:mod:`earth2studio_compile.run` flush an ``OverlappedIO`` before they return; with
-upstream's workflows use it as a context manager (or call ``close()``).
+Memory is bounded: host copies exist for at most ``max_pending + 1`` steps (one being
+written, the others queued); a workflow that outruns its storage blocks in ``write``,
+before copying, until the oldest step is written. An exception raised by the wrapped
+backend reaches the calling thread once, as the original exception object, at the next
+``write``, ``add_array``, ``flush`` or ``close``. The writer accepts nothing after it:
+later ``write`` and ``add_array`` calls raise a ``RuntimeError`` chained to it, while
+``flush`` and ``close`` do not raise it again. ``flush`` waits for every queued write.
+The workflows of :mod:`earth2studio_compile.run` flush an ``OverlappedIO`` before they
+return; with upstream's workflows use it as a context manager (or call ``close()``).
+
+A writer that is never closed still loses nothing: dropping its last reference, or the
+interpreter exiting, flushes its pending writes with a WARNING. Closing it is still
+the way to close the wrapped backend at a known point, and to see a write error.
 
 Examples
 --------
@@ -27,8 +33,10 @@ Examples
 
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from types import TracebackType
@@ -42,6 +50,9 @@ __all__ = ["OverlappedIO"]
 
 # Sentinel that stops the worker thread.
 _STOP = object()
+
+# Wrappers not yet garbage, for the exit hook; weak, so that it keeps none alive.
+_live: weakref.WeakSet[OverlappedIO] = weakref.WeakSet()
 
 
 class _Job:
@@ -62,6 +73,70 @@ class _Job:
         self.events = events
 
 
+class _State:
+    """What the worker thread shares with its :class:`OverlappedIO`.
+
+    The worker holds this, never the wrapper: a thread keeps its target's referents
+    alive, and a wrapper kept alive by its own worker is never finalized, so an unclosed
+    one would lose its pending writes when the (daemon) worker dies at exit.
+    """
+
+    __slots__ = ("delivered", "error", "io", "orphaned", "queue", "slots", "written")
+
+    def __init__(self, io: Any, max_pending: int) -> None:
+        self.io = io
+        # Unbounded: the slots bound the jobs, and the stop sentinel must always fit.
+        self.queue: queue.Queue = queue.Queue()
+        # One per step whose host copies exist (queued or being written); taken before
+        # the copies are made, released once the backend is done with them.
+        self.slots = threading.BoundedSemaphore(max_pending + 1)
+        self.error: BaseException | None = None
+        # The caller has seen ``error``: raise it once, never twice.
+        self.delivered = False
+        self.written = 0
+        # The wrapper was finalized on the worker thread, which then closes the backend.
+        self.orphaned = False
+
+
+def _close_backend(io: Any) -> None:
+    close = getattr(io, "close", None)
+    if callable(close):
+        close()
+
+
+def _work(state: _State) -> None:
+    """The worker thread: write each job in order until the stop sentinel."""
+    while True:
+        job = state.queue.get()
+        if job is _STOP:
+            state.queue.task_done()
+            return
+        try:
+            if state.error is None:  # after an error, write nothing out of order
+                for event in job.events:
+                    event.synchronize()
+                state.io.write(job.x, job.coords, job.array_name)
+                state.written += 1
+        except BaseException as err:  # surfaced in the caller's thread
+            state.error = err
+            logger.debug(f"OverlappedIO: write failed in the background: {err!r}")
+        finally:
+            # Free the host copies before the slot: the next write copies once it has
+            # the slot, and both must not exist at once.
+            job.x = job.events = None
+            state.slots.release()
+            state.queue.task_done()
+        if state.orphaned and state.queue.empty():
+            # Nobody can queue more: the wrapper is gone.
+            try:
+                _close_backend(state.io)
+            except Exception as err:  # no caller left to raise it in
+                logger.error(
+                    f"OverlappedIO: closing {type(state.io).__name__} failed: {err!r}"
+                )
+            return
+
+
 class OverlappedIO:
     """An IO backend wrapper that writes on a background thread.
 
@@ -73,7 +148,8 @@ class OverlappedIO:
         thread, never concurrently
     max_pending : int, optional
         Steps that may wait in the queue before ``write`` blocks, by default 2. Host
-        memory in use is at most ``max_pending + 1`` steps of output
+        memory in use is at most ``max_pending + 1`` steps of output: ``write`` waits
+        for the oldest step to be written before it copies a new one
     pin_memory : bool | None, optional
         Copy CUDA tensors into pinned (page-locked) host memory, which lets the copy
         run asynchronously; by default None, meaning yes whenever CUDA is available
@@ -84,6 +160,12 @@ class OverlappedIO:
         ``io`` lacks ``add_array``/``write``, or ``max_pending`` is not an int
     ValueError
         ``max_pending`` < 1
+
+    Notes
+    -----
+    One left unclosed is flushed, with a WARNING, when its last reference is dropped
+    (and then the wrapped backend is closed), or else at interpreter exit (the backend
+    is left as it is); a write error found then is logged.
     """
 
     def __init__(
@@ -106,11 +188,16 @@ class OverlappedIO:
         self.io = io
         self.max_pending = int(max_pending)
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
-        self.written = 0
-        self._queue: queue.Queue = queue.Queue(maxsize=self.max_pending)
-        self._error: BaseException | None = None
+        self._state = _State(io, self.max_pending)
+        self._queue = self._state.queue
         self._worker: threading.Thread | None = None
         self._closed = False
+        _live.add(self)
+
+    @property
+    def written(self) -> int:
+        """Writes that reached the wrapped backend so far."""
+        return self._state.written
 
     # -- the IOBackend protocol -------------------------------------------------------
     def add_array(
@@ -126,8 +213,16 @@ class OverlappedIO:
             Names of the arrays
         **kwargs : Any
             Passed to the wrapped backend's ``add_array``
+
+        Raises
+        ------
+        Exception
+            Whatever an earlier background write raised, if not raised before
+        RuntimeError
+            An earlier background write failed and was raised before
         """
         self.flush()
+        self._check_error()
         self.io.add_array(coords, array_name, **kwargs)
 
     def write(
@@ -151,30 +246,40 @@ class OverlappedIO:
         Raises
         ------
         Exception
-            Whatever an earlier background write raised
+            Whatever an earlier background write raised, if not raised before
         RuntimeError
-            The writer was closed
+            The writer was closed, or stopped after an earlier write error that was
+            raised before
         """
         self._check()
-        tensors = [x] if isinstance(x, torch.Tensor) else list(x)
-        host, devices = [], set()
-        for t in tensors:
-            host.append(self._to_host(t))
-            if t.device.type == "cuda":
-                devices.add(t.device)
-        events = []
-        for device in devices:
-            event = torch.cuda.Event()
-            event.record(torch.cuda.current_stream(device))
-            events.append(event)
-        job = _Job(
-            host[0] if isinstance(x, torch.Tensor) else host,
-            OrderedDict((k, np.array(v, copy=True)) for k, v in coords.items()),
-            array_name if isinstance(array_name, str) else list(array_name),
-            events,
-        )
-        self._start()
-        # Blocks while max_pending jobs wait: the bound on host memory.
+        slots = self._state.slots
+        # Blocks while max_pending + 1 steps have host copies: the bound on host memory
+        # holds only if the slot is taken before copying.
+        slots.acquire()
+        try:
+            self._check()  # a write may have failed while this waited
+            tensors = [x] if isinstance(x, torch.Tensor) else list(x)
+            host, devices = [], set()
+            for t in tensors:
+                host.append(self._to_host(t))
+                if t.device.type == "cuda":
+                    devices.add(t.device)
+            events = []
+            for device in devices:
+                event = torch.cuda.Event()
+                event.record(torch.cuda.current_stream(device))
+                events.append(event)
+            job = _Job(
+                host[0] if isinstance(x, torch.Tensor) else host,
+                OrderedDict((k, np.array(v, copy=True)) for k, v in coords.items()),
+                array_name if isinstance(array_name, str) else list(array_name),
+                events,
+            )
+            self._start()
+        except BaseException:
+            slots.release()
+            raise
+        # Never blocks (the queue is unbounded): the slot already did.
         self._queue.put(job)
 
     # -- draining -----------------------------------------------------------------------
@@ -184,7 +289,7 @@ class OverlappedIO:
         Raises
         ------
         Exception
-            Whatever a background write raised
+            Whatever a background write raised, if not raised before
         """
         if self._worker is not None:
             self._queue.join()
@@ -196,7 +301,8 @@ class OverlappedIO:
         Raises
         ------
         Exception
-            Whatever a background write raised (the worker is stopped regardless)
+            Whatever a background write raised, if not raised before (the worker is
+            stopped and the wrapped backend closed regardless)
         """
         if self._closed:
             return
@@ -205,9 +311,9 @@ class OverlappedIO:
         finally:
             self._stop()
             self._closed = True
-        close = getattr(self.io, "close", None)
-        if callable(close):
-            close()
+            # A file-backed backend left open after a write error would keep its file
+            # handle and lose what it did write.
+            _close_backend(self.io)
 
     def __enter__(self) -> OverlappedIO:
         return self
@@ -238,16 +344,30 @@ class OverlappedIO:
         return self.io[key]
 
     def __del__(self) -> None:
-        worker = self.__dict__.get("_worker")
-        if worker is not None and worker.is_alive() and not self.__dict__.get("_closed"):
-            logger.warning(
-                f"OverlappedIO around {type(self.io).__name__} was not closed; "
-                "flushing its pending writes. Call close() or use it in a with block."
-            )
-            try:
-                self.close()
-            except Exception as err:  # a finalizer must not raise
-                logger.error(f"OverlappedIO: a pending write failed: {err!r}")
+        if not self._unclosed():
+            return
+        self._warn_unclosed("")
+        worker = self._worker
+        if threading.current_thread() is worker:
+            # The garbage collector ran this on the worker, which cannot wait for
+            # itself: it finishes the queue and closes the backend on its own.
+            self._state.orphaned = True
+            return
+        try:
+            self.close()
+        except Exception as err:  # a finalizer must not raise
+            logger.error(f"OverlappedIO: a pending write failed: {err!r}")
+
+    def _flush_at_exit(self) -> None:
+        if not self._unclosed():
+            return
+        self._warn_unclosed(" before exit")
+        try:
+            self.flush()
+        except Exception as err:  # nobody left to raise it in
+            logger.error(f"OverlappedIO: a pending write failed: {err!r}")
+        finally:
+            self._stop()
 
     # -- internals ------------------------------------------------------------------------
     def _to_host(self, t: torch.Tensor) -> torch.Tensor:
@@ -262,16 +382,45 @@ class OverlappedIO:
     def _check(self) -> None:
         if self._closed:
             raise RuntimeError("OverlappedIO is closed; create a new one to write again.")
+        self._check_error()
+
+    def _check_error(self) -> None:
         self._raise()
+        error = self._state.error
+        if error is not None:
+            # Raised once already; refusing silently would drop this write unnoticed.
+            raise RuntimeError(
+                f"OverlappedIO: the writer stopped after an earlier write error "
+                f"({error!r}); create a new one to write again."
+            ) from error
 
     def _raise(self) -> None:
-        if self._error is not None:
-            raise self._error
+        state = self._state
+        if state.error is not None and not state.delivered:
+            state.delivered = True
+            raise state.error
+
+    def _unclosed(self) -> bool:
+        # Read through __dict__: __init__ may have raised before setting these.
+        worker = self.__dict__.get("_worker")
+        closed = self.__dict__.get("_closed", True)
+        return worker is not None and worker.is_alive() and not closed
+
+    def _warn_unclosed(self, when: str) -> None:
+        logger.warning(
+            f"OverlappedIO around {type(self.io).__name__} was not closed{when}; "
+            f"flushing its {self._queue.unfinished_tasks} pending write(s). Call "
+            "close() or use it in a with block."
+        )
 
     def _start(self) -> None:
         if self._worker is None:
+            # Only the state, not self: see _State.
             self._worker = threading.Thread(
-                target=self._run, name=f"OverlappedIO({type(self.io).__name__})", daemon=True
+                target=_work,
+                args=(self._state,),
+                name=f"OverlappedIO({type(self.io).__name__})",
+                daemon=True,
             )
             self._worker.start()
 
@@ -280,24 +429,6 @@ class OverlappedIO:
             self._queue.put(_STOP)
             self._worker.join()
             self._worker = None
-
-    def _run(self) -> None:
-        while True:
-            job = self._queue.get()
-            try:
-                if job is _STOP:
-                    return
-                if self._error is not None:
-                    continue  # the caller will raise; write nothing out of order
-                for event in job.events:
-                    event.synchronize()
-                self.io.write(job.x, job.coords, job.array_name)
-                self.written += 1
-            except BaseException as err:  # surfaced in the caller's thread
-                self._error = err
-                logger.debug(f"OverlappedIO: write failed in the background: {err!r}")
-            finally:
-                self._queue.task_done()
 
 
 def drain(ios: Sequence[Any], failed: bool) -> None:
@@ -309,7 +440,8 @@ def drain(ios: Sequence[Any], failed: bool) -> None:
         The workflow's IO arguments
     failed : bool
         The workflow raised: wait for the writer but let the workflow's own
-        exception, not a writer error, reach the caller
+        exception, not a writer error, reach the caller (a write error the caller
+        has not seen is logged; one it has seen is not reported again)
     """
     for io in ios:
         if not isinstance(io, OverlappedIO):
@@ -321,3 +453,15 @@ def drain(ios: Sequence[Any], failed: bool) -> None:
             io.flush()
         except Exception as err:  # secondary to the workflow's exception
             logger.error(f"OverlappedIO: a pending write also failed: {err!r}")
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    """Flush every wrapper left unclosed when the interpreter exits.
+
+    Its worker is a daemon thread, stopped dead once the interpreter finalizes; atexit
+    callbacks run before that. Registered after torch and loguru are imported, so it
+    runs before their own exit hooks.
+    """
+    for io in list(_live):
+        io._flush_at_exit()

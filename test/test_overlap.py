@@ -6,15 +6,22 @@ writer, not Inductor.
 
 from __future__ import annotations
 
+import gc
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
+import weakref
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import TIME
+from conftest import TIME, messages
 
+import earth2studio_compile
 from earth2studio_compile import run, zoo
 from earth2studio_compile.bench.e2e import make_io
 from earth2studio_compile.overlap import OverlappedIO
@@ -77,6 +84,7 @@ class _Recorder:
         self.delay, self.fail_at = delay, fail_at
         self.writes: list[tuple[float, str]] = []
         self.thread_ids: set[int] = set()
+        self.closed = False
 
     def add_array(self, coords, array_name, **kwargs):
         pass
@@ -87,6 +95,9 @@ class _Recorder:
             raise OSError("disk full (injected)")
         time.sleep(self.delay)
         self.writes.append((float(x.flatten()[0]), array_name))
+
+    def close(self):
+        self.closed = True
 
 
 def test_writes_arrive_in_order_from_one_background_thread():
@@ -123,18 +134,97 @@ def test_queue_is_bounded_under_a_slow_writer():
     assert [v for v, _ in backend.writes] == [float(i) for i in range(8)]
 
 
-def test_writer_error_is_raised_in_the_caller_and_stops_the_writer():
+def test_writer_error_is_raised_once_and_stops_the_writer():
     backend = _Recorder(fail_at=2)
     io = OverlappedIO(backend)
     for i in range(3):
         io.write(torch.full((2,), float(i)), {}, "a")
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(OSError, match="disk full") as raised:
         io.flush()
-    with pytest.raises(OSError, match="disk full"):
-        io.write(torch.zeros(2), {}, "a")  # nothing is accepted after a failure
+    # Nothing is accepted after a failure, and the refusal carries the original error.
+    with pytest.raises(RuntimeError, match="earlier write error") as refused:
+        io.write(torch.zeros(2), {}, "a")
+    assert refused.value.__cause__ is raised.value
+    with pytest.raises(RuntimeError, match="earlier write error"):
+        io.add_array({}, "a")
     assert [v for v, _ in backend.writes] == [0.0, 1.0]
-    with pytest.raises(OSError):
+    # Delivered once: flushing and closing do not raise it again.
+    io.flush()
+    io.close()
+    assert backend.closed
+
+
+def test_close_closes_the_backend_after_a_write_error():
+    backend = _Recorder(fail_at=1)
+    io = OverlappedIO(backend)
+    for i in range(2):
+        io.write(torch.full((2,), float(i)), {}, "a")
+    with pytest.raises(OSError, match="disk full"):
         io.close()
+    assert backend.closed and [v for v, _ in backend.writes] == [0.0]
+
+
+@pytest.mark.parametrize("max_pending", [1, 2])
+def test_host_copies_never_exceed_max_pending_plus_one(max_pending, monkeypatch):
+    """The docstring's memory bound: one step being written plus max_pending queued."""
+    live, peak, lock = [0], [0], threading.Lock()
+
+    def gone():
+        with lock:
+            live[0] -= 1
+
+    to_host = OverlappedIO._to_host
+
+    def counting(self, t):
+        copy = to_host(self, t)
+        with lock:
+            live[0] += 1
+            peak[0] = max(peak[0], live[0])
+        weakref.finalize(copy, gone)
+        return copy
+
+    monkeypatch.setattr(OverlappedIO, "_to_host", counting)
+    backend = _Recorder(delay=0.05)
+    with OverlappedIO(backend, max_pending=max_pending) as io:
+        for i in range(8):
+            io.write(torch.full((4,), float(i)), {}, "a")
+    assert [v for v, _ in backend.writes] == [float(i) for i in range(8)]
+    assert peak[0] == max_pending + 1
+
+
+def test_a_write_error_reaches_the_caller_once(logs):
+    from earth2studio.io import KVBackend
+
+    class Failing(KVBackend):
+        def __init__(self):
+            super().__init__()
+            self.count, self.error = 0, None
+
+        def write(self, x, coords, array_name):
+            self.count += 1
+            if self.count == 2:
+                self.error = OSError("disk full (injected)")
+                raise self.error
+            super().write(x, coords, array_name)
+
+    class SlowCaller(OverlappedIO):
+        # Steps slower than the writes: the error is raised at the next write, inside
+        # the workflow, which then drains its IO with failed=True.
+        def write(self, x, coords, array_name):
+            super().write(x, coords, array_name)
+            time.sleep(0.2)
+
+    backend = Failing()
+    io = SlowCaller(backend)
+    model = zoo.build("persistence")
+    with pytest.raises(OSError, match="disk full") as raised:
+        run.deterministic(
+            TIME, NSTEPS, model, zoo.random_source(model), io, verbose=False
+        )
+    assert raised.value is backend.error and backend.count == 2
+    io.close()  # delivered: not raised again
+    reports = messages(logs, "ERROR") + messages(logs, "WARNING")
+    assert not [m for m in reports if "disk full" in m], reports
 
 
 def test_workflow_raises_a_background_write_error():
@@ -204,3 +294,84 @@ def test_bad_arguments_name_the_fix():
     io.close()
     with pytest.raises(RuntimeError, match="closed"):
         io.write(torch.zeros(1), {}, "a")
+
+
+def test_dropping_the_last_reference_flushes_with_a_warning(logs):
+    backend = _Recorder(delay=0.05)
+    io = OverlappedIO(backend)
+    for i in range(4):
+        io.write(torch.full((2,), float(i)), {}, "a")
+    del io
+    gc.collect()
+    # Flushed by the finalizer, before it returned: nothing was left to the daemon.
+    assert [v for v, _ in backend.writes] == [0.0, 1.0, 2.0, 3.0] and backend.closed
+    warnings = [m for m in messages(logs, "WARNING") if "not closed" in m]
+    assert len(warnings) == 1 and "_Recorder" in warnings[0]
+
+
+def test_a_finalizer_run_by_the_worker_does_not_wait_for_itself(logs):
+    released = threading.Event()
+
+    class Collecting(_Recorder):
+        def write(self, x, coords, array_name):
+            if not self.writes:
+                # Garbage collection may run in any thread, here the writer's own.
+                released.wait(5)
+                gc.collect()
+            super().write(x, coords, array_name)
+
+    backend = Collecting(delay=0.01)
+    gc.disable()  # only the worker's collect() may free the wrapper
+    try:
+        io = OverlappedIO(backend)
+        io.cycle = io  # unreachable only once the reference below is dropped
+        for i in range(3):
+            io.write(torch.full((2,), float(i)), {}, "a")
+        del io
+        released.set()
+        deadline = time.monotonic() + 10
+        while not backend.closed and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        gc.enable()
+    assert backend.closed and [v for v, _ in backend.writes] == [0.0, 1.0, 2.0]
+    assert [m for m in messages(logs, "WARNING") if "not closed" in m]
+
+
+def test_an_unclosed_writer_is_flushed_at_exit(tmp_path):
+    out = tmp_path / "writes.txt"
+    script = textwrap.dedent(
+        f"""
+        import time
+
+        import torch
+
+        from earth2studio_compile.overlap import OverlappedIO
+
+        class FileBackend:
+            def add_array(self, coords, array_name, **kwargs):
+                pass
+
+            def write(self, x, coords, array_name):
+                time.sleep(0.05)
+                with open({str(out)!r}, "a") as f:
+                    f.write(f"{{float(x[0])}}\\n")
+
+        io = OverlappedIO(FileBackend())
+        for i in range(4):
+            io.write(torch.full((2,), float(i)), {{}}, "a")
+        """
+    )
+    # The child imports this checkout, wherever the package is installed from.
+    root = str(Path(earth2studio_compile.__file__).parents[1])
+    path = [root, *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert out.read_text().split() == ["0.0", "1.0", "2.0", "3.0"], done.stderr
+    assert "WARNING" in done.stderr
+    assert "OverlappedIO around FileBackend was not closed" in done.stderr, done.stderr
+    assert "pending" in done.stderr
