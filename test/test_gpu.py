@@ -106,3 +106,67 @@ def test_overlapped_writing_from_the_gpu_loses_nothing():
     for var, ref in eager.items():
         assert torch.equal(overlapped[var], ref), var
         assert rel_l2(compiled[var], ref) <= REL_L2, var
+
+
+def test_in_place_state_update_on_gpu_matches_eager():
+    # A recurrent core updating its state argument, with the CUDA-graph default: the
+    # caller's state must see every update (issue: the update landed on a copy).
+    from test_reliability import StatefulCore
+
+    class Holder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.core = StatefulCore(2)
+
+    torch.manual_seed(0)
+    model = Holder().cuda()
+    xs = [torch.randn(1, 2, 16, 32, device="cuda") for _ in range(5)]
+
+    def rollout() -> tuple[list[torch.Tensor], torch.Tensor]:
+        state = torch.zeros(1, 2, 16, 32, device="cuda")
+        with torch.inference_mode():
+            outs = [model.core(x, state).clone() for x in xs]
+        return outs, state
+
+    eager, eager_state = rollout()
+    with CompileSession(model) as session:
+        compiled, compiled_state = rollout()
+    assert session.report.regions[0].status == "compiled", session.report.summary()
+    assert rel_l2(compiled_state, eager_state) <= REL_L2
+    for a, b in zip(compiled, eager):
+        assert rel_l2(a, b) <= REL_L2
+
+
+def test_plain_sequential_diagnostic_reports_what_ran():
+    # On an H100 a plain nn.Sequential core was reported "compiled in 0.0 s,
+    # 0 graph(s)": compiled must mean that compiled code ran for this region.
+    class Diagnostic(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Sequential(
+                torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 32)
+            )
+
+    model = Diagnostic().cuda()
+    x = torch.randn(8, 32, device="cuda")
+    for _ in range(2):  # a second session on the same module compiles again
+        with CompileSession(model) as session, torch.inference_mode():
+            outs = [model.net(x) for _ in range(3)]
+        region = session.report.regions[0]
+        assert region.status == "compiled" and region.graphs >= 1, session.report.summary()
+        with torch.inference_mode():
+            assert rel_l2(outs[-1], model.net(x)) <= REL_L2
+
+
+def test_more_regions_than_the_recompile_limit_on_gpu(logs):
+    from test_reliability import Blocks
+
+    model = Blocks().cuda()
+    with CompileSession(model) as session, torch.inference_mode():
+        outs = [b(torch.ones(2, b.in_features, device="cuda")) for b in model.blocks]
+    assert {r.status for r in session.report.regions} == {"compiled"}
+    with torch.inference_mode():
+        for b, out in zip(model.blocks, outs):
+            ref = b(torch.ones(2, b.in_features, device="cuda"))
+            assert rel_l2(out, ref) <= REL_L2
+    assert not messages(logs, "WARNING")
