@@ -4,9 +4,10 @@ Two layers, both under :func:`cache_root` (default ``$EARTH2STUDIO_CACHE/compile
 i.e. ``~/.cache/earth2studio/compile``, next to Earth2Studio's model and data caches):
 
 ``inductor/``
-    Inductor's local on-disk cache (``TORCHINDUCTOR_CACHE_DIR``), used when you have
-    not set that variable yourself. PyTorch's default lives in ``/tmp`` and is lost
-    on reboot.
+    Inductor's local on-disk cache (``TORCHINDUCTOR_CACHE_DIR``), used unless you
+    set that variable yourself. PyTorch's default lives in ``/tmp`` and is lost on
+    reboot. Importing PyTorch's compiler sets the variable to that default, so a
+    value equal to it does not count as yours (see :func:`use_local_cache`).
 ``artifacts/``
     One bundle per compiled region, keyed by model class, core class, parameter and
     input shapes and dtypes, device name, options and torch/triton/Python versions.
@@ -17,10 +18,15 @@ i.e. ``~/.cache/earth2studio/compile``, next to Earth2Studio's model and data ca
     every kernel. Copy ``artifacts/`` to a new node and its first compile is warm.
 
 Set ``EARTH2STUDIO_COMPILE_CACHE`` to move the root, or to ``off`` (``0``,
-``false``, ``none``, empty) to disable both layers. A bundle that cannot be read or
-was made for something else is ignored with one WARNING and the region compiles
-cold: a cache can cost time, never a wrong result or a crash. Whatever a bundle
-holds, Inductor checks its own keys before using an entry.
+``false``, ``none``, empty) to disable both layers. A bundle that cannot be read, was
+made for something else or fails its checks is ignored with one WARNING that names
+it, and the region compiles cold (and saves a fresh bundle over it): a cache can cost
+time, never a wrong result or a crash. ``meta.json`` in each bundle records a sha256
+of every other member; a bundle is read and verified whole before anything from it
+is written, because Inductor trusts the files in its local cache by name and a
+damaged kernel planted there would break every later compile on that cache. Kernel
+files are written under temporary names and renamed only when all are written, and
+never replace a file already there.
 """
 
 from __future__ import annotations
@@ -44,13 +50,18 @@ from torch.utils._pytree import tree_flatten
 
 ENV = "EARTH2STUDIO_COMPILE_CACHE"
 _OFF = {"", "0", "off", "false", "none", "no"}
-FORMAT = 1
+# 2: meta.json holds a sha256 of every other member; bundles without them are
+# ignored.
+FORMAT = 2
 # Directories of the local Inductor cache that PyTorch's artifacts already carry,
 # or that only hold lock files.
 _SKIP_DIRS = {"locks", "fxgraph", "aotautograd"}
 _META = "meta.json"
 _MEGA = "torch-artifacts.bin"
 _FILES = "local/"
+_TMP = ".e2sc-"  # prefix of files being written; never part of a bundle
+# The local cache directory use_local_cache last set, so a later call may move it.
+_SET_HERE: str | None = None
 
 
 def cache_root() -> Path | None:
@@ -71,11 +82,34 @@ def cache_root() -> Path | None:
     return Path(base).expanduser() / "compile"
 
 
+def _torch_default_cache_dir() -> str | None:
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    except ImportError:  # a torch without Inductor: nothing to compare with
+        return None
+    return os.path.abspath(default_cache_dir())
+
+
 def use_local_cache(root: Path) -> Path:
     """Point Inductor's local cache at ``root/inductor`` unless the user chose one.
 
-    Inductor reads ``TORCHINDUCTOR_CACHE_DIR`` at each lookup and sets it itself on
-    first use, so this only takes effect in a process that has not compiled yet.
+    ``TORCHINDUCTOR_CACHE_DIR`` counts as the user's choice only when it names
+    something other than torch's own default (``default_cache_dir()``, e.g.
+    ``/tmp/torchinductor_$USER``) and other than a directory this function set
+    earlier in the process: importing ``torch._dynamo`` (as this package does) calls
+    Inductor's ``cache_dir()``, which sets the variable to that default, so "set"
+    alone says nothing about the user.
+
+    Moving it is safe at any time, also after a compile. In torch 2.14.1 Inductor
+    calls ``cache_dir()``, which reads the variable, at every lookup and write (FX
+    graph, AOTAutograd and kernel caches, locks), and compile workers are handed
+    the parent's value with each task. What stays behind: the local autotune cache
+    path is memoized (``CacheBase.get_local_cache_path``: cleared here), the first
+    Triton kernel sets ``TRITON_CACHE_DIR`` once to ``<cache dir>/triton/<device>``
+    (moved here when it points under the old directory), Dynamo's precompile cache
+    path is fixed at import (used only with ``caching_precompile``), and precompiled
+    C++ headers always go under torch's default. Kernels already loaded in this
+    process keep working from wherever they were built.
 
     Parameters
     ----------
@@ -87,12 +121,33 @@ def use_local_cache(root: Path) -> Path:
     Path
         The local cache directory in effect
     """
-    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
-        local = root / "inductor"
-        local.mkdir(parents=True, exist_ok=True)
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(local)
-        logger.debug(f"Inductor cache: {local}")
-    return Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+    global _SET_HERE
+    value = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    current = os.path.abspath(value) if value else None
+    if current is not None and current not in (_torch_default_cache_dir(), _SET_HERE):
+        return Path(value)  # type: ignore[arg-type]
+    local = (root / "inductor").expanduser().absolute()
+    local.mkdir(parents=True, exist_ok=True)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = _SET_HERE = str(local)
+    if current is not None and current != str(local):
+        _forget(Path(current), local)
+    logger.debug(f"Inductor cache: {local}")
+    return local
+
+
+def _forget(old: Path, new: Path) -> None:
+    """Drop what Inductor derived from the local cache directory it used before."""
+    triton = os.environ.get("TRITON_CACHE_DIR")
+    if triton and Path(triton).parent == old / "triton":
+        os.environ["TRITON_CACHE_DIR"] = str(new / "triton" / Path(triton).name)
+    codecache = sys.modules.get("torch._inductor.codecache")
+    clear = getattr(
+        getattr(getattr(codecache, "CacheBase", None), "get_local_cache_path", None),
+        "cache_clear",
+        None,
+    )
+    if clear is not None:
+        clear()
 
 
 def device_name(device: torch.device) -> str:
@@ -201,6 +256,8 @@ def _list_files(local: Path) -> set[str]:
             dirnames[:] = []
             continue
         for name in filenames:
+            if name.startswith(_TMP):
+                continue
             out.add(os.path.normpath(os.path.join(rel, name)))
     return out
 
@@ -229,7 +286,13 @@ class ArtifactCache:
         self._before: set[str] = set()
 
     def load(self) -> str | None:
-        """Unpack the bundle into the local caches before the first compile.
+        """Verify the bundle, then unpack it into the local caches before the first
+        compile.
+
+        Every member is read and checked against the key fields and the sha256 in
+        ``meta.json`` before anything is written: a damaged kernel file planted in
+        Inductor's local cache would be loaded by every later compile on that cache,
+        whatever this package's settings, since Inductor trusts files by name.
 
         Returns
         -------
@@ -240,18 +303,9 @@ class ArtifactCache:
         if not self.path.exists():
             return None
         try:
-            with tarfile.open(self.path) as tar:
-                meta = json.loads(tar.extractfile(_META).read())  # type: ignore[union-attr]
-                if meta.get("fields") != json.loads(json.dumps(self.fields, default=str)):
-                    diff = sorted(
-                        k for k in self.fields if meta.get("fields", {}).get(k) != self.fields[k]
-                    )
-                    raise ValueError(f"made for a different {', '.join(diff) or 'key'}")
-                self._unpack(tar)
-                names = tar.getnames()
-                if _MEGA in names and hasattr(torch.compiler, "load_cache_artifacts"):
-                    torch.compiler.load_cache_artifacts(tar.extractfile(_MEGA).read())  # type: ignore[union-attr]
-        except Exception as err:  # any unreadable bundle: compile cold instead
+            kernels, mega = self._verified()
+            self._plant(kernels, mega)
+        except Exception as err:  # any unreadable or damaged bundle: compile cold
             reason = f"{type(err).__name__}: {err}"
             logger.warning(
                 f"Ignoring compile cache bundle {self.path} ({reason}); compiling "
@@ -262,24 +316,81 @@ class ArtifactCache:
         logger.debug(f"Loaded compile cache bundle {self.path}")
         return "loaded"
 
-    def _unpack(self, tar: tarfile.TarFile) -> None:
+    def _verified(self) -> tuple[list[tuple[Path, bytes, int]], bytes | None]:
+        """Read and check the whole bundle; raise on the first fault.
+
+        Returns
+        -------
+        tuple[list[tuple[Path, bytes, int]], bytes | None]
+            (target path, data, mode) of each kernel file, and PyTorch's artifacts
+        """
         local = self.local.resolve()
-        for member in tar.getmembers():
-            if not member.name.startswith(_FILES) or not member.isfile():
+        with tarfile.open(self.path) as tar:
+            members: dict[str, tuple[bytes, int]] = {}
+            for member in tar.getmembers():
+                if not member.isfile():
+                    raise ValueError(f"unexpected member {member.name!r}")
+                if member.name in members:
+                    raise ValueError(f"duplicate member {member.name!r}")
+                data = tar.extractfile(member).read()  # type: ignore[union-attr]
+                members[member.name] = (data, member.mode)
+        if _META not in members:
+            raise ValueError(f"no {_META}")
+        meta = json.loads(members.pop(_META)[0])
+        fields = meta.get("fields") if isinstance(meta, dict) else None
+        expected = json.loads(json.dumps(self.fields, default=str))
+        if not isinstance(fields, dict) or fields != expected:
+            found = fields if isinstance(fields, dict) else {}
+            diff = sorted(k for k in expected if found.get(k) != expected[k])
+            raise ValueError(f"made for a different {', '.join(diff) or 'key'}")
+        sums = meta.get("sha256")
+        if not isinstance(sums, dict) or not sums:
+            raise ValueError("no checksums")
+        if set(sums) != set(members):
+            odd = sorted(set(sums) ^ set(members))
+            raise ValueError(f"checksums and members differ: {', '.join(odd[:3])}")
+        kernels = []
+        for name, (data, mode) in members.items():
+            if hashlib.sha256(data).hexdigest() != sums[name]:
+                raise ValueError(f"checksum mismatch for {name}")
+            if name == _MEGA:
                 continue
-            rel = member.name[len(_FILES):]
-            target = (local / rel).resolve()
-            if local not in target.parents:
-                raise ValueError(f"unsafe path {member.name!r}")
-            if target.exists():
-                continue  # never overwrite what this machine built itself
-            target.parent.mkdir(parents=True, exist_ok=True)
-            data = tar.extractfile(member).read()  # type: ignore[union-attr]
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".e2sc-")
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, target)
-            os.chmod(target, member.mode & 0o777 or 0o644)
+            if not name.startswith(_FILES):
+                raise ValueError(f"unexpected member {name!r}")
+            target = (local / name.removeprefix(_FILES)).resolve()
+            if local not in target.parents or target.name.startswith(_TMP):
+                raise ValueError(f"unsafe path {name!r}")
+            kernels.append((target, data, mode & 0o777 or 0o644))
+        return kernels, members[_MEGA][0] if _MEGA in members else None
+
+    @staticmethod
+    def _plant(kernels: list[tuple[Path, bytes, int]], mega: bytes | None) -> None:
+        """Write verified kernel files, all or none, then load PyTorch's artifacts."""
+        staged: list[tuple[str, Path]] = []
+        planted: list[Path] = []
+        try:
+            # Everything goes to temporary names first, so that a full disk or a
+            # crash leaves no partial kernel file under a name Inductor would trust.
+            for target, data, mode in kernels:
+                if target.exists():
+                    continue  # never overwrite what this machine built itself
+                target.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=_TMP)
+                staged.append((tmp, target))
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.chmod(tmp, mode)
+            for tmp, target in staged:
+                os.replace(tmp, target)
+                planted.append(target)
+            if mega is not None and hasattr(torch.compiler, "load_cache_artifacts"):
+                torch.compiler.load_cache_artifacts(mega)
+        except BaseException:
+            for tmp, _ in staged:
+                Path(tmp).unlink(missing_ok=True)
+            for target in planted:
+                target.unlink(missing_ok=True)
+            raise
 
     def save(self) -> bool:
         """Write the bundle after a cold first compile.
@@ -297,32 +408,45 @@ class ArtifactCache:
                 mega = saved[0] if saved is not None else None
             if mega is None and not new:
                 return False
+            # Each file is read once, so that its checksum and its bytes in the
+            # bundle agree even if Inductor rewrites it meanwhile.
+            members: dict[str, tuple[bytes, int]] = {}
+            if mega is not None:
+                members[_MEGA] = (mega, 0o644)
+            for rel in new:
+                path = self.local / rel
+                if path.is_file():
+                    members[_FILES + rel.replace(os.sep, "/")] = (
+                        path.read_bytes(),
+                        path.stat().st_mode & 0o777,
+                    )
+            sums = {n: hashlib.sha256(d).hexdigest() for n, (d, _) in members.items()}
+            meta = {"fields": self.fields, "sha256": sums}
             self.directory.mkdir(parents=True, exist_ok=True)
             buffer = io.BytesIO()
             with tarfile.open(fileobj=buffer, mode="w") as tar:
-                meta = json.dumps({"fields": self.fields}, default=str, indent=1).encode()
-                _add_bytes(tar, _META, meta)
-                if mega is not None:
-                    _add_bytes(tar, _MEGA, mega)
-                for rel in new:
-                    path = self.local / rel
-                    if path.is_file():
-                        tar.add(path, arcname=_FILES + rel.replace(os.sep, "/"))
-            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".e2sc-")
-            with os.fdopen(fd, "wb") as f:
-                f.write(buffer.getvalue())
-            os.replace(tmp, self.path)
+                _add_bytes(tar, _META, json.dumps(meta, default=str, indent=1).encode())
+                for name, (data, mode) in members.items():
+                    _add_bytes(tar, name, data, mode)
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=_TMP)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(buffer.getvalue())
+                os.replace(tmp, self.path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
         except Exception as err:  # a full disk must not break a forecast
             logger.warning(f"Could not write compile cache bundle {self.path}: {err}")
             return False
-        logger.debug(f"Saved compile cache bundle {self.path} ({len(new)} kernel files)")
+        logger.debug(f"Saved compile cache bundle {self.path} ({len(members)} members)")
         return True
 
 
-def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None:
     info = tarfile.TarInfo(name)
     info.size = len(data)
-    info.mode = 0o644
+    info.mode = mode
     tar.addfile(info, io.BytesIO(data))
 
 

@@ -9,10 +9,15 @@ hit/miss counts) rather than a wall-clock ratio; the ratio is the benchmark's jo
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
+import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -113,6 +118,240 @@ def test_bundle_made_for_another_version_is_not_used(bundles, logs, monkeypatch)
     _, region = _toy_rollout(model)
     assert region.artifact.startswith("ignored: ValueError: made for a different torch")
     assert any("made for a different torch" in m for m in messages(logs, "WARNING"))
+
+
+@pytest.fixture(scope="module")
+def saved_bundle(tmp_path_factory) -> Path:
+    """One real bundle, from a cold compile of the toy model into an empty local
+    Inductor cache so that it holds kernel files as well as torch's artifacts."""
+    tmp = tmp_path_factory.mktemp("saved-bundle")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(cache.ENV, str(tmp / "root"))
+        mp.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp / "local"))
+        torch._dynamo.reset()
+        _, region = _toy_rollout(zoo.build("toy"))
+        torch._dynamo.reset()
+    assert region.artifact == "saved"
+    (path,) = (tmp / "root" / "artifacts").glob("*.tar")
+    with tarfile.open(path) as tar:
+        names = tar.getnames()
+    assert cache._MEGA in names and any(n.startswith(cache._FILES) for n in names)
+    return path
+
+
+def _files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.rglob("*") if p.is_file())
+
+
+def _load_copy(
+    bundle: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    change: Callable[[Path], None] | None = None,
+) -> tuple[str | None, Path, Path]:
+    """Copy ``bundle`` into a fresh cache, apply ``change`` to the copy, load it into an
+    empty local cache; return (report, bundle path, local cache)."""
+    directory = tmp_path / "artifacts"
+    directory.mkdir(parents=True)
+    path = directory / bundle.name
+    shutil.copy(bundle, path)
+    if change is not None:
+        change(path)
+    with tarfile.open(bundle) as tar:
+        fields = json.loads(tar.extractfile(cache._META).read())["fields"]
+    assert cache.artifact_key(fields) == path.stem
+    local = tmp_path / "local"
+    local.mkdir()
+    # torch.compiler.load_cache_artifacts writes into the local cache in effect.
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(local))
+    return cache.ArtifactCache(directory, local, fields).load(), path, local
+
+
+def _damage(member: Callable[[tarfile.TarInfo], bool]) -> Callable[[Path], None]:
+    """Flip bytes inside the first matching member's data; the tar stays readable."""
+
+    def change(path: Path) -> None:
+        with tarfile.open(path) as tar:
+            info = next(m for m in tar.getmembers() if member(m) and m.size >= 16)
+        data = bytearray(path.read_bytes())
+        middle = info.offset_data + info.size // 2
+        data[middle : middle + 8] = bytes(b ^ 0xFF for b in data[middle : middle + 8])
+        path.write_bytes(bytes(data))
+        with tarfile.open(path) as tar:
+            assert info.name in tar.getnames()
+
+    return change
+
+
+def _kernel_file(m: tarfile.TarInfo) -> bool:
+    return m.name.startswith(cache._FILES) and m.name.endswith((".so", ".cpp", ".py"))
+
+
+@pytest.mark.parametrize(
+    "member",
+    [_kernel_file, lambda m: m.name == cache._MEGA],
+    ids=["kernel", "torch-blob"],
+)
+def test_damaged_bundle_is_ignored_before_anything_is_planted(
+    saved_bundle, tmp_path, monkeypatch, logs, member
+):
+    change = _damage(member)
+    report, path, local = _load_copy(saved_bundle, tmp_path, monkeypatch, change)
+    assert report is not None and report.startswith("ignored: ")
+    assert "checksum" in report
+    warnings = messages(logs, "WARNING")
+    assert len(warnings) == 1 and str(path) in warnings[0]
+    assert _files(local) == [], "a damaged bundle planted files in the local cache"
+
+
+def _rewrite_meta(change: Callable[[dict], None]) -> Callable[[Path], None]:
+    def rewrite(path: Path) -> None:
+        with tarfile.open(path) as tar:
+            members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+        meta = json.loads({m.name: d for m, d in members}[cache._META])
+        change(meta)
+        with tarfile.open(path, "w") as tar:
+            for info, data in members:
+                if info.name == cache._META:
+                    data = json.dumps(meta).encode()
+                    info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+
+    return rewrite
+
+
+def _old_format(meta: dict) -> None:
+    meta["fields"]["format"] = 1
+    meta.pop("sha256", None)
+
+
+def _no_checksums(meta: dict) -> None:
+    meta.pop("sha256", None)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [(_old_format, "made for a different format"), (_no_checksums, "checksum")],
+    ids=["old-format", "no-checksums"],
+)
+def test_bundle_without_checksums_is_ignored(
+    saved_bundle, tmp_path, monkeypatch, logs, change, reason
+):
+    rewrite = _rewrite_meta(change)
+    report, path, local = _load_copy(saved_bundle, tmp_path, monkeypatch, rewrite)
+    assert report is not None and report.startswith("ignored: ") and reason in report
+    warnings = messages(logs, "WARNING")
+    assert len(warnings) == 1 and str(path) in warnings[0]
+    assert _files(local) == []
+
+
+def test_sound_bundle_is_planted_whole_or_not_at_all(
+    saved_bundle, tmp_path, monkeypatch
+):
+    with tarfile.open(saved_bundle) as tar:
+        kernels = {
+            m.name.removeprefix(cache._FILES): tar.extractfile(m).read()
+            for m in tar.getmembers()
+            if m.name.startswith(cache._FILES)
+        }
+    # A write that fails half-way (a full disk) leaves no file behind, not even a
+    # temporary one.
+    real = os.replace
+    calls = []
+
+    def failing_replace(src, dst):
+        calls.append(dst)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        return real(src, dst)
+
+    monkeypatch.setattr(cache.os, "replace", failing_replace)
+    report, _, local = _load_copy(saved_bundle, tmp_path / "a", monkeypatch)
+    assert report is not None and report.startswith("ignored: OSError")
+    assert _files(local) == []
+    monkeypatch.setattr(cache.os, "replace", real)
+    report, _, local = _load_copy(saved_bundle, tmp_path / "b", monkeypatch)
+    assert report == "loaded"
+    planted = {p.relative_to(local).as_posix(): p.read_bytes() for p in _files(local)}
+    for rel, data in kernels.items():
+        assert planted[rel] == data, rel
+    assert not any(Path(rel).name.startswith(".e2sc-") for rel in planted)
+
+
+_LOCAL_CACHE_PROBE = textwrap.dedent(
+    """
+    import json, os, sys
+    from pathlib import Path
+
+    # Importing Dynamo sets TORCHINDUCTOR_CACHE_DIR to torch's default.
+    import torch
+    import torch._dynamo
+    from torch._inductor.runtime.cache_dir_utils import cache_dir, default_cache_dir
+
+    from earth2studio_compile import cache
+
+    root, compile_ = Path(sys.argv[1]), sys.argv[2] == "compile"
+    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    local = cache.use_local_cache(root)
+    if compile_:
+        torch.compile(lambda x: x.sin() * 2 + 1)(torch.randn(8, 8))
+    files = sorted(
+        p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file()
+    )
+    print(json.dumps({
+        "default": default_cache_dir(), "before": before, "local": str(local),
+        "env": os.environ["TORCHINDUCTOR_CACHE_DIR"], "inductor": cache_dir(),
+        "triton": os.environ.get("TRITON_CACHE_DIR"), "files": files,
+    }))
+    """
+)
+
+
+def _probe_local_cache(root: Path, compile_: bool = False, **env: str) -> dict:
+    # conftest sets TORCHINDUCTOR_CACHE_DIR for the suite; the child starts as a
+    # user's process would, without it.
+    cleared = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+    child = {k: v for k, v in os.environ.items() if k not in cleared}
+    checkout = str(Path(cache.__file__).resolve().parents[1])
+    child["PYTHONPATH"] = os.pathsep.join([checkout, child.get("PYTHONPATH", "")])
+    mode = "compile" if compile_ else "import"
+    out = subprocess.run(
+        [sys.executable, "-c", _LOCAL_CACHE_PROBE, str(root), mode],
+        env={**child, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_local_cache_goes_under_the_package_root_not_torch_default(tmp_path):
+    root = tmp_path / "root"
+    seen = _probe_local_cache(root, compile_=True)
+    assert seen["before"] == seen["default"]  # what torch did before any session
+    assert seen["env"] == seen["inductor"] == seen["local"] == str(root / "inductor")
+    # Inductor read the new value at the next compile: its graph and kernel land there.
+    assert any(f.startswith("fxgraph/") for f in seen["files"])
+    assert any(f.endswith(".so") for f in seen["files"])
+    # A Triton cache that Inductor derived from its own default moves along.
+    default = seen["default"]
+    triton = os.path.join(default, "triton", "0")
+    seen = _probe_local_cache(root, TRITON_CACHE_DIR=triton)
+    assert seen["triton"] == str(root / "inductor" / "triton" / "0")
+
+
+def test_local_cache_chosen_by_the_user_stays(tmp_path):
+    mine = tmp_path / "mine"
+    seen = _probe_local_cache(
+        tmp_path / "root",
+        TORCHINDUCTOR_CACHE_DIR=str(mine),
+        TRITON_CACHE_DIR=str(mine / "t"),
+    )
+    assert seen["before"] == seen["env"] == seen["inductor"] == str(mine)
+    assert seen["local"] == str(mine)
+    assert seen["triton"] == str(mine / "t")
+    assert not (tmp_path / "root").exists()
 
 
 def test_cache_false_and_env_off_write_nothing(tmp_path, monkeypatch):
