@@ -29,6 +29,7 @@ from earth2studio_compile import _torch
 from earth2studio_compile._torch import MODULE_SLOT, tree_flatten, tree_map
 from earth2studio_compile.cache import ArtifactCache, cache_state, key_fields
 from earth2studio_compile.opaque import OpaqueSubmodule, find_opaque
+from earth2studio_compile.metrics import synchronize
 from earth2studio_compile.options import CompileOptions
 from earth2studio_compile.report import RegionReport
 
@@ -58,11 +59,6 @@ def _no_grad() -> contextlib.AbstractContextManager[Any]:
     # grad enabled would trace an autograd graph it never uses. no_grad rather
     # than inference_mode keeps outputs usable by later in-place eager code.
     return torch.no_grad() if torch.is_grad_enabled() else contextlib.nullcontext()
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _first_line(err: BaseException) -> str:
@@ -316,7 +312,7 @@ class CompiledRegion:
             bundle = self._load_bundle(staged.args, kwargs, device) if first else None
             skips, fx = _torch.cudagraph_skips(), _torch.fx_cache_counts()
             if timed:
-                _sync(device)
+                synchronize(device)
                 start = time.perf_counter()
             with _no_grad(), _torch.call_context(self._recompile_limit(), self._warm(bundle)):
                 if self._cudagraphs:
@@ -332,7 +328,7 @@ class CompiledRegion:
             return self._recover(err, args, kwargs, time.perf_counter() - start)
         seconds = time.perf_counter() - start
         if timed:
-            _sync(device)
+            synchronize(device)
             self.probe.record("compiled", time.perf_counter() - start, r.calls)
         if first:
             if backend.runs == runs:
@@ -382,10 +378,10 @@ class CompiledRegion:
 
     def _probe_eager(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         device = _first_device(args, kwargs)
-        _sync(device)
+        synchronize(device)
         start = time.perf_counter()
         out = self.module._call_impl(*args, **kwargs)
-        _sync(device)
+        synchronize(device)
         self.probe.record("eager", time.perf_counter() - start, self.report.calls)
         return out
 
