@@ -346,7 +346,8 @@ class OverlappedIO:
     def __del__(self) -> None:
         if not self._unclosed():
             return
-        self._warn_unclosed("")
+        if self._queue.unfinished_tasks:
+            self._warn_unclosed("")
         worker = self._worker
         if threading.current_thread() is worker:
             # The garbage collector ran this on the worker, which cannot wait for
@@ -361,7 +362,10 @@ class OverlappedIO:
     def _flush_at_exit(self) -> None:
         if not self._unclosed():
             return
-        self._warn_unclosed(" before exit")
+        # Nothing pending is nothing lost: the documented pattern passes an
+        # OverlappedIO to a workflow (which flushes it) and never closes it.
+        if self._queue.unfinished_tasks:
+            self._warn_unclosed(" before exit")
         try:
             self.flush()
         except Exception as err:  # nobody left to raise it in
