@@ -14,6 +14,7 @@ import contextlib
 import functools
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -351,6 +352,15 @@ def call_context(recompile_limit: int | None, single_thread: bool) -> Iterator[N
         yield
 
 
+def recompile_limit() -> int | None:
+    """Dynamo's own ``recompile_limit`` setting, or None if unknown."""
+    if missing("dynamo_config"):
+        return None
+    import torch._dynamo.config as dynamo_config
+
+    return int(dynamo_config.recompile_limit)
+
+
 def is_recompile_limit_hit(err: BaseException) -> bool:
     """Whether ``err`` is Dynamo refusing to compile past the recompile limit."""
     return type(err).__name__ == "FailOnRecompileLimitHit"
@@ -388,8 +398,43 @@ def inductor_cache_dir() -> str:
     return cache_dir()
 
 
-def default_inductor_cache_dir() -> str:
+def default_inductor_cache_dir() -> str | None:
     """Where Inductor puts its cache when ``TORCHINDUCTOR_CACHE_DIR`` is unset."""
+    if missing("cache_dir"):
+        return None
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
     return os.path.abspath(default_cache_dir())
+
+
+def forget_local_cache_paths() -> None:
+    """Drop Inductor's memoized local cache paths (after the directory moved)."""
+    codecache = sys.modules.get("torch._inductor.codecache")
+    clear = getattr(
+        getattr(getattr(codecache, "CacheBase", None), "get_local_cache_path", None),
+        "cache_clear",
+        None,
+    )
+    if clear is not None:
+        clear()
+
+
+# -- opaque submodules ---------------------------------------------------------------------
+def real_tensors() -> contextlib.AbstractContextManager[Any]:
+    """Leave fake-tensor tracing for a block (to run a module on meta tensors)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    return unset_fake_temporarily()
+
+
+def reparametrized(
+    module: torch.nn.Module, state: dict[str, torch.Tensor]
+) -> contextlib.AbstractContextManager[Any]:
+    """``module`` with its parameters and buffers swapped for ``state`` in a block.
+
+    ``torch.func.functional_call`` does this for one call; the meta-tensor run
+    calls the module's saved ``forward`` instead, so the swap itself is needed.
+    """
+    from torch.nn.utils.stateless import _reparametrize_module
+
+    return _reparametrize_module(module, state)

@@ -46,7 +46,9 @@ from typing import Any
 
 import torch
 from loguru import logger
-from torch.utils._pytree import tree_flatten
+
+from earth2studio_compile import _torch
+from earth2studio_compile._torch import tree_flatten
 
 ENV = "EARTH2STUDIO_COMPILE_CACHE"
 _OFF = {"", "0", "off", "false", "none", "no"}
@@ -80,14 +82,6 @@ def cache_root() -> Path | None:
         return Path(value).expanduser()
     base = os.environ.get("EARTH2STUDIO_CACHE", str(Path.home() / ".cache" / "earth2studio"))
     return Path(base).expanduser() / "compile"
-
-
-def _torch_default_cache_dir() -> str | None:
-    try:
-        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-    except ImportError:  # a torch without Inductor: nothing to compare with
-        return None
-    return os.path.abspath(default_cache_dir())
 
 
 def use_local_cache(root: Path) -> Path:
@@ -124,7 +118,7 @@ def use_local_cache(root: Path) -> Path:
     global _SET_HERE
     value = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     current = os.path.abspath(value) if value else None
-    if current is not None and current not in (_torch_default_cache_dir(), _SET_HERE):
+    if current is not None and current not in (_torch.default_inductor_cache_dir(), _SET_HERE):
         return Path(value)  # type: ignore[arg-type]
     local = (root / "inductor").expanduser().absolute()
     local.mkdir(parents=True, exist_ok=True)
@@ -140,14 +134,7 @@ def _forget(old: Path, new: Path) -> None:
     triton = os.environ.get("TRITON_CACHE_DIR")
     if triton and Path(triton).parent == old / "triton":
         os.environ["TRITON_CACHE_DIR"] = str(new / "triton" / Path(triton).name)
-    codecache = sys.modules.get("torch._inductor.codecache")
-    clear = getattr(
-        getattr(getattr(codecache, "CacheBase", None), "get_local_cache_path", None),
-        "cache_clear",
-        None,
-    )
-    if clear is not None:
-        clear()
+    _torch.forget_local_cache_paths()
 
 
 def device_name(device: torch.device) -> str:
@@ -459,3 +446,77 @@ def cache_state(hits: int, misses: int) -> str | None:
     if hits:
         return "warm"
     return None
+
+
+class RegionBundle:
+    """One region's bundle around its first compile: load before, save after.
+
+    Parameters
+    ----------
+    directory : Path
+        Where bundles live (``cache_root() / "artifacts"``)
+    owner : str
+        Qualified class name of the model that owns the region
+    region : str
+        Dotted path of the region in the model
+    module : torch.nn.Module
+        The region's module
+    """
+
+    def __init__(
+        self, directory: Path, owner: str, region: str, module: torch.nn.Module
+    ) -> None:
+        self.directory = directory
+        self.owner = owner
+        self.region = region
+        self.module = module
+        self.cache: ArtifactCache | None = None
+
+    @property
+    def path(self) -> Path | None:
+        """The bundle file of the first call's key, once known."""
+        return self.cache.path if self.cache is not None else None
+
+    def load(
+        self,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        device: torch.device,
+        options: str,
+    ) -> str | None:
+        """Key the bundle on the first call and unpack it if there is one.
+
+        Returns
+        -------
+        str | None
+            ``"loaded"``, ``"ignored: <why>"``, or None (no bundle, or no key)
+        """
+        if _torch.missing("cache_dir"):
+            return None
+        try:
+            fields = key_fields(
+                self.owner, self.region, self.module, args, kwargs, options, device
+            )
+        except Exception as err:  # an odd argument must not stop the compile
+            logger.debug(f"No compile cache key for {self.owner}.{self.region}: {err}")
+            return None
+        self.cache = ArtifactCache(
+            self.directory, Path(_torch.inductor_cache_dir()), fields
+        )
+        return self.cache.load()
+
+    def finish(self, misses: int, artifact: str | None) -> str | None:
+        """Save a bundle after a compile that built something; the new status.
+
+        Parameters
+        ----------
+        misses : int
+            FX-graph cache misses of the first compile
+        artifact : str | None
+            The status :meth:`load` returned
+        """
+        if self.cache is None or not (misses or artifact != "loaded"):
+            return artifact
+        if not self.cache.save():
+            return artifact
+        return f"{artifact}; re-saved" if artifact else "saved"

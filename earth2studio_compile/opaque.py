@@ -22,18 +22,37 @@ never touched.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import torch
 
+from earth2studio_compile import _torch
+
 __all__ = ["OpaqueSubmodule", "find_opaque"]
 
 _FORWARD = "forward"
-# Handles are plain ints so Dynamo can bake them into the graph as constants.
+# Handles are plain ints so Dynamo can bake them into the graph as constants. They
+# are derived from what the operator is (its label), never from a process-wide
+# counter, so the compiled graph, and Inductor's cache key for it, do not depend on
+# the order in which sessions were created.
 _MODULES: dict[int, OpaqueSubmodule] = {}
-_HANDLES = itertools.count()
+
+
+def _handle(label: str, module: torch.nn.Module) -> int:
+    """A stable handle for ``label``; the next free one if another live module has it.
+
+    Two *open* sessions on two instances of one model class share labels; only
+    then does the second get a different handle (and a graph of its own).
+    """
+    digest = hashlib.sha256(label.encode()).digest()
+    handle = int.from_bytes(digest[:6], "big")
+    while handle in _MODULES and _MODULES[handle].module is not module:
+        handle += 1
+    return handle
+
 
 # (shape, stride, dtype) of each tensor input: hashable, so Dynamo can pass it as a
 # constant to the structure query below.
@@ -90,14 +109,11 @@ def _signature(handle: int, specs: tuple[TensorSpec, ...]) -> _Signature:
     Dynamo (the output structure) and fake-tensor tracing (the output shapes) both
     ask; the answer is kept on the submodule until the session ends.
     """
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-    from torch.nn.utils.stateless import _reparametrize_module
-
     op = _MODULES[handle]
     if specs in op.signatures:
         return op.signatures[specs]
     module = op.module
-    with unset_fake_temporarily(), torch.no_grad():
+    with _torch.real_tensors(), torch.no_grad():
         inputs = [
             torch.empty_strided(shape, stride, dtype=dtype, device="meta")
             for shape, stride, dtype in specs
@@ -109,7 +125,7 @@ def _signature(handle: int, specs: tuple[TensorSpec, ...]) -> _Signature:
                 module.named_buffers(remove_duplicate=False),
             )
         }
-        with _reparametrize_module(module, state):
+        with _torch.reparametrized(module, state):
             out = op.forward(*inputs)
     outs = _outputs(out, op.label)
     alias = tuple(next((k for k, t in enumerate(inputs) if o is t), -1) for o in outs)
@@ -201,7 +217,7 @@ class OpaqueSubmodule:
     def __init__(self, module: torch.nn.Module, label: str) -> None:
         self.module = module
         self.label = label
-        self.handle = next(_HANDLES)
+        self.handle = -1  # assigned when installed: unique among live modules
         self.forward: Callable[..., Any] = module.forward
         self.signatures: dict[tuple[TensorSpec, ...], _Signature] = {}
         self._saved: tuple[bool, Any] | None = None
@@ -213,6 +229,7 @@ class OpaqueSubmodule:
         d = self.module.__dict__
         self._saved = (_FORWARD in d, d.get(_FORWARD))
         self.forward = self.module.forward
+        self.handle = _handle(self.label, self.module)
         _MODULES[self.handle] = self
         handle, label, forward = self.handle, self.label, self.forward
 

@@ -56,13 +56,6 @@ class CompileOptions:
         Dynamo backend name or callable, by default ``"inductor"``
     options : Mapping[str, Any] | None, optional
         Inductor config overrides (``torch._inductor.list_options()``), by default None
-    auto_cudagraphs : bool, optional
-        Whether ``mode=None`` means CUDA graphs on CUDA, by default True. The model
-        table turns it off per model (:attr:`ModelSpec.cudagraphs`)
-    auto_options : Mapping | Callable[[torch.device], Mapping] | None, optional
-        Inductor options the model table sets for a model
-        (:attr:`ModelSpec.inductor_options`); used only when neither ``mode`` nor
-        ``options`` is given, by default None
 
     Raises
     ------
@@ -78,10 +71,6 @@ class CompileOptions:
     dynamic: bool | None = None
     backend: str | Callable[..., Any] = "inductor"
     options: Mapping[str, Any] | None = field(default=None, hash=False)
-    auto_cudagraphs: bool = True
-    auto_options: Mapping[str, Any] | Callable[[torch.device], Mapping[str, Any]] | None = (
-        field(default=None, hash=False, compare=False)
-    )
 
     def __post_init__(self) -> None:
         if self.mode is not None:
@@ -153,80 +142,130 @@ class CompileOptions:
                 # where the error would end the forecast instead of naming the key.
                 _torch.validate_inductor_options(self.options, self.dynamic)
 
-    def resolve_mode(self, device: torch.device) -> str | None:
-        """The mode a region on ``device`` compiles with.
+
+
+TableOptions = Mapping[str, Any] | Callable[[torch.device], Mapping[str, Any]] | None
+
+
+@dataclass(frozen=True)
+class CompilePolicy:
+    """What one region compiles with on one device, resolved once.
+
+    Three inputs decide it: the user's validated :class:`CompileOptions`, the model
+    table's choices for the model (:attr:`ModelSpec.cudagraphs`,
+    :attr:`ModelSpec.inductor_options`) and the device of the region's first input.
+    The user's explicit ``mode`` or ``options`` always win over the table's.
+
+    Attributes
+    ----------
+    backend : str | Callable
+        Dynamo backend
+    mode : str | None
+        Inductor mode passed to :func:`torch.compile` (None: no mode argument)
+    options : dict[str, Any] | None
+        Inductor options passed to :func:`torch.compile`
+    fullgraph, dynamic : bool, bool | None
+        As in :func:`torch.compile`
+    cudagraphs : bool
+        Compiled code replays CUDA graphs, so outputs must be cloned before they
+        escape the region
+    label : str
+        Short human-readable form, e.g. ``inductor/reduce-overhead``; the table's
+        options follow a ``+``
+    cache_text : str
+        Stable text of everything that changes compiled code, for cache keys
+    """
+
+    backend: str | Callable[..., Any]
+    mode: str | None
+    options: dict[str, Any] | None = field(hash=False)
+    fullgraph: bool
+    dynamic: bool | None
+    cudagraphs: bool
+    label: str
+    cache_text: str
+
+    @classmethod
+    def resolve(
+        cls,
+        options: CompileOptions,
+        device: torch.device,
+        table_cudagraphs: bool = True,
+        table_options: TableOptions = None,
+    ) -> CompilePolicy:
+        """Resolve the policy for ``device``.
 
         Parameters
         ----------
+        options : CompileOptions
+            The user's options
         device : torch.device
             Device of the region's first input
+        table_cudagraphs : bool, optional
+            Whether ``mode=None`` means CUDA graphs on CUDA for this model, by
+            default True
+        table_options : Mapping | Callable[[torch.device], Mapping] | None, optional
+            The model table's Inductor options (or a function of the device),
+            used only when the user chose neither ``mode`` nor ``options``
 
         Returns
         -------
-        str | None
-            The user's mode, else ``"reduce-overhead"`` on CUDA with the Inductor
-            backend, no explicit ``options`` and ``auto_cudagraphs``, else None
-            (Inductor's default)
+        CompilePolicy
+            The resolved policy
         """
-        if self.mode is not None:
-            return self.mode
+        inductor = options.backend == "inductor"
+        mode = options.mode
         if (
-            device.type == "cuda"
-            and self.backend == "inductor"
-            and not self.options
-            and self.auto_cudagraphs
+            mode is None
+            and device.type == "cuda"
+            and inductor
+            and not options.options
+            and table_cudagraphs
         ):
-            return "reduce-overhead"
-        return None
-
-    def uses_cudagraphs(self, device: torch.device) -> bool:
-        """Whether compiled code on ``device`` replays CUDA graphs.
-
-        Parameters
-        ----------
-        device : torch.device
-            Device of the region's first input
-
-        Returns
-        -------
-        bool
-            True when outputs must be cloned before they escape the region
-        """
+            mode = "reduce-overhead"
+        table: dict[str, Any] = {}
+        if options.mode is None and not options.options and inductor:
+            chosen = table_options(device) if callable(table_options) else table_options
+            table = dict(chosen or {})
+        torch_options: dict[str, Any] | None = None
+        torch_mode = mode
+        if table:
+            # torch.compile takes a mode or options, not both; a mode is a preset
+            # of options, so the table's options carry the mode's own settings.
+            torch_options = {**(_torch.mode_options(mode) if mode else {}), **table}
+            torch_mode = None
+        if options.options:
+            torch_options = dict(options.options)
         if device.type != "cuda":
-            return False
-        if self.resolve_mode(device) in CUDAGRAPH_MODES:
-            return True
-        chosen = {**self.table_options(device), **(self.options or {})}
-        return bool(chosen.get("triton.cudagraphs", False))
+            cudagraphs = False
+        elif mode in CUDAGRAPH_MODES:
+            cudagraphs = True
+        else:
+            cudagraphs = bool((torch_options or {}).get("triton.cudagraphs", False))
+        name = options.backend if isinstance(options.backend, str) else getattr(
+            options.backend, "__name__", type(options.backend).__name__
+        )
+        label = f"{name}/{mode or 'default'}"
+        if table:
+            label += "+" + ",".join(f"{k}={v}" for k, v in sorted(table.items()))
+        user = sorted((str(k), repr(v)) for k, v in (options.options or {}).items())
+        cache_text = (
+            f"{label}|fullgraph={options.fullgraph}|dynamic={options.dynamic}|"
+            f"options={user}"
+        )
+        return cls(
+            backend=options.backend,
+            mode=torch_mode,
+            options=torch_options,
+            fullgraph=options.fullgraph,
+            dynamic=options.dynamic,
+            cudagraphs=cudagraphs,
+            label=label,
+            cache_text=cache_text,
+        )
 
-    def table_options(self, device: torch.device) -> dict[str, Any]:
-        """The model table's Inductor options for ``device``, when they apply.
-
-        Parameters
-        ----------
-        device : torch.device
-            Device of the region's first input
-
-        Returns
-        -------
-        dict[str, Any]
-            Empty when the user chose ``mode`` or ``options`` (theirs win), the
-            backend is not Inductor, or the table sets none
-        """
-        if self.mode is not None or self.options or self.backend != "inductor":
-            return {}
-        chosen = self.auto_options
-        if callable(chosen):
-            chosen = chosen(device)
-        return dict(chosen or {})
-
-    def torch_kwargs(self, device: torch.device) -> dict[str, Any]:
-        """Keyword arguments for :func:`torch.compile` on ``device``.
-
-        Parameters
-        ----------
-        device : torch.device
-            Device of the region's first input
+    def torch_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for :func:`torch.compile`.
 
         Returns
         -------
@@ -238,39 +277,8 @@ class CompileOptions:
             "fullgraph": self.fullgraph,
             "dynamic": self.dynamic,
         }
-        mode = self.resolve_mode(device)
-        table = self.table_options(device)
-        if table:
-            # torch.compile takes a mode or options, not both; a mode is a preset
-            # of options, so the table's options carry the mode's own settings.
-            if mode is not None:
-                table = {**_torch.mode_options(mode), **table}
-            kwargs["options"] = table
-        elif mode is not None:
-            kwargs["mode"] = mode
+        if self.mode is not None:
+            kwargs["mode"] = self.mode
         if self.options:
             kwargs["options"] = dict(self.options)
         return kwargs
-
-    def describe(self, device: torch.device) -> str:
-        """Short human-readable form, e.g. ``inductor/reduce-overhead``.
-
-        The model table's options, if any, follow a ``+``:
-        ``inductor/default+layout_optimization=False``.
-        """
-        name = self.backend if isinstance(self.backend, str) else getattr(
-            self.backend, "__name__", type(self.backend).__name__
-        )
-        text = f"{name}/{self.resolve_mode(device) or 'default'}"
-        table = self.table_options(device)
-        if table:
-            text += "+" + ",".join(f"{k}={v}" for k, v in sorted(table.items()))
-        return text
-
-    def cache_text(self, device: torch.device) -> str:
-        """Stable text of everything that changes compiled code, for cache keys."""
-        options = sorted((str(k), repr(v)) for k, v in (self.options or {}).items())
-        return (
-            f"{self.describe(device)}|fullgraph={self.fullgraph}|"
-            f"dynamic={self.dynamic}|options={options}"
-        )

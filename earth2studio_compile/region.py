@@ -27,10 +27,10 @@ from loguru import logger
 
 from earth2studio_compile import _torch
 from earth2studio_compile._torch import MODULE_SLOT, tree_flatten, tree_map
-from earth2studio_compile.cache import ArtifactCache, cache_state, key_fields
+from earth2studio_compile.cache import RegionBundle, cache_state
 from earth2studio_compile.opaque import OpaqueSubmodule, find_opaque
 from earth2studio_compile.metrics import synchronize
-from earth2studio_compile.options import CompileOptions
+from earth2studio_compile.options import CompileOptions, CompilePolicy, TableOptions
 from earth2studio_compile.report import RegionReport
 
 _SLOT = MODULE_SLOT  # kept for callers of the old name
@@ -222,6 +222,10 @@ class CompiledRegion:
     opaque : tuple[str, ...], optional
         Class names of submodules called as opaque operators inside the compiled
         graph (see :mod:`earth2studio_compile.opaque`), by default none
+    table_cudagraphs, table_options : bool, Mapping | Callable | None, optional
+        The model table's choices (:attr:`ModelSpec.cudagraphs`,
+        :attr:`ModelSpec.inductor_options`), resolved with ``options`` into one
+        :class:`~earth2studio_compile.options.CompilePolicy` at the first call
     """
 
     def __init__(
@@ -233,20 +237,26 @@ class CompiledRegion:
         artifacts: Path | None = None,
         owner: str | None = None,
         opaque: tuple[str, ...] = (),
+        table_cudagraphs: bool = True,
+        table_options: TableOptions = None,
     ) -> None:
         self.module = module
         self.report = report
         self.options = options
+        self.table_cudagraphs = table_cudagraphs
+        self.table_options = table_options
         self.pad_batch = pad_batch
-        self.artifacts = artifacts
-        self.owner = owner or report.model
+        self.bundle = (
+            RegionBundle(artifacts, owner or report.model, report.region, module)
+            if artifacts is not None and options.backend == "inductor"
+            else None
+        )
         self.probe = SpeedProbe(report)
+        self.policy: CompilePolicy | None = None
         self._compiled: Callable[..., Any] | None = None
         self._backend: _torch.CountingBackend | None = None
-        self._cudagraphs = False
         self._batch: int | None = None
         self._installed = False
-        self._bundle: str | None = None
         self._opaque = [
             OpaqueSubmodule(m, f"{report.label}.{path}")
             for path, m in find_opaque(module, opaque)
@@ -309,12 +319,17 @@ class CompiledRegion:
         graphs, runs = backend.graphs, backend.runs
         try:
             staged = self._stage(args)
-            bundle = self._load_bundle(staged.args, kwargs, device) if first else None
+            warm = False
+            if first and self.bundle is not None and self.policy is not None:
+                r.artifact = self.bundle.load(
+                    staged.args, kwargs, device, self.policy.cache_text
+                )
+                warm = r.artifact == "loaded"
             skips, fx = _torch.cudagraph_skips(), _torch.fx_cache_counts()
             if timed:
                 synchronize(device)
                 start = time.perf_counter()
-            with _no_grad(), _torch.call_context(self._recompile_limit(), self._warm(bundle)):
+            with _no_grad(), _torch.call_context(self._recompile_limit(), warm):
                 if self._cudagraphs:
                     _torch.mark_cudagraph_step()
                 out = compiled(*staged.args, **kwargs)
@@ -341,7 +356,10 @@ class CompiledRegion:
                     cause=None,
                 )
                 return out
-            self._after_first(bundle, fx)
+            hits, misses = (a - b for a, b in zip(_torch.fx_cache_counts(), fx))
+            r.cache = cache_state(hits, misses)
+            if self.bundle is not None:
+                r.artifact = self.bundle.finish(misses, r.artifact)
         self._account(backend.graphs - graphs, seconds, first, _torch.cudagraph_skips() - skips)
         return out
 
@@ -390,64 +408,35 @@ class CompiledRegion:
         reason = _torch.preflight(self.options.backend, device)
         if reason is not None:
             return reason
-        self._cudagraphs = self.options.uses_cudagraphs(device)
-        if self._cudagraphs and _torch.missing("cudagraph_step"):
+        if self._opaque and _torch.missing("reparametrize"):
+            return _torch.missing("reparametrize")
+        policy = CompilePolicy.resolve(
+            self.options, device, self.table_cudagraphs, self.table_options
+        )
+        if policy.cudagraphs and _torch.missing("cudagraph_step"):
             return _torch.missing("cudagraph_step")
-        self.report.mode = self.options.describe(device)
-        kwargs = self.options.torch_kwargs(device)
+        self.policy = policy
+        self.report.mode = policy.label
         self._backend = _torch.CountingBackend(
-            kwargs["backend"], kwargs.get("mode"), kwargs.get("options"), kwargs["dynamic"]
+            policy.backend, policy.mode, policy.options, policy.dynamic
         )
         self._compiled = _torch.compile_region(
             self.module,
             self.report.label,
             self._backend,
-            fullgraph=kwargs["fullgraph"],
-            dynamic=kwargs["dynamic"],
+            fullgraph=policy.fullgraph,
+            dynamic=policy.dynamic,
         )
         return None
+
+    @property
+    def _cudagraphs(self) -> bool:
+        return self.policy is not None and self.policy.cudagraphs
 
     @staticmethod
     def _recompile_limit() -> int:
         # A user who lowered Dynamo's own limit keeps the lower one.
-        if _torch.missing("dynamo_config"):
-            return RECOMPILE_LIMIT
-        import torch._dynamo.config as dynamo_config
-
-        return min(RECOMPILE_LIMIT, int(dynamo_config.recompile_limit))
-
-    def _warm(self, bundle: ArtifactCache | None) -> bool:
-        return bundle is not None and self.report.artifact == "loaded"
-
-    # -- cache bundles -------------------------------------------------------------
-    def _load_bundle(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], device: torch.device
-    ) -> ArtifactCache | None:
-        if self.artifacts is None or self.options.backend != "inductor":
-            return None
-        if _torch.missing("cache_dir"):
-            return None
-        try:
-            fields = key_fields(
-                self.owner, self.report.region, self.module, args, kwargs,
-                self.options.cache_text(device), device,
-            )
-        except Exception as err:  # an odd argument must not stop the compile
-            logger.debug(f"No compile cache key for {self.report.label}: {err}")
-            return None
-        bundle = ArtifactCache(self.artifacts, Path(_torch.inductor_cache_dir()), fields)
-        self.report.artifact = bundle.load()
-        if self.report.artifact == "loaded":
-            self._bundle = str(bundle.path)
-        return bundle
-
-    def _after_first(self, bundle: ArtifactCache | None, fx: tuple[int, int]) -> None:
-        hits, misses = (a - b for a, b in zip(_torch.fx_cache_counts(), fx))
-        self.report.cache = cache_state(hits, misses)
-        if bundle is not None and (misses or self.report.artifact != "loaded"):
-            if bundle.save():
-                ignored = self.report.artifact
-                self.report.artifact = f"{ignored}; re-saved" if ignored else "saved"
+        return min(RECOMPILE_LIMIT, _torch.recompile_limit() or RECOMPILE_LIMIT)
 
     # -- bookkeeping ---------------------------------------------------------------
     def _account(self, graphs: int, seconds: float, first: bool, skips: int) -> None:
@@ -507,8 +496,8 @@ class CompiledRegion:
                 f"recompile storm: {self._recompile_limit()} compiled variants "
                 "and still recompiling"
             )
-        elif self._bundle is not None and r.status == "pending":
-            reason += f" (after loading the compile cache bundle {self._bundle})"
+        elif r.status == "pending" and r.artifact == "loaded" and self.bundle:
+            reason += f" (after loading the compile cache bundle {self.bundle.path})"
         stage = "at its first call" if r.status == "pending" else f"at call {r.calls}"
         r.status = "eager"
         r.reason = reason

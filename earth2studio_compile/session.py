@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -53,8 +52,8 @@ class CompileSession:
         overriding the table, by default None
     cache : bool, optional
         Use the persistent compile cache (:mod:`earth2studio_compile.cache`):
-        Inductor's local cache under the package cache root unless
-        ``TORCHINDUCTOR_CACHE_DIR`` is set, and portable per-region bundles. The
+        Inductor's local cache under the package cache root unless you set
+        ``TORCHINDUCTOR_CACHE_DIR`` yourself, and portable per-region bundles. The
         environment variable ``EARTH2STUDIO_COMPILE_CACHE=off`` disables it too, by
         default True
 
@@ -160,21 +159,18 @@ class CompileSession:
                 if module.__dict__.get(MODULE_SLOT) is not None:
                     self._skip(p.name, path, "already compiled outside this session")
                     continue
-                options = dataclasses.replace(
-                    self.options,
-                    auto_cudagraphs=p.spec.cudagraphs,
-                    auto_options=p.spec.inductor_options,
-                )
                 report = RegionReport(model=p.name, region=path)
                 try:
                     region = CompiledRegion(
                         module,
                         report,
-                        options,
+                        self.options,
                         pad_batch=p.spec.pad_batch,
                         artifacts=artifacts,
                         owner=f"{type(model).__module__}.{type(model).__qualname__}",
                         opaque=p.spec.opaque,
+                        table_cudagraphs=p.spec.cudagraphs,
+                        table_options=p.spec.inductor_options,
                     )
                 except Exception as err:  # same: run this region eagerly
                     why = f"could not prepare it ({describe(err)})"

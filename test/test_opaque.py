@@ -41,9 +41,9 @@ def test_spectral_convolutions_become_opaque_nodes_of_one_graph(logs):
     recorder = Recorder()
     with CompileSession(model, backend=recorder) as session:
         # the table's cudagraphs=False and Inductor options reach the region
-        (opts,) = [r.options for r in session._open]
-        assert opts.auto_cudagraphs is False
-        assert opts.auto_options is zoo.sfno_inductor_options
+        (region,) = session._open
+        assert region.table_cudagraphs is False
+        assert region.table_options is zoo.sfno_inductor_options
         with torch.no_grad():
             out = model.model(x)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
@@ -206,3 +206,16 @@ def test_sfno_mlps_run_as_matmuls_only_where_precision_is_kept(monkeypatch):
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     assert sfno_inductor_options(cuda)["conv_1x1_as_mm"] is True
     assert "conv_1x1_as_mm" not in sfno_inductor_options(torch.device("cpu"))
+
+
+def test_operator_handles_do_not_depend_on_session_history():
+    # Handles are baked into the compiled graph (and Inductor's cache key): the same
+    # model must get the same graph whatever sessions came before it.
+    def handles() -> list[int]:
+        model = zoo.build("sfno")
+        with CompileSession(model, backend=Recorder()) as session:
+            return [op.handle for region in session._open for op in region._opaque]
+
+    first = handles()
+    zoo.build("sfno")  # unrelated work in between
+    assert handles() == first and len(set(first)) == len(first)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from earth2studio_compile import CompileOptions, CompileSession
+from earth2studio_compile.options import CompilePolicy
 
 
 def test_unknown_mode_names_the_fix():
@@ -49,25 +50,30 @@ def test_unknown_backend():
         CompileOptions(backend="inductr")
 
 
+def policy(options: CompileOptions, device: torch.device, **table) -> CompilePolicy:
+    return CompilePolicy.resolve(options, device, **table)
+
+
 def test_mode_choice_per_device():
     opts = CompileOptions()
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
-    assert opts.resolve_mode(cuda) == "reduce-overhead"
-    assert opts.uses_cudagraphs(cuda)
-    assert opts.resolve_mode(cpu) is None
-    assert not opts.uses_cudagraphs(cpu)
-    assert "mode" not in opts.torch_kwargs(cpu)
-    assert CompileOptions(mode="max-autotune-no-cudagraphs").uses_cudagraphs(cuda) is False
-    assert CompileOptions(options={"triton.cudagraphs": True}).uses_cudagraphs(cuda)
+    assert policy(opts, cuda).mode == "reduce-overhead"
+    assert policy(opts, cuda).cudagraphs
+    assert policy(opts, cpu).mode is None
+    assert not policy(opts, cpu).cudagraphs
+    assert "mode" not in policy(opts, cpu).torch_kwargs()
+    no_graphs = CompileOptions(mode="max-autotune-no-cudagraphs")
+    assert policy(no_graphs, cuda).cudagraphs is False
+    assert policy(CompileOptions(options={"triton.cudagraphs": True}), cuda).cudagraphs
 
 
 def test_table_can_turn_default_cuda_graphs_off_but_not_the_users_mode():
     cuda = torch.device("cuda")
-    off = CompileOptions(auto_cudagraphs=False)
-    assert off.resolve_mode(cuda) is None and not off.uses_cudagraphs(cuda)
-    assert off.describe(cuda) == "inductor/default"
-    chosen = CompileOptions(mode="reduce-overhead", auto_cudagraphs=False)
-    assert chosen.uses_cudagraphs(cuda)
+    off = policy(CompileOptions(), cuda, table_cudagraphs=False)
+    assert off.mode is None and not off.cudagraphs
+    assert off.label == "inductor/default"
+    chosen = policy(CompileOptions(mode="reduce-overhead"), cuda, table_cudagraphs=False)
+    assert chosen.cudagraphs
 
 
 def test_session_checks_options_and_regions():
@@ -99,16 +105,19 @@ def test_compile_flag_must_be_bool(name, flag):
 def test_table_options_apply_only_when_the_user_chose_nothing():
     cuda = torch.device("cuda")
     table = {"layout_optimization": False}
-    auto = CompileOptions(auto_options=table)
+    auto = policy(CompileOptions(), cuda, table_options=table)
     # CUDA graphs and the table's options together: the mode's preset is merged in,
     # since torch.compile takes a mode or options, not both
-    assert auto.torch_kwargs(cuda)["options"] == {"triton.cudagraphs": True, **table}
-    assert "mode" not in auto.torch_kwargs(cuda)
-    assert auto.uses_cudagraphs(cuda)
-    assert auto.describe(cuda) == "inductor/reduce-overhead+layout_optimization=False"
-    assert "layout_optimization=False" in auto.cache_text(cuda)
-    mine = CompileOptions(mode="default", auto_options=table)
-    assert mine.torch_kwargs(cuda)["mode"] == "default" and "options" not in mine.torch_kwargs(cuda)
+    assert auto.torch_kwargs()["options"] == {"triton.cudagraphs": True, **table}
+    assert "mode" not in auto.torch_kwargs()
+    assert auto.cudagraphs
+    assert auto.label == "inductor/reduce-overhead+layout_optimization=False"
+    assert "layout_optimization=False" in auto.cache_text
+    mine = policy(CompileOptions(mode="default"), cuda, table_options=table)
+    assert mine.torch_kwargs()["mode"] == "default"
+    assert "options" not in mine.torch_kwargs()
     calls = []
-    picked = CompileOptions(auto_options=lambda d: calls.append(d.type) or {"a": 1})
-    assert picked.table_options(cuda) == {"a": 1} and calls == ["cuda"]
+    picked = policy(
+        CompileOptions(), cuda, table_options=lambda d: calls.append(d.type) or {"a": 1}
+    )
+    assert picked.options == {"triton.cudagraphs": True, "a": 1} and calls == ["cuda"]
