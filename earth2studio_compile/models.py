@@ -64,6 +64,13 @@ class ModelSpec:
     wrapped : tuple[str, ...], optional
         Paths of models this model wraps (``"dx_model.*"`` for each element of a
         list); their own table entries apply under that prefix
+    fp32_modules : tuple[str, ...], optional
+        Class names of submodules kept in fp32, outside autocast, when a session
+        runs the model in ``"bf16"`` (spectral convolutions: complex bf16 FFTs are
+        not supported, and their error would dominate)
+    precisions_refused : Mapping[str, str], optional
+        Precisions this model must not run in, each with the reason; a session
+        asked for one runs the model with PyTorch's global settings and says why
     covers : tuple[str, ...], optional
         Paths of further submodules whose parameters the entry describes (an eager
         entry's network, say). A subclass that matches the entry only through a base
@@ -83,11 +90,13 @@ class ModelSpec:
     )
     pad_batch: bool = False
     wrapped: tuple[str, ...] = ()
+    fp32_modules: tuple[str, ...] = ()
+    precisions_refused: Mapping[str, str] = field(default_factory=dict, compare=False)
     covers: tuple[str, ...] = ()
     note: str = ""
 
     def __post_init__(self) -> None:
-        for name in ("regions", "exclude", "opaque", "wrapped", "covers"):
+        for name in ("regions", "exclude", "opaque", "wrapped", "fp32_modules", "covers"):
             object.__setattr__(self, name, check_paths(getattr(self, name), name))
         if not self.regions and not self.wrapped and not self.reason:
             raise ValueError(
@@ -173,9 +182,14 @@ _AURORA_ENSEMBLE = ModelSpec(
     "compiled random streams would not reproduce seeded eager members",
     covers=("model",),
 )
+# Spectral convolutions compute in complex arithmetic, which bf16 FFTs do not
+# support; under "bf16" they run in fp32 (class names from makani's and fme's
+# sources: not run here, since neither package installs on these machines).
+_SPECTRAL = ("SpectralConvS2", "DistributedSpectralConvS2")
 _MAKANI = ModelSpec(
     regions=("model.model.model",),
     exclude=_SHT,
+    fp32_modules=_SPECTRAL,
     note="makani network under its datetime-taking wrappers; SHTs stay eager",
 )
 _STORMSCOPE = ModelSpec(
@@ -200,11 +214,13 @@ MODEL_TABLE: dict[str, ModelSpec] = {
     _PX + "ace2.ACE2ERA5": ModelSpec(
         regions=("stepper.modules.0",),
         exclude=_SHT,
+        fp32_modules=_SPECTRAL,
         note="fme SFNO behind ACE's dataclass stepper; SHTs stay eager",
     ),
     _PX + "samudrace.SamudrACE": ModelSpec(
         regions=("core_model.0", "core_model.1"),
         exclude=_SHT,
+        fp32_modules=_SPECTRAL,
         note="fme atmosphere SFNO and Samudra ocean UNet; SHTs stay eager",
     ),
     _PX + "aifs.AIFS": _AIFS,
@@ -604,6 +620,10 @@ def table_markdown() -> str:
             why += "; own Inductor options"
         if spec.pad_batch:
             why += "; smaller batches padded, not recompiled"
+        if spec.fp32_modules:
+            why += "; fp32 under bf16: " + ", ".join(spec.fp32_modules)
+        for precision, reason in spec.precisions_refused.items():
+            why += f"; no {precision}: {reason}"
         lines.append(f"| {name} | {regions or 'eager'} | {exclude} | {why} |")
     return "\n".join(lines)
 

@@ -25,10 +25,11 @@ from typing import Any
 import torch
 from loguru import logger
 
-from earth2studio_compile import _torch
+from earth2studio_compile import _torch, precision
 from earth2studio_compile._torch import MODULE_SLOT, tree_flatten, tree_map
 from earth2studio_compile.cache import RegionBundle, cache_state
 from earth2studio_compile.opaque import OpaqueSubmodule, find_opaque
+from earth2studio_compile.precision import keep_fp32
 from earth2studio_compile.metrics import synchronize
 from earth2studio_compile.options import CompileOptions, CompilePolicy, TableOptions
 from earth2studio_compile.report import RegionReport
@@ -226,6 +227,11 @@ class CompiledRegion:
         The model table's choices (:attr:`ModelSpec.cudagraphs`,
         :attr:`ModelSpec.inductor_options`), resolved with ``options`` into one
         :class:`~earth2studio_compile.options.CompilePolicy` at the first call
+    precision : str | None, optional
+        Precision inside the region's calls (:mod:`earth2studio_compile.precision`),
+        by default None (PyTorch's global settings)
+    fp32_modules : tuple[str, ...], optional
+        Class names of submodules kept in fp32 outside autocast under ``"bf16"``
     """
 
     def __init__(
@@ -239,12 +245,16 @@ class CompiledRegion:
         opaque: tuple[str, ...] = (),
         table_cudagraphs: bool = True,
         table_options: TableOptions = None,
+        precision: str | None = None,
+        fp32_modules: tuple[str, ...] = (),
     ) -> None:
         self.module = module
         self.report = report
         self.options = options
         self.table_cudagraphs = table_cudagraphs
         self.table_options = table_options
+        self.precision = precision
+        report.precision = precision
         self.pad_batch = pad_batch
         self.bundle = (
             RegionBundle(artifacts, owner or report.model, report.region, module)
@@ -262,6 +272,11 @@ class CompiledRegion:
             for path, m in find_opaque(module, opaque)
         ]
         report.opaque = len(self._opaque)
+        self._fp32 = (
+            [keep_fp32(m) for _, m in find_opaque(module, fp32_modules)]
+            if precision == "bf16"
+            else []
+        )
 
     # -- install / restore -------------------------------------------------------
     def install(self) -> None:
@@ -270,6 +285,9 @@ class CompiledRegion:
         # callable too, but this makes the single touched key explicit.
         self.module.__dict__[_SLOT] = self
         self._installed = True
+        # fp32 wrappers first: an opaque operator then calls the wrapped forward.
+        for wrapper in self._fp32:
+            wrapper.install()
         for op in self._opaque:
             op.install()
 
@@ -280,6 +298,8 @@ class CompiledRegion:
                 del self.module.__dict__[_SLOT]
             for op in reversed(self._opaque):
                 op.restore()
+            for wrapper in reversed(self._fp32):
+                wrapper.restore()
             self._installed = False
         # Dropping the compiled function drops its code object and with it every
         # Dynamo cache entry of this region; no process-wide reset is needed.
@@ -290,8 +310,21 @@ class CompiledRegion:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         r = self.report
         r.calls += 1
+        measure = self.precision in ("tf32", "bf16") and r.calls == 1
+        if measure:
+            # Copies taken before the call: the core may update its inputs.
+            before = tree_map(
+                lambda t: t.clone() if isinstance(t, torch.Tensor) else t, (args, kwargs)
+            )
+        out = self._dispatch(args, kwargs)
+        if measure:
+            self._measure_precision(*before, out)
+        return out
+
+    def _dispatch(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        r = self.report
         if r.status == "eager":
-            return self._eager(*args, **kwargs)
+            return self._eager(args, kwargs)
         if self._compiled is None:
             try:
                 reason = self._setup(_first_device(args, kwargs))
@@ -299,7 +332,7 @@ class CompiledRegion:
                 reason = f"setting up torch.compile failed ({describe(err)})"
             if reason is not None:
                 self._fall_back(reason, cause=None)
-                return self._eager(*args, **kwargs)
+                return self._eager(args, kwargs)
         if (
             r.status == "compiled"
             and self.probe.wants_eager(r.calls)
@@ -329,10 +362,15 @@ class CompiledRegion:
             if timed:
                 synchronize(device)
                 start = time.perf_counter()
-            with _no_grad(), _torch.call_context(self._recompile_limit(), warm):
+            with (
+                _no_grad(),
+                precision.scope(self.precision, device),
+                _torch.call_context(self._recompile_limit(), warm),
+            ):
                 if self._cudagraphs:
                     _torch.mark_cudagraph_step()
                 out = compiled(*staged.args, **kwargs)
+            out = precision.restore_dtype(out, self.precision, precision.input_dtype(args))
             out = staged.finish(self._unpad(out, staged))
             if self._cudagraphs:
                 # CUDA-graph outputs are overwritten by the next replay.
@@ -390,15 +428,35 @@ class CompiledRegion:
             out,
         )
 
-    def _eager(self, *args: Any, **kwargs: Any) -> Any:
+    def _eager(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self.report.eager_calls += 1
-        return self.module._call_impl(*args, **kwargs)
+        return self._run_eager(args, kwargs)
+
+    def _run_eager(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        # A fallback keeps the region's precision: the forecast stays consistent.
+        with precision.scope(self.precision, _first_device(args, kwargs)):
+            out = self.module._call_impl(*args, **kwargs)
+        return precision.restore_dtype(out, self.precision, precision.input_dtype(args))
+
+    def _measure_precision(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+    ) -> None:
+        r = self.report
+        assert self.precision is not None
+        try:
+            r.precision_error = precision.reference_error(
+                self.module, args, kwargs, out, _first_device(args, kwargs)
+            )
+        except Exception as err:  # a measurement must not end a forecast
+            logger.debug(f"No fp32 reference for {r.label}: {describe(err)}")
+            return
+        precision.log_error(r.label, self.precision, r.precision_error)
 
     def _probe_eager(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         device = _first_device(args, kwargs)
         synchronize(device)
         start = time.perf_counter()
-        out = self.module._call_impl(*args, **kwargs)
+        out = self._run_eager(args, kwargs)
         synchronize(device)
         self.probe.record("eager", time.perf_counter() - start, self.report.calls)
         return out
@@ -483,7 +541,7 @@ class CompiledRegion:
     ) -> Any:
         # Re-run eagerly first: if eager fails too, the input or the model is at
         # fault, not the compiler, and the caller gets the eager error unchanged.
-        out = self._eager(*args, **kwargs)
+        out = self._eager(args, kwargs)
         if self.report.status == "pending" or _torch.is_recompile_limit_hit(err):
             self.report.compile_seconds += seconds
         self._fall_back(describe(err), cause=err)

@@ -50,6 +50,12 @@ class RegionReport:
     compiled_ms, eager_ms : float | None
         Fastest of a few synchronized compiled calls (3-5) and eager calls (6-7),
         timed once to tell whether compiling pays off; None in shorter sessions
+    precision : str | None
+        ``"fp32"``, ``"tf32"`` or ``"bf16"`` inside the region's calls (compiled or
+        eager after a fallback), or None for PyTorch's global settings
+    precision_error : float | None
+        Relative L2 of the region's first reduced-precision call against the same
+        call in fp32 eager (TF32 off); None in fp32 or without a floating output
     reason : str | None
         Why the region is not compiled (fallback cause or table reason)
     """
@@ -71,7 +77,18 @@ class RegionReport:
     artifact: str | None = None
     compiled_ms: float | None = None
     eager_ms: float | None = None
+    precision: str | None = None
+    precision_error: float | None = None
     reason: str | None = None
+
+    @property
+    def precision_text(self) -> str:
+        """``", bf16 (rel. L2 4.3e-03 vs fp32 eager)"``, or empty without a precision."""
+        if self.precision is None:
+            return ""
+        if self.precision_error is None:
+            return f", {self.precision}"
+        return f", {self.precision} (rel. L2 {self.precision_error:.1e} vs fp32 eager)"
 
     @property
     def label(self) -> str:
@@ -133,13 +150,16 @@ class CompileReport:
                     text += f", {r.padded_calls} padded batch(es)"
                 if r.cudagraph_skips:
                     text += ", CUDA graphs skipped"
+                text += r.precision_text
                 if r.compiled_ms is not None and r.eager_ms:
                     text += (
                         f", {r.compiled_ms:.2f} vs {r.eager_ms:.2f} ms eager per call "
                         f"({r.eager_ms / r.compiled_ms:.2f}x)"
                     )
             elif r.status == "eager":
-                text = f"{r.label}: fell back to eager ({r.reason})"
+                text = f"{r.label}: fell back to eager ({r.reason})" + (
+                    f"; kept {r.precision_text[2:]}" if r.precision else ""
+                )
             elif r.status == "skipped":
                 text = f"{r.label}: eager ({r.reason})"
             else:

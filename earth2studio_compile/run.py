@@ -28,6 +28,7 @@ import earth2studio.run as _upstream
 import numpy as np
 
 from earth2studio_compile.overlap import drain
+from earth2studio_compile.precision import env_precision
 from earth2studio_compile.report import CompileReport
 from earth2studio_compile.session import CompileSession
 
@@ -57,7 +58,9 @@ _COMPILE_DOC = """    compile : bool, optional
         (earth2studio-compile), by default False. Falls back to eager, with a
         WARNING, wherever compiling fails. An ``io`` wrapped in
         ``earth2studio_compile.overlap.OverlappedIO`` writes in the background and
-        is flushed before the workflow returns.
+        is flushed before the workflow returns. The environment variable
+        ``EARTH2STUDIO_COMPILE_PRECISION`` (``fp32``, ``tf32``, ``bf16``) sets the
+        compiled cores' precision; its accuracy cost is in the summary.
 """
 
 
@@ -118,7 +121,10 @@ def _with_compile(
             if not enabled:
                 result = upstream(*bound.args, **bound.kwargs)
             else:
-                with CompileSession(*(bound.arguments[name] for name in models)) as session:
+                chosen = env_precision()
+                with CompileSession(
+                    *(bound.arguments[name] for name in models), precision=chosen
+                ) as session:
                     _last[:] = [session.report]
                     result = upstream(*bound.args, **bound.kwargs)
         except BaseException:

@@ -13,7 +13,8 @@ import torch
 from loguru import logger
 
 from earth2studio_compile.cache import cache_root, use_local_cache
-from earth2studio_compile.models import check_paths, plan
+from earth2studio_compile.models import Plan, check_paths, plan
+from earth2studio_compile.precision import check_precision
 from earth2studio_compile.options import CompileOptions
 from earth2studio_compile._torch import MODULE_SLOT
 from earth2studio_compile.region import CompiledRegion, describe
@@ -57,6 +58,12 @@ class CompileSession:
         environment variable ``EARTH2STUDIO_COMPILE_CACHE=off`` disables it too, by
         default True
 
+    precision : str | None, optional
+        ``"fp32"`` (TF32 off), ``"tf32"``, ``"bf16"`` (autocast) inside the
+        compiled regions' calls only, with the accuracy cost measured once per region
+        and reported (:mod:`earth2studio_compile.precision`); None leaves PyTorch's
+        global settings alone, by default None
+
     Raises
     ------
     TypeError, ValueError
@@ -82,6 +89,7 @@ class CompileSession:
         options: Mapping[str, Any] | None = None,
         regions: Sequence[str] | None = None,
         cache: bool = True,
+        precision: str | None = None,
     ) -> None:
         self.options = CompileOptions(
             mode=mode, fullgraph=fullgraph, dynamic=dynamic, backend=backend, options=options
@@ -92,6 +100,7 @@ class CompileSession:
                 "To move the cache, set EARTH2STUDIO_COMPILE_CACHE=/path."
             )
         self.cache = bool(cache)
+        self.precision = check_precision(precision)
         if not models:
             raise TypeError("CompileSession needs at least one model.")
         if regions is not None:
@@ -171,6 +180,8 @@ class CompileSession:
                         opaque=p.spec.opaque,
                         table_cudagraphs=p.spec.cudagraphs,
                         table_options=p.spec.inductor_options,
+                        precision=self._precision_for(p),
+                        fp32_modules=p.spec.fp32_modules,
                     )
                 except Exception as err:  # same: run this region eagerly
                     why = f"could not prepare it ({describe(err)})"
@@ -267,6 +278,16 @@ class CompileSession:
             )
         model(x, coords)
         return self.report
+
+    def _precision_for(self, p: Plan) -> str | None:
+        refused = p.spec.precisions_refused.get(self.precision or "")
+        if refused is None:
+            return self.precision
+        logger.warning(
+            f"{p.name} does not run in {self.precision}: {refused}. It runs with "
+            "PyTorch's global precision settings."
+        )
+        return None
 
     def _add(self, region: RegionReport) -> RegionReport:
         self.report.regions.append(region)

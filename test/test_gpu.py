@@ -170,3 +170,37 @@ def test_more_regions_than_the_recompile_limit_on_gpu(logs):
             ref = b(torch.ones(2, b.in_features, device="cuda"))
             assert rel_l2(out, ref) <= REL_L2
     assert not messages(logs, "WARNING")
+
+
+# Issue targets for rel. L2 after step 1 against fp32 eager with TF32 off.
+PRECISION_TARGETS = {"tf32": 1e-3, "bf16": 1e-2}
+
+
+@pytest.mark.parametrize("precision", ["tf32", "bf16"])
+@pytest.mark.parametrize("name", ["fcn", "dlwp", "sfno"])
+def test_reduced_precision_rollouts_within_targets(name, precision, logs):
+    model = zoo.build(name, size=SIZE).cuda()
+    x, coords = initial_state(model, torch.device("cuda"))
+
+    def first_steps(n: int = 3) -> list[torch.Tensor]:
+        kept = []
+        for step, (y, _) in enumerate(model.create_iterator(x, coords)):
+            if step:
+                kept.append(y.clone())
+            if step == n:
+                break
+        return kept
+
+    reference = first_steps()  # strict fp32 eager (the autouse fixture)
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    with CompileSession(model, precision=precision) as session:
+        steps = first_steps()
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+    assert all(y.dtype == torch.float32 for y in steps)
+    error = rel_l2(steps[0], reference[0])
+    assert error <= PRECISION_TARGETS[precision], f"step 1: rel L2 {error:.2e}"
+    for region in session.report.regions:
+        assert region.status == "compiled", session.report.summary()
+        assert region.precision == precision
+        assert region.precision_error is not None
+        assert region.precision_error <= PRECISION_TARGETS[precision]
