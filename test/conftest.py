@@ -88,7 +88,7 @@ def run_workflow(
     from earth2studio.models.dx import Identity
     from earth2studio.perturbation import Gaussian
 
-    from earth2studio_compile import zoo
+    from earth2studio_compile.tools import zoo
     from earth2studio_compile.overlap import OverlappedIO
 
     np.random.seed(seed)

@@ -4,7 +4,7 @@ The fresh-process test runs the benchmark's measurement module twice with empty
 local Inductor caches, the second time with the first run's bundles: that is a
 warm start on a new machine. It checks that no kernel is rebuilt (Inductor's own
 hit/miss counts) rather than a wall-clock ratio; the ratio is the benchmark's job
-(``python -m earth2studio_compile.bench --small``).
+(``python -m earth2studio_compile.tools.bench --small``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import torch
 import earth2studio.run as upstream
 from conftest import messages, rel_l2, run_workflow
 
-from earth2studio_compile import CompileSession, cache, zoo
+from earth2studio_compile import CompileSession, cache
+from earth2studio_compile.tools import zoo
 
 
 @pytest.fixture
@@ -388,7 +389,7 @@ def _measure(spec: dict, out: Path, root: Path, local: Path) -> dict:
         "TRITON_CACHE_DIR": str(local / "triton"),
     }
     subprocess.run(
-        [sys.executable, "-m", "earth2studio_compile.bench.measure", json.dumps(spec), str(out)],
+        [sys.executable, "-m", "earth2studio_compile.tools.bench.measure", json.dumps(spec), str(out)],
         check=True, env=env, timeout=900,
     )
     return json.loads(out.read_text())

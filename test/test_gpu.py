@@ -21,8 +21,9 @@ import pytest
 import torch
 from conftest import assert_unchanged, messages, rel_l2, run_workflow, snapshot
 
-from earth2studio_compile import CompileSession, run, zoo
-from earth2studio_compile.bench.measure import initial_state
+from earth2studio_compile import CompileSession, run
+from earth2studio_compile.tools import zoo
+from earth2studio_compile.tools.bench.measure import initial_state
 from earth2studio_compile.models import plan
 
 pytestmark = pytest.mark.gpu

@@ -7,7 +7,8 @@ import inspect
 import pytest
 import torch
 
-from earth2studio_compile import MODEL_TABLE, ModelSpec, plan, register_model, zoo
+from earth2studio_compile import MODEL_TABLE, ModelSpec, plan, register_model
+from earth2studio_compile.tools import zoo
 from earth2studio_compile.models import generic_spec, lookup
 
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 from conftest import assert_unchanged, messages, rel_l2, snapshot
 
-from earth2studio_compile import MODEL_TABLE, CompileSession, register_model, zoo
+from earth2studio_compile import MODEL_TABLE, CompileSession, register_model
+from earth2studio_compile.tools import zoo
 from earth2studio_compile.opaque import find_opaque
 
 
@@ -195,7 +196,7 @@ def test_opaque_must_be_a_tuple():
 
 
 def test_sfno_mlps_run_as_matmuls_only_where_precision_is_kept(monkeypatch):
-    from earth2studio_compile.zoo import sfno_inductor_options
+    from earth2studio_compile.tools.zoo import sfno_inductor_options
 
     cuda = torch.device("cuda")
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)

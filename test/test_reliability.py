@@ -15,7 +15,8 @@ import pytest
 import torch
 from conftest import TIME, assert_unchanged, messages, snapshot
 
-from earth2studio_compile import CompileSession, ModelSpec, plan, register_model, zoo
+from earth2studio_compile import CompileSession, ModelSpec, plan, register_model
+from earth2studio_compile.tools import zoo
 from earth2studio_compile.models import MODEL_TABLE
 
 

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from earth2studio_compile.bench.measure import _sync
-from earth2studio_compile.bench.text import format_table
+from earth2studio_compile.tools.bench.measure import _sync
+from earth2studio_compile.tools.bench.text import format_table
 
 IO_BACKENDS = ("zarr", "netcdf4", "async-zarr")
 PHASES = ("model", "coords", "d2h", "write", "other")
@@ -149,7 +149,7 @@ def _instrumented(model: Any, device: torch.device, totals: dict[str, float]) ->
 def _deterministic(model: Any, io: Any, nsteps: int, device: torch.device) -> float:
     import earth2studio.run as upstream
 
-    from earth2studio_compile import zoo
+    from earth2studio_compile.tools import zoo
 
     np.random.seed(0)
     torch.manual_seed(0)

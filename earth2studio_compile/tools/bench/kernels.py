@@ -1,4 +1,4 @@
-"""``python -m earth2studio_compile.bench.kernels``: where a step's time goes, by kernel.
+"""``python -m earth2studio_compile.tools.bench.kernels``: where a step's time goes, by kernel.
 
 Profiles a few steady-state rollout steps (after compilation, CUDA-graph recording and
 the session's speed probe) with :mod:`torch.profiler`, eager and compiled, and splits
@@ -11,7 +11,7 @@ Examples
 --------
 ::
 
-    python -m earth2studio_compile.bench.kernels --models fcn,dlwp --json kernels.json
+    python -m earth2studio_compile.tools.bench.kernels --models fcn,dlwp --json kernels.json
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
-from earth2studio_compile.bench.measure import _sync, initial_state
-from earth2studio_compile.bench.text import format_table
+from earth2studio_compile.tools.bench.measure import _sync, initial_state
+from earth2studio_compile.tools.bench.text import format_table
 
 # First match wins; names are CUDA kernel names as the profiler reports them.
 FAMILIES = (
@@ -89,9 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: profile each model eager then compiled, in this process."""
     from loguru import logger
 
-    from earth2studio_compile import zoo
+    from earth2studio_compile.tools import zoo
 
-    p = argparse.ArgumentParser(prog="python -m earth2studio_compile.bench.kernels", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m earth2studio_compile.tools.bench.kernels", description=__doc__.split("\n")[0])
     p.add_argument("--models", default="fcn,dlwp", help="comma-separated zoo models (default fcn,dlwp)")
     p.add_argument("--small", action="store_true", help="small grids and networks (CPU)")
     p.add_argument("--steps", type=int, default=6, help="profiled steps (default 6)")

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from earth2studio_compile.bench.text import model_label
+from earth2studio_compile.tools.bench.text import model_label
 
 
 def plot(results: list[dict[str, Any]], path: Path, title: str = "") -> None:

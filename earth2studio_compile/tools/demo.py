@@ -1,4 +1,4 @@
-"""``python -m earth2studio_compile.demo``: one rollout eager, one compiled, compared.
+"""``python -m earth2studio_compile.tools.demo``: one rollout eager, one compiled, compared.
 
 The default model is Earth2Studio's FCN (FourCastNet) around a physicsnemo AFNO with
 random weights: small grid on CPU, the operational 720x1440 grid on CUDA. Prints time
@@ -34,8 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     from loguru import logger
     from tqdm import tqdm
 
-    from earth2studio_compile import zoo
-    from earth2studio_compile.bench.measure import initial_state, rel_l2, time_rollout
+    from earth2studio_compile.tools import zoo
+    from earth2studio_compile.tools.bench.measure import initial_state, rel_l2, time_rollout
 
     # After the imports: Earth2Studio installs its own loguru handler on import.
     logger.remove()

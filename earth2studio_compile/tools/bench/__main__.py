@@ -1,14 +1,14 @@
-"""``python -m earth2studio_compile.bench``: eager vs compiled, per model, fresh processes.
+"""``python -m earth2studio_compile.tools.bench``: eager vs compiled, per model, fresh processes.
 
 Examples
 --------
 CPU, small models (CI-sized)::
 
-    python -m earth2studio_compile.bench --small --models fcn,persistence --steps 10
+    python -m earth2studio_compile.tools.bench --small --models fcn,persistence --steps 10
 
 GPU, operational sizes, with the JSON and the figure::
 
-    python -m earth2studio_compile.bench --models fcn,dlwp,sfno,persistence \\
+    python -m earth2studio_compile.tools.bench --models fcn,dlwp,sfno,persistence \\
         --json bench.json --plot bench.png
 """
 
@@ -25,9 +25,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from earth2studio_compile.bench.e2e import IO_BACKENDS, e2e_table
-from earth2studio_compile.bench.measure import AUTO, EAGER
-from earth2studio_compile.bench.text import format_table, model_label
+from earth2studio_compile.tools.bench.e2e import IO_BACKENDS, e2e_table
+from earth2studio_compile.tools.bench.measure import AUTO, EAGER
+from earth2studio_compile.tools.bench.text import format_table, model_label
 
 DEFAULT_MODELS = "fcn,dlwp,sfno,persistence"
 
@@ -161,7 +161,7 @@ def _run_one(spec: dict[str, Any], timeout: int, workdir: Path) -> dict[str, Any
         out = Path(f.name)
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "earth2studio_compile.bench.measure", json.dumps(spec), str(out)],
+            [sys.executable, "-m", "earth2studio_compile.tools.bench.measure", json.dumps(spec), str(out)],
             capture_output=True, text=True, timeout=timeout, env=env,
         )
         if proc.returncode != 0 or not out.stat().st_size:
@@ -242,7 +242,7 @@ def render(paths: list[Path], plot_path: Path | None) -> int:
         print(f"{p.name}: {env.get('gpu', 'CPU')}, driver {env.get('driver')}, torch "
               f"{env['torch']}, triton {env['triton']}, {env['date']}")
     if plot_path:
-        from earth2studio_compile.bench.plot import plot
+        from earth2studio_compile.tools.bench.plot import plot
 
         plot(results, plot_path, title=runs[0]["environment"].get("gpu", "CPU"))
     return 0
@@ -337,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         f"TF32 convolutions {'on' if env['cudnn_allow_tf32'] else 'off'}, {env['date']}"
     )
     if args.plot:
-        from earth2studio_compile.bench.plot import plot
+        from earth2studio_compile.tools.bench.plot import plot
 
         plot(results, args.plot, title=f"{env.get('gpu') or 'CPU'} ({size})")
     return 1 if any("error" in r for r in results + e2e) else 0

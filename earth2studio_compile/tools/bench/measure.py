@@ -1,6 +1,6 @@
 """One measurement: a model, a mode, a fresh process.
 
-Run as ``python -m earth2studio_compile.bench.measure SPEC_JSON OUT_JSON``; the CLI
+Run as ``python -m earth2studio_compile.tools.bench.measure SPEC_JSON OUT_JSON``; the CLI
 does that once per (model, mode) so compile caches and CUDA state of one run never
 flatter another. Also importable: :func:`time_rollout` serves the demo.
 """
@@ -188,7 +188,9 @@ def end_to_end(
     import earth2studio.run as upstream
     from earth2studio.io import ZarrBackend
 
-    from earth2studio_compile import CompileSession, zoo
+    from earth2studio_compile import CompileSession
+
+    from earth2studio_compile.tools import zoo
 
     np.random.seed(0)
     with tempfile.TemporaryDirectory() as tmp:
@@ -216,7 +218,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one measurement described by ``spec`` (see the CLI) and return figures."""
     from loguru import logger
 
-    from earth2studio_compile import zoo
+    from earth2studio_compile.tools import zoo
 
     logger.remove()
     logger.add(sys.stderr, level="WARNING")
@@ -225,7 +227,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     model = zoo.build(spec["model"], size=spec["size"]).to(device)
     if spec.get("io"):
-        from earth2studio_compile.bench.e2e import measure_e2e
+        from earth2studio_compile.tools.bench.e2e import measure_e2e
 
         return {**spec, "e2e": measure_e2e(model, device, spec["steps"], spec["io"])}
     x, coords = initial_state(model, device, seed=0)
