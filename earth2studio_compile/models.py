@@ -23,11 +23,13 @@ __all__ = [
     "MODEL_TABLE",
     "ModelSpec",
     "Plan",
+    "TORCH_HARMONICS_SFNO",
     "generic_spec",
     "lookup",
     "plan",
     "register_model",
     "resolve",
+    "sfno_inductor_options",
 ]
 
 
@@ -198,6 +200,65 @@ _STORMSCOPE = ModelSpec(
     "skipped if compile_experts() already replaced them",
 )
 
+
+def sfno_inductor_options(device: torch.device) -> dict[str, bool]:
+    """Inductor options for SFNO's 1x1-convolution MLPs, measured on an H100.
+
+    Inductor's channels-last layout for the 1x1 convolutions made the step slower
+    than eager (0.93x in fp32), so it is off. Running them as matrix multiplies
+    helps (1.12x in fp32) only where that keeps their precision: cuDNN and cuBLAS
+    must agree on TF32. With PyTorch's defaults (TF32 convolutions, fp32 matmuls)
+    it would turn TF32 convolutions into fp32 GEMMs (0.77x).
+
+    Parameters
+    ----------
+    device : torch.device
+        Device of the region's first input
+
+    Returns
+    -------
+    dict[str, bool]
+        Inductor options
+    """
+    options = {"layout_optimization": False}
+    matmul_tf32 = torch.get_float32_matmul_precision() != "highest"
+    if device.type == "cuda" and torch.backends.cudnn.allow_tf32 == matmul_tf32:
+        options["conv_1x1_as_mm"] = True
+    return options
+
+
+# The spectral convolution (SHT, complex64 contraction, inverse SHT) breaks Inductor on
+# CUDA with torch-harmonics 0.9.2 (KeyError: 'complex64'). Splitting the region around
+# it ran slower than eager (0.98x on an H100): ten small CUDA graphs with eager glue.
+# As opaque operators the network stays one graph. CUDA graphs then cover only the
+# partitions between the eight opaque calls, and copying each partition's input into
+# its static buffer made the step slower (0.92x) than no CUDA graphs (1.00x).
+TORCH_HARMONICS_SFNO = ModelSpec(
+    regions=("model",),
+    opaque=("SpectralConvS2",),
+    cudagraphs=False,
+    inductor_options=sfno_inductor_options,
+    pad_batch=True,
+    # Spherical-harmonic transforms under bf16: torch-harmonics' Legendre
+    # contraction has no bf16 kernel, and complex bf16 FFTs do not exist.
+    fp32_modules=("SpectralConvS2", "RealSHT", "InverseRealSHT"),
+    note="torch-harmonics SFNO; spectral convolutions run eagerly inside the graph",
+)
+"""Spec for a prognostic around torch-harmonics' ``SphericalFourierNeuralOperator``.
+
+Earth2Studio ships no such class (its SFNO wraps makani's), so the table cannot key
+it by your class: register yours, with the network at ``model``::
+
+    from earth2studio_compile.models import TORCH_HARMONICS_SFNO, register_model
+
+    register_model(MySFNOPrognostic, TORCH_HARMONICS_SFNO)
+
+Held elsewhere, say at ``net``:
+``register_model(MySFNOPrognostic, dataclasses.replace(TORCH_HARMONICS_SFNO,
+regions=("net",)))``. Measured on the zoo's SFNO-class model
+(``earth2studio_compile.tools.zoo.SFNOPrognostic``), which the table lists with it.
+"""
+
 MODEL_TABLE: dict[str, ModelSpec] = {
     # -- compiled ------------------------------------------------------------------
     _PX + "fcn.FCN": ModelSpec(
@@ -303,6 +364,9 @@ MODEL_TABLE: dict[str, ModelSpec] = {
     _PX + "gencast_mini.GenCastMini": ModelSpec(reason=_JAX),
     _PX + "weathernext2_cyclones.WeatherNext2Cyclones": ModelSpec(reason=_JAX),
     _PX + "weathernext2_cyclones.WeatherNext2CyclonesMini": ModelSpec(reason=_JAX),
+    # -- not Earth2Studio's: kept out of table_markdown() ---------------------------
+    # The zoo's SFNO-class model, by name: the library never imports its tooling.
+    "earth2studio_compile.tools.zoo.SFNOPrognostic": TORCH_HARMONICS_SFNO,
 }
 
 

@@ -175,11 +175,14 @@ class keep_fp32:  # noqa: N801  (used like a function)
         forward = self.module.forward
 
         def fp32_forward(*args: Any, **kwargs: Any) -> Any:
-            if not torch.is_autocast_enabled(_device_type(args)):
-                return forward(*args, **kwargs)
+            # Installed only for bf16 sessions: inputs autocast lowered come back
+            # to fp32 (also on meta tensors, for the opaque operators' shape runs).
             args, kwargs = tree_map(_to_fp32, (args, kwargs))
-            with torch.autocast(_device_type(args), enabled=False):
-                return forward(*args, **kwargs)
+            device = _device_type(args)
+            if device in ("cpu", "cuda") and torch.is_autocast_enabled(device):
+                with torch.autocast(device, enabled=False):
+                    return forward(*args, **kwargs)
+            return forward(*args, **kwargs)
 
         d["forward"] = fp32_forward
 

@@ -70,12 +70,6 @@ def messages(records: list, level: str) -> list[str]:
     return [r["message"] for r in records if r["level"].name == level]
 
 
-def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
-    """||a - b|| / ||b||."""
-    a, b = a.double(), b.double()
-    return float(torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b))
-
-
 def run_workflow(
     workflow: Callable, kind: str, model: torch.nn.Module, nsteps: int = 2,
     device: str = "cpu", seed: int = 0, overlap: bool = False, **kwargs
@@ -88,7 +82,7 @@ def run_workflow(
     from earth2studio.models.dx import Identity
     from earth2studio.perturbation import Gaussian
 
-    from earth2studio_compile import zoo
+    from earth2studio_compile.tools import zoo
     from earth2studio_compile.overlap import OverlappedIO
 
     np.random.seed(seed)

@@ -10,10 +10,10 @@ import json
 
 import pytest
 
-from earth2studio_compile.bench import __main__ as cli
-from earth2studio_compile.bench.e2e import PHASES, e2e_table
-from earth2studio_compile.bench.kernels import _family
-from earth2studio_compile.bench.measure import Rollout
+from earth2studio_compile.tools.bench import __main__ as cli
+from earth2studio_compile.tools.bench.e2e import PHASES, e2e_table
+from earth2studio_compile.tools.bench.kernels import _family
+from earth2studio_compile.tools.bench.measure import Rollout
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ The fresh-process test runs the benchmark's measurement module twice with empty
 local Inductor caches, the second time with the first run's bundles: that is a
 warm start on a new machine. It checks that no kernel is rebuilt (Inductor's own
 hit/miss counts) rather than a wall-clock ratio; the ratio is the benchmark's job
-(``python -m earth2studio_compile.bench --small``).
+(``python -m earth2studio_compile.tools.bench --small``).
 """
 
 from __future__ import annotations
@@ -23,9 +23,12 @@ from pathlib import Path
 import pytest
 import torch
 import earth2studio.run as upstream
-from conftest import messages, rel_l2, run_workflow
+from conftest import messages, run_workflow
 
-from earth2studio_compile import CompileSession, cache, zoo
+from earth2studio_compile import CompileSession, cache
+from earth2studio_compile.metrics import rel_l2
+from earth2studio_compile.tools import zoo
+from earth2studio_compile.tools.bench.__main__ import MEASURE
 
 
 @pytest.fixture
@@ -388,7 +391,7 @@ def _measure(spec: dict, out: Path, root: Path, local: Path) -> dict:
         "TRITON_CACHE_DIR": str(local / "triton"),
     }
     subprocess.run(
-        [sys.executable, "-m", "earth2studio_compile.bench.measure", json.dumps(spec), str(out)],
+        [sys.executable, "-m", MEASURE, json.dumps(spec), str(out)],
         check=True, env=env, timeout=900,
     )
     return json.loads(out.read_text())

@@ -19,11 +19,13 @@ import os
 
 import pytest
 import torch
-from conftest import assert_unchanged, messages, rel_l2, run_workflow, snapshot
+from conftest import assert_unchanged, messages, run_workflow, snapshot
 
-from earth2studio_compile import CompileSession, run, zoo
-from earth2studio_compile.bench.measure import initial_state
+from earth2studio_compile import CompileSession, run
+from earth2studio_compile.metrics import rel_l2
 from earth2studio_compile.models import plan
+from earth2studio_compile.tools import zoo
+from earth2studio_compile.tools.bench.runs import initial_state
 
 pytestmark = pytest.mark.gpu
 SIZE = os.environ.get("E2SC_GPU_SIZE", "small")

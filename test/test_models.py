@@ -7,8 +7,9 @@ import inspect
 import pytest
 import torch
 
-from earth2studio_compile import MODEL_TABLE, ModelSpec, plan, register_model, zoo
-from earth2studio_compile.models import generic_spec, lookup
+from earth2studio_compile import MODEL_TABLE, ModelSpec, plan, register_model
+from earth2studio_compile.models import TORCH_HARMONICS_SFNO, generic_spec, lookup
+from earth2studio_compile.tools import zoo
 
 
 def _prognostic_classes() -> list[type]:
@@ -181,3 +182,51 @@ def test_published_table_is_current():
 
     doc = (Path(__file__).parents[1] / "docs" / "models.md").read_text()
     assert table_markdown() in doc, "regenerate docs/models.md (see its header)"
+
+
+def test_zoo_sfno_takes_the_public_torch_harmonics_spec():
+    # The table names the zoo's class by string; a rename would leave the entry dead.
+    cls = zoo.SFNOPrognostic
+    assert lookup(cls) == (f"{cls.__module__}.{cls.__qualname__}", TORCH_HARMONICS_SFNO)
+    from earth2studio_compile.models import table_markdown
+
+    assert "SFNOPrognostic" not in table_markdown()  # published: Earth2Studio's only
+
+
+_IMPORT_TOOLS = """
+import importlib, json, pkgutil
+from earth2studio_compile.models import MODEL_TABLE
+
+before = dict(MODEL_TABLE)
+import earth2studio_compile.tools as tools
+
+names = [m.name for m in pkgutil.walk_packages(tools.__path__, tools.__name__ + ".")]
+for name in names:
+    importlib.import_module(name)
+print(json.dumps({
+    "imported": names,
+    "added": sorted(MODEL_TABLE.keys() - before.keys()),
+    "removed": sorted(before.keys() - MODEL_TABLE.keys()),
+    "replaced": sorted(k for k in before.keys() & MODEL_TABLE.keys()
+                       if MODEL_TABLE[k] is not before[k]),
+}))
+"""
+
+
+def test_importing_the_tools_leaves_the_model_table_alone():
+    # A fresh process: this one imported the zoo long ago.
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    proc = subprocess.run(
+        [sys.executable, "-c", _IMPORT_TOOLS], cwd=Path(__file__).parents[1],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    tools = ("zoo", "demo", "bench", "bench.__main__", "bench.measure", "bench.e2e")
+    for name in tools:
+        assert f"earth2studio_compile.tools.{name}" in out["imported"]
+    assert (out["added"], out["removed"], out["replaced"]) == ([], [], [])

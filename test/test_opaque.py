@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import assert_unchanged, messages, rel_l2, snapshot
+from conftest import assert_unchanged, messages, snapshot
 
-from earth2studio_compile import MODEL_TABLE, CompileSession, register_model, zoo
+from earth2studio_compile import MODEL_TABLE, CompileSession, register_model
+from earth2studio_compile.metrics import rel_l2
+from earth2studio_compile.models import sfno_inductor_options
 from earth2studio_compile.opaque import find_opaque
+from earth2studio_compile.tools import zoo
 
 
 class Recorder:
@@ -43,7 +46,7 @@ def test_spectral_convolutions_become_opaque_nodes_of_one_graph(logs):
         # the table's cudagraphs=False and Inductor options reach the region
         (region,) = session._open
         assert region.table_cudagraphs is False
-        assert region.table_options is zoo.sfno_inductor_options
+        assert region.table_options is sfno_inductor_options
         with torch.no_grad():
             out = model.model(x)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
@@ -195,8 +198,6 @@ def test_opaque_must_be_a_tuple():
 
 
 def test_sfno_mlps_run_as_matmuls_only_where_precision_is_kept(monkeypatch):
-    from earth2studio_compile.zoo import sfno_inductor_options
-
     cuda = torch.device("cuda")
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
     torch.set_float32_matmul_precision("highest")

@@ -22,9 +22,10 @@ import torch
 from conftest import TIME, messages
 
 import earth2studio_compile
-from earth2studio_compile import run, zoo
-from earth2studio_compile.bench.e2e import make_io
+from earth2studio_compile import run
 from earth2studio_compile.overlap import OverlappedIO
+from earth2studio_compile.tools import zoo
+from earth2studio_compile.tools.bench.e2e import make_io
 
 NSTEPS = 3
 BACKENDS = ["kv", "zarr", "netcdf4", "async-zarr"]

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import TIME, messages, rel_l2
+from conftest import TIME, messages
 
-from earth2studio_compile import CompileSession, register_model, zoo
+from earth2studio_compile import CompileSession, register_model
+from earth2studio_compile.tools import zoo
 from earth2studio_compile.models import MODEL_TABLE
+from earth2studio_compile.metrics import rel_l2
 from earth2studio_compile.precision import ENV, THRESHOLDS
 
 

@@ -15,8 +15,9 @@ import pytest
 import torch
 from conftest import TIME, assert_unchanged, messages, snapshot
 
-from earth2studio_compile import CompileSession, ModelSpec, plan, register_model, zoo
+from earth2studio_compile import CompileSession, ModelSpec, plan, register_model
 from earth2studio_compile.models import MODEL_TABLE
+from earth2studio_compile.tools import zoo
 
 
 def eager_backend(gm, example_inputs):

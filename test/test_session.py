@@ -11,7 +11,8 @@ import pytest
 import torch
 from conftest import assert_unchanged, messages, snapshot
 
-from earth2studio_compile import CompileSession, zoo
+from earth2studio_compile import CompileSession
+from earth2studio_compile.tools import zoo
 
 
 def eager_backend(gm, example_inputs):

@@ -14,7 +14,8 @@ import pytest
 import torch
 from conftest import messages
 
-from earth2studio_compile import CompileSession, _torch, zoo
+from earth2studio_compile import CompileSession, _torch
+from earth2studio_compile.tools import zoo
 
 PACKAGE = Path(_torch.__file__).parent
 

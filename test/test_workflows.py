@@ -16,10 +16,12 @@ import inspect
 
 import pytest
 import torch
-from conftest import assert_unchanged, messages, rel_l2, run_workflow, snapshot
+from conftest import assert_unchanged, messages, run_workflow, snapshot
 
 import earth2studio.run as upstream
-from earth2studio_compile import run, zoo
+from earth2studio_compile import run
+from earth2studio_compile.metrics import rel_l2
+from earth2studio_compile.tools import zoo
 
 WORKFLOWS = ["deterministic", "diagnostic", "ensemble"]
 MODELS = ["fcn", "dlwp", "persistence", "toy"]

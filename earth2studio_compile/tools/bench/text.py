@@ -32,6 +32,8 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """
     table = [list(header), *(list(map(str, row)) for row in rows)]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)

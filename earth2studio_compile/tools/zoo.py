@@ -13,7 +13,7 @@ Earth2Studio's own SFNO wrapper needs makani, which is not on PyPI.
 
 Examples
 --------
->>> from earth2studio_compile import zoo
+>>> from earth2studio_compile.tools import zoo
 >>> model = zoo.build("fcn", size="small")  # doctest: +SKIP
 >>> data = zoo.random_source(model)  # doctest: +SKIP
 """
@@ -30,8 +30,6 @@ import torch
 from earth2studio.models.batch import batch_coords, batch_func
 from earth2studio.models.px.utils import PrognosticMixin
 from earth2studio.utils import handshake_coords, handshake_dim
-
-from earth2studio_compile.models import register_model
 
 MODELS = ("fcn", "dlwp", "sfno", "persistence", "toy")
 SIZES = ("small", "full")
@@ -59,6 +57,16 @@ class Grid:
         return np.linspace(0, 360, self.nlon, endpoint=False)
 
 
+def _subclass(base: type, name: str, **methods: Callable[..., Any]) -> type:
+    """A subclass of ``base`` named ``name`` in this module, overriding ``methods``.
+
+    The model table is keyed by ``module.QualName``: both are set here, so the key
+    does not depend on where the class is built.
+    """
+    names = {"__module__": __name__, "__qualname__": name}
+    return type(name, (base,), {**methods, **names})
+
+
 def _on_grid(cls: type, grid: Grid) -> type:
     """Subclass of an Earth2Studio wrapper whose fixed lat-lon grid is ``grid``."""
 
@@ -73,16 +81,7 @@ def _on_grid(cls: type, grid: Grid) -> type:
         return coords
 
     name = f"{cls.__name__}{grid.nlat}x{grid.nlon}"
-    return type(
-        name,
-        (cls,),
-        {
-            "input_coords": input_coords,
-            "output_coords": output_coords,
-            "__module__": __name__,
-            "__qualname__": name,
-        },
-    )
+    return _subclass(cls, name, input_coords=input_coords, output_coords=output_coords)
 
 
 # -- FCN ---------------------------------------------------------------------------
@@ -128,7 +127,8 @@ def fcn(size: str = "small", seed: int = 0) -> torch.nn.Module:
 # -- DLWP --------------------------------------------------------------------------
 def _nearest_map(rows: int, cols: int, gen: torch.Generator) -> torch.Tensor:
     """Sparse ``rows x cols`` map with one unit weight per row (nearest neighbour)."""
-    index = torch.stack([torch.arange(rows), torch.randint(cols, (rows,), generator=gen)])
+    nearest = torch.randint(cols, (rows,), generator=gen)
+    index = torch.stack([torch.arange(rows), nearest])
     return torch.sparse_coo_tensor(index, torch.ones(rows), (rows, cols)).coalesce()
 
 
@@ -149,15 +149,11 @@ def _dlwp_class(grid: Grid, face: int) -> type:
         return x.reshape(*shape, grid.nlat, grid.nlon)
 
     name = f"DLWP{grid.nlat}x{grid.nlon}c{face}"
-    return type(
+    return _subclass(
+        base,
         name,
-        (base,),
-        {
-            "to_cubedsphere": to_cubedsphere,
-            "to_equirectangular": to_equirectangular,
-            "__module__": __name__,
-            "__qualname__": name,
-        },
+        to_cubedsphere=to_cubedsphere,
+        to_equirectangular=to_equirectangular,
     )
 
 
@@ -372,7 +368,12 @@ class SFNOCore(torch.nn.Module):
 
 
 class SFNOPrognostic(GridPrognostic):
-    """SFNO-class prognostic (torch-harmonics SFNO, 6 h steps) with random weights."""
+    """SFNO-class prognostic (torch-harmonics SFNO, 6 h steps) with random weights.
+
+    Its compile spec is the library's
+    :data:`~earth2studio_compile.models.TORCH_HARMONICS_SFNO`, listed in the model
+    table under this class's name: importing the zoo registers nothing.
+    """
 
 
 def sfno(size: str = "small", seed: int = 0) -> torch.nn.Module:
@@ -393,54 +394,14 @@ def sfno(size: str = "small", seed: int = 0) -> torch.nn.Module:
     """
     torch.manual_seed(seed)
     if size == "full":
-        variables, grid, embed, layers = [f"v{i}" for i in range(73)], Grid(721, 1440, True), 256, 8
+        variables, grid = [f"v{i}" for i in range(73)], Grid(721, 1440, True)
+        embed, layers = 256, 8
     else:
-        variables, grid, embed, layers = ["t2m", "u10m", "v10m", "z500"], Grid(16, 32, True), 16, 2
+        variables, grid = ["t2m", "u10m", "v10m", "z500"], Grid(16, 32, True)
+        embed, layers = 16, 2
     core = SFNOCore(len(variables), grid, embed, layers).eval()
     return SFNOPrognostic(core, variables, grid)
 
-
-def sfno_inductor_options(device: torch.device) -> dict[str, bool]:
-    """Inductor options for SFNO's 1x1-convolution MLPs, measured on an H100.
-
-    Inductor's channels-last layout for the 1x1 convolutions made the step slower
-    than eager (0.93x in fp32), so it is off. Running them as matrix multiplies
-    helps (1.12x in fp32) only where that keeps their precision: cuDNN and cuBLAS
-    must agree on TF32. With PyTorch's defaults (TF32 convolutions, fp32 matmuls)
-    it would turn TF32 convolutions into fp32 GEMMs (0.77x).
-
-    Parameters
-    ----------
-    device : torch.device
-        Device of the region's first input
-
-    Returns
-    -------
-    dict[str, bool]
-        Inductor options
-    """
-    options = {"layout_optimization": False}
-    matmul_tf32 = torch.get_float32_matmul_precision() != "highest"
-    if device.type == "cuda" and torch.backends.cudnn.allow_tf32 == matmul_tf32:
-        options["conv_1x1_as_mm"] = True
-    return options
-
-
-# The spectral convolution (SHT, complex64 contraction, inverse SHT) breaks Inductor on
-# CUDA with torch-harmonics 0.9.2 (KeyError: 'complex64'). Splitting the region around
-# it ran slower than eager (0.98x on an H100): ten small CUDA graphs with eager glue.
-# As opaque operators the network stays one graph. CUDA graphs then cover only the
-# partitions between the eight opaque calls, and copying each partition's input into
-# its static buffer made the step slower (0.92x) than no CUDA graphs (1.00x).
-register_model(
-    SFNOPrognostic,
-    regions=("model",),
-    opaque=("SpectralConvS2",),
-    cudagraphs=False,
-    inductor_options=sfno_inductor_options,
-    pad_batch=True,
-    note="torch-harmonics SFNO; spectral convolutions run eagerly inside the graph",
-)
 
 _BUILDERS: dict[str, Callable[..., torch.nn.Module]] = {
     "fcn": fcn,

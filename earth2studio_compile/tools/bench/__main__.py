@@ -1,14 +1,15 @@
-"""``python -m earth2studio_compile.bench``: eager vs compiled, per model, fresh processes.
+"""``python -m earth2studio_compile.tools.bench``: eager vs compiled, fresh processes.
 
 Examples
 --------
 CPU, small models (CI-sized)::
 
-    python -m earth2studio_compile.bench --small --models fcn,persistence --steps 10
+    python -m earth2studio_compile.tools.bench --small --models fcn,persistence \\
+        --steps 10
 
 GPU, operational sizes, with the JSON and the figure::
 
-    python -m earth2studio_compile.bench --models fcn,dlwp,sfno,persistence \\
+    python -m earth2studio_compile.tools.bench --models fcn,dlwp,sfno,persistence \\
         --json bench.json --plot bench.png
 """
 
@@ -25,11 +26,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from earth2studio_compile.bench.e2e import IO_BACKENDS, e2e_table
-from earth2studio_compile.bench.measure import AUTO, EAGER
-from earth2studio_compile.bench.text import format_table, model_label
+from earth2studio_compile.tools.bench.e2e import IO_BACKENDS, e2e_table
+from earth2studio_compile.tools.bench.measure import AUTO, EAGER
+from earth2studio_compile.tools.bench.text import format_table, model_label
 
 DEFAULT_MODELS = "fcn,dlwp,sfno,persistence"
+MEASURE = "earth2studio_compile.tools.bench.measure"  # run once per fresh process
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -43,17 +45,20 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help=f"comma-separated: fcn, dlwp, sfno, persistence, toy or module:callable "
         f"(default {DEFAULT_MODELS})",
     )
-    p.add_argument("--small", action="store_true", help="small grids and networks (CPU)")
+    p.add_argument(
+        "--small", action="store_true", help="small grids and networks (CPU)"
+    )
     p.add_argument(
         "--modes", default=AUTO,
-        help="comma-separated compiled modes: auto (the flag's default: reduce-overhead "
-        "on CUDA, default on CPU), default, reduce-overhead, max-autotune, "
-        "max-autotune-no-cudagraphs (default auto)",
+        help="comma-separated compiled modes: auto (the flag's default: "
+        "reduce-overhead on CUDA, default on CPU), default, reduce-overhead, "
+        "max-autotune, max-autotune-no-cudagraphs (default auto)",
     )
     p.add_argument("--steps", type=int, default=20, help="forecast steps (>= 11)")
     p.add_argument(
         "--e2e-steps", type=int, default=10,
-        help="steps of the end-to-end deterministic workflow with a Zarr store; 0 skips",
+        help="steps of the end-to-end deterministic workflow with a Zarr store; "
+        "0 skips",
     )
     p.add_argument(
         "--io", default="",
@@ -75,7 +80,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="skip the warm-start run (a second fresh process with an empty local "
         "Inductor cache and the first run's portable cache bundles)",
     )
-    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
+    p.add_argument(
+        "--device", default=None, help="cuda or cpu (default: cuda if available)"
+    )
     p.add_argument("--json", type=Path, default=None, help="write every figure here")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG figure here")
     p.add_argument("--timeout", type=int, default=900, help="seconds per measurement")
@@ -118,7 +125,9 @@ def environment(device: str) -> dict[str, Any]:
     env: dict[str, Any] = {
         "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
         "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
+            timespec="seconds"
+        ),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
@@ -161,7 +170,7 @@ def _run_one(spec: dict[str, Any], timeout: int, workdir: Path) -> dict[str, Any
         out = Path(f.name)
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "earth2studio_compile.bench.measure", json.dumps(spec), str(out)],
+            [sys.executable, "-m", MEASURE, json.dumps(spec), str(out)],
             capture_output=True, text=True, timeout=timeout, env=env,
         )
         if proc.returncode != 0 or not out.stat().st_size:
@@ -202,10 +211,12 @@ def _row(r: dict[str, Any]) -> list[str]:
     mem = r.get("peak_gpu_bytes")
     return [
         model_label(r), r["mode"], r.get("cache") or "", status,
-        f(r["first_step_s"], ".2f"), f(r["steady_ms"], ".2f"), f(r.get("speedup"), ".2f"),
-        f(r.get("break_even_steps"), ".0f"), f(mem / 2**30 if mem else None, ".2f"),
+        f(r["first_step_s"], ".2f"), f(r["steady_ms"], ".2f"),
+        f(r.get("speedup"), ".2f"), f(r.get("break_even_steps"), ".0f"),
+        f(mem / 2**30 if mem else None, ".2f"),
         f"{f(graphs, 'd')}/{f(breaks, 'd')}/{f(recompiles, 'd')}",
-        f(r.get("rel_l2_first"), ".1e"), f(r.get("rel_l2_last"), ".1e"), f(r.get("e2e_s"), ".2f"),
+        f(r.get("rel_l2_first"), ".1e"), f(r.get("rel_l2_last"), ".1e"),
+        f(r.get("e2e_s"), ".2f"),
     ]
 
 
@@ -242,10 +253,17 @@ def render(paths: list[Path], plot_path: Path | None) -> int:
         print(f"{p.name}: {env.get('gpu', 'CPU')}, driver {env.get('driver')}, torch "
               f"{env['torch']}, triton {env['triton']}, {env['date']}")
     if plot_path:
-        from earth2studio_compile.bench.plot import plot
+        from earth2studio_compile.tools.bench.plot import plot
 
         plot(results, plot_path, title=runs[0]["environment"].get("gpu", "CPU"))
     return 0
+
+
+def _e2e_text(result: dict[str, Any]) -> str:
+    """One model's end-to-end table, or the error that took its place."""
+    if "e2e" in result:
+        return e2e_table(result["model"], result["e2e"])
+    return f"{result['model']} end to end: {result['error']}"
 
 
 def _compiled_anything(results: list[dict[str, Any]], model: str, mode: str) -> bool:
@@ -255,7 +273,10 @@ def _compiled_anything(results: list[dict[str, Any]], model: str, mode: str) -> 
 
 
 def _write_json(
-    path: Path, env: dict[str, Any], results: list[dict[str, Any]], e2e: list[dict[str, Any]]
+    path: Path,
+    env: dict[str, Any],
+    results: list[dict[str, Any]],
+    e2e: list[dict[str, Any]],
 ) -> None:
     payload = {"environment": env, "argv": sys.argv, "results": results, "e2e": e2e}
     path.write_text(json.dumps(payload, indent=2))
@@ -271,11 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     size = "small" if args.small else "full"
     results: list[dict[str, Any]] = []
     caches = ["cold", "warm"] if args.warm else ["cold"]
-    plan = [
-        (m, mode, cache)
-        for m in args.model_list
-        for mode, cache in [(EAGER, None)] + [(x, c) for x in args.mode_list for c in caches]
-    ]
+    runs = [(EAGER, None)] + [(x, c) for x in args.mode_list for c in caches]
+    plan = [(m, mode, cache) for m in args.model_list for mode, cache in runs]
     if args.skip_rollouts:
         plan = []
     e2e: list[dict[str, Any]] = []
@@ -300,15 +318,19 @@ def main(argv: list[str] | None = None) -> int:
             }
             result = _run_one(spec, args.timeout, Path(tmp))
             if mode != EAGER:
-                eager = next(r for r in results if r["model"] == model and r["mode"] == EAGER)
+                eager = next(
+                    r for r in results if r["model"] == model and r["mode"] == EAGER
+                )
                 result.update(derive(eager, result))
             if cache == "warm":
                 cold = next(
                     r for r in results
-                    if r["model"] == model and r["mode"] == mode and r.get("cache") == "cold"
+                    if r["model"] == model and r["mode"] == mode
+                    and r.get("cache") == "cold"
                 )
                 if "error" not in cold and "error" not in result:
-                    result["warm_over_cold"] = result["first_step_s"] / cold["first_step_s"]
+                    first, cold_first = result["first_step_s"], cold["first_step_s"]
+                    result["warm_over_cold"] = first / cold_first
             result.pop("reference", None)
             results.append(result)
             bar.write(table([result]).splitlines()[-1])
@@ -323,21 +345,21 @@ def main(argv: list[str] | None = None) -> int:
             }
             result = _run_one(spec, args.timeout, Path(tmp))
             e2e.append(result)
-            bar.write(e2e_table(model, result["e2e"]) if "e2e" in result else f"{model} end to end: {result['error']}")
+            bar.write(_e2e_text(result))
             if args.json:
                 _write_json(args.json, env, results, e2e)
             bar.update(1)
     print(table(results))
     print("\n".join(warm_lines(results)))
     for r in e2e:
-        print("\n" + (e2e_table(r["model"], r["e2e"]) if "e2e" in r else f"{r['model']} end to end: {r['error']}"))
+        print("\n" + _e2e_text(r))
     print(
         f"\n{env.get('gpu') or platform.processor() or 'CPU'}, torch {env['torch']}, "
         f"triton {env['triton']}, {size} models, {args.steps} steps, "
         f"TF32 convolutions {'on' if env['cudnn_allow_tf32'] else 'off'}, {env['date']}"
     )
     if args.plot:
-        from earth2studio_compile.bench.plot import plot
+        from earth2studio_compile.tools.bench.plot import plot
 
         plot(results, args.plot, title=f"{env.get('gpu') or 'CPU'} ({size})")
     return 1 if any("error" in r for r in results + e2e) else 0

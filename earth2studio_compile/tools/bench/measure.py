@@ -1,7 +1,7 @@
 """One measurement: a model, a mode, a fresh process.
 
-Run as ``python -m earth2studio_compile.bench.measure SPEC_JSON OUT_JSON``; the CLI
-does that once per (model, mode) so compile caches and CUDA state of one run never
+Run as ``python -m earth2studio_compile.tools.bench.measure SPEC_JSON OUT_JSON``; the
+CLI does that once per (model, mode) so compile caches and CUDA state of one run never
 flatter another. Also importable: :func:`time_rollout` serves the demo.
 """
 
@@ -20,41 +20,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from earth2studio_compile.metrics import rel_l2, synchronize
+from earth2studio_compile.tools.bench.e2e import measure_e2e
+from earth2studio_compile.tools.bench.runs import initial_state, timed_deterministic
+
 EAGER = "eager"
 AUTO = "auto"  # the flag's default: reduce-overhead on CUDA, Inductor default on CPU
-
-
-def initial_state(
-    model: Any, device: torch.device, seed: int = 0
-) -> tuple[torch.Tensor, OrderedDict]:
-    """A seeded random initial state on ``model``'s input coordinates (one time).
-
-    Parameters
-    ----------
-    model : Any
-        Prognostic model
-    device : torch.device
-        Where the state lives
-    seed : int, optional
-        Seed, by default 0
-
-    Returns
-    -------
-    tuple[torch.Tensor, OrderedDict]
-        Tensor and coordinate system, ready for ``model.create_iterator``
-    """
-    coords: OrderedDict = OrderedDict({"time": np.array([np.datetime64("2024-01-01")])})
-    for key, value in model.input_coords().items():
-        if key != "batch":
-            coords[key] = coords["time"] if key == "time" else value
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(*[len(v) for v in coords.values()], generator=gen)
-    return x.to(device), coords
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 @dataclass
@@ -126,10 +97,8 @@ def time_rollout(
     """
     from contextlib import nullcontext
 
-    from earth2studio_compile import CompileSession
-
     device = x.device
-    session = CompileSession(model, **compile_kwargs) if compile_kwargs is not None else None
+    session = _session(model, compile_kwargs)
     times: list[float] = []
     outputs: list[torch.Tensor] = []
     if device.type == "cuda":
@@ -140,10 +109,10 @@ def time_rollout(
             iterator = model.create_iterator(x, coords)
             next(iterator)  # the initial condition: no model call
             for _ in range(nsteps):
-                _sync(device)
+                synchronize(device)
                 start = time.perf_counter()
                 y, _ = next(iterator)
-                _sync(device)
+                synchronize(device)
                 times.append(time.perf_counter() - start)
                 outputs.append(y.detach().to("cpu", copy=True))
             iterator.close()
@@ -175,34 +144,42 @@ def _count_forward_calls(model: Any) -> tuple[list[int], Callable[[], None]]:
     return calls, lambda: None
 
 
-def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
-    """||a - b|| / ||b|| in float64."""
-    a, b = a.double(), b.double()
-    return float(torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b))
-
-
 def end_to_end(
     model: Any, device: torch.device, nsteps: int, compile_kwargs: dict | None
 ) -> float:
-    """Wall seconds of ``earth2studio.run.deterministic`` writing a Zarr store on disk."""
-    import earth2studio.run as upstream
+    """Wall seconds of ``earth2studio.run.deterministic`` writing a Zarr store on disk.
+
+    Parameters
+    ----------
+    model : Any
+        Prognostic model, on ``device``
+    device : torch.device
+        Where the workflow runs
+    nsteps : int
+        Forecast steps
+    compile_kwargs : dict | None
+        None for eager, else keyword arguments of :class:`CompileSession`; the time
+        includes the compile
+
+    Returns
+    -------
+    float
+        Seconds until the store is written
+    """
     from earth2studio.io import ZarrBackend
 
-    from earth2studio_compile import CompileSession, zoo
-
-    np.random.seed(0)
     with tempfile.TemporaryDirectory() as tmp:
-        io = ZarrBackend(str(Path(tmp) / "out.zarr"), backend_kwargs={"overwrite": True})
-        data = zoo.random_source(model)
-        session = CompileSession(model, **compile_kwargs) if compile_kwargs is not None else None
-        start = time.perf_counter()
-        if session is None:
-            upstream.deterministic(["2024-01-01"], nsteps, model, data, io, device=device, verbose=False)
-        else:
-            with session:
-                upstream.deterministic(["2024-01-01"], nsteps, model, data, io, device=device, verbose=False)
-        _sync(device)
-        return time.perf_counter() - start
+        store = str(Path(tmp) / "out.zarr")
+        io = ZarrBackend(store, backend_kwargs={"overwrite": True})
+        session = _session(model, compile_kwargs)
+        return timed_deterministic(model, io, nsteps, device, session)
+
+
+def _session(model: Any, compile_kwargs: dict[str, Any] | None) -> Any:
+    """A :class:`CompileSession` with ``compile_kwargs``; None (eager) for None."""
+    from earth2studio_compile import CompileSession
+
+    return None if compile_kwargs is None else CompileSession(model, **compile_kwargs)
 
 
 def compile_kwargs_for(mode: str) -> dict[str, Any] | None:
@@ -216,7 +193,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one measurement described by ``spec`` (see the CLI) and return figures."""
     from loguru import logger
 
-    from earth2studio_compile import zoo
+    from earth2studio_compile.tools import zoo
 
     logger.remove()
     logger.add(sys.stderr, level="WARNING")
@@ -225,8 +202,6 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     model = zoo.build(spec["model"], size=spec["size"]).to(device)
     if spec.get("io"):
-        from earth2studio_compile.bench.e2e import measure_e2e
-
         return {**spec, "e2e": measure_e2e(model, device, spec["steps"], spec["io"])}
     x, coords = initial_state(model, device, seed=0)
     kwargs = compile_kwargs_for(spec["mode"])

@@ -1,4 +1,4 @@
-"""``python -m earth2studio_compile.bench.kernels``: where a step's time goes, by kernel.
+"""``python -m earth2studio_compile.tools.bench.kernels``: a step's time, by kernel.
 
 Profiles a few steady-state rollout steps (after compilation, CUDA-graph recording and
 the session's speed probe) with :mod:`torch.profiler`, eager and compiled, and splits
@@ -11,7 +11,8 @@ Examples
 --------
 ::
 
-    python -m earth2studio_compile.bench.kernels --models fcn,dlwp --json kernels.json
+    python -m earth2studio_compile.tools.bench.kernels --models fcn,dlwp \\
+        --json kernels.json
 """
 
 from __future__ import annotations
@@ -27,13 +28,17 @@ from typing import Any
 
 import torch
 
-from earth2studio_compile.bench.measure import _sync, initial_state
-from earth2studio_compile.bench.text import format_table
+from earth2studio_compile.metrics import synchronize
+from earth2studio_compile.tools.bench.runs import initial_state
+from earth2studio_compile.tools.bench.text import format_table
 
 # First match wins; names are CUDA kernel names as the profiler reports them.
 FAMILIES = (
     ("fft", re.compile(r"fft|regular_fft|vector_fft", re.I)),
-    ("gemm", re.compile(r"gemm|sm90_xmma|cutlass|cublas|ampere_sgemm|sgemm|matmul", re.I)),
+    (
+        "gemm",
+        re.compile(r"gemm|sm90_xmma|cutlass|cublas|ampere_sgemm|sgemm|matmul", re.I),
+    ),
     ("conv", re.compile(r"conv|cudnn|implicit_convolve|winograd|xmma_fprop", re.I)),
     ("triton", re.compile(r"^triton_|triton", re.I)),
     ("copy", re.compile(r"memcpy|memset|copy", re.I)),
@@ -42,10 +47,13 @@ WARM_STEPS = 16  # past compilation, CUDA-graph recording and probe calls 3-7
 
 
 def _family(name: str) -> str:
-    return next((family for family, pattern in FAMILIES if pattern.search(name)), "other")
+    found = (family for family, pattern in FAMILIES if pattern.search(name))
+    return next(found, "other")
 
 
-def profile_steps(model: Any, device: torch.device, steps: int, compiled: bool) -> dict[str, float]:
+def profile_steps(
+    model: Any, device: torch.device, steps: int, compiled: bool
+) -> dict[str, float]:
     """Milliseconds per step: wall, device busy, host, and device time per family."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -59,12 +67,12 @@ def profile_steps(model: Any, device: torch.device, steps: int, compiled: bool) 
         iterator = model.create_iterator(x, coords)
         for _ in range(1 + WARM_STEPS):
             next(iterator)
-        _sync(device)
+        synchronize(device)
         with profile(activities=activities) as prof:
             start = time.perf_counter()
             for _ in range(steps):
                 next(iterator)
-            _sync(device)
+            synchronize(device)
             wall = time.perf_counter() - start
         iterator.close()
     totals = {family: 0.0 for family, _ in FAMILIES} | {"other": 0.0}
@@ -80,27 +88,40 @@ def profile_steps(model: Any, device: torch.device, steps: int, compiled: bool) 
 
 def table(rows: list[dict[str, Any]]) -> str:
     """Plain-text table of :func:`profile_steps` results."""
-    keys = ["wall_ms", "device_ms", "host_ms", *(f"{f}_ms" for f, _ in FAMILIES), "other_ms"]
+    families = [f"{f}_ms" for f, _ in FAMILIES]
+    keys = ["wall_ms", "device_ms", "host_ms", *families, "other_ms"]
     header = ["model", "run", *(k.replace("_ms", " ms") for k in keys)]
-    return format_table(header, [[r["model"], r["run"], *(f"{r[k]:.2f}" for k in keys)] for r in rows])
+    cells = [[r["model"], r["run"], *(f"{r[k]:.2f}" for k in keys)] for r in rows]
+    return format_table(header, cells)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: profile each model eager then compiled, in this process."""
     from loguru import logger
 
-    from earth2studio_compile import zoo
+    from earth2studio_compile.tools import zoo
 
-    p = argparse.ArgumentParser(prog="python -m earth2studio_compile.bench.kernels", description=__doc__.split("\n")[0])
-    p.add_argument("--models", default="fcn,dlwp", help="comma-separated zoo models (default fcn,dlwp)")
-    p.add_argument("--small", action="store_true", help="small grids and networks (CPU)")
+    p = argparse.ArgumentParser(
+        prog="python -m earth2studio_compile.tools.bench.kernels",
+        description=__doc__.split("\n")[0],
+    )
+    p.add_argument(
+        "--models", default="fcn,dlwp",
+        help="comma-separated zoo models (default fcn,dlwp)",
+    )
+    p.add_argument(
+        "--small", action="store_true", help="small grids and networks (CPU)"
+    )
     p.add_argument("--steps", type=int, default=6, help="profiled steps (default 6)")
-    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
+    p.add_argument(
+        "--device", default=None, help="cuda or cpu (default: cuda if available)"
+    )
     p.add_argument("--json", type=Path, default=None, help="write the rows here")
     args = p.parse_args(argv)
     if args.steps < 1:
         p.error("--steps must be >= 1")
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    cuda = torch.cuda.is_available()
+    device = torch.device(args.device or ("cuda" if cuda else "cpu"))
     logger.remove()
     logger.add(sys.stderr, level="WARNING")
     rows = []
@@ -111,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row | profile_steps(model, device, args.steps, compiled))
     print(table(rows))
     if args.json:
-        args.json.write_text(json.dumps({"argv": sys.argv, "device": str(device), "rows": rows}, indent=2))
+        payload = {"argv": sys.argv, "device": str(device), "rows": rows}
+        args.json.write_text(json.dumps(payload, indent=2))
     return 0
 
 

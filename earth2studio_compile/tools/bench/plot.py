@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from earth2studio_compile.bench.text import model_label
+from earth2studio_compile.tools.bench.text import model_label
 
 
 def plot(results: list[dict[str, Any]], path: Path, title: str = "") -> None:
@@ -37,7 +37,8 @@ def plot(results: list[dict[str, Any]], path: Path, title: str = "") -> None:
         values = [
             next(
                 (r["steady_ms"] for r in ok
-                 if model_label(r) == m and r["mode"] == mode and r.get("cache") != "warm"),
+                 if model_label(r) == m and r["mode"] == mode
+                 and r.get("cache") != "warm"),
                 np.nan,
             )
             for m in models
@@ -57,8 +58,8 @@ def plot(results: list[dict[str, Any]], path: Path, title: str = "") -> None:
         for r in (r for r in ok if model_label(r) == model):
             measured = np.cumsum(r["step_s"])
             extra = np.maximum(steps - len(measured), 0) * r["steady_ms"] / 1e3
-            cum = np.where(steps <= len(measured), measured[np.minimum(steps, len(measured)) - 1],
-                           measured[-1] + extra)
+            within = measured[np.minimum(steps, len(measured)) - 1]
+            cum = np.where(steps <= len(measured), within, measured[-1] + extra)
             style = {"eager": "--", "warm": ":"}.get(r.get("cache") or r["mode"], "-")
             label = f"{model} {r['mode']} {r.get('cache') or ''}".rstrip()
             cumul.plot(steps, cum, style, color=f"C{i}", label=label)

@@ -28,8 +28,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from earth2studio_compile.bench.measure import _sync
-from earth2studio_compile.bench.text import format_table
+from earth2studio_compile.metrics import synchronize
+from earth2studio_compile.tools.bench.runs import TIME, timed_deterministic
+from earth2studio_compile.tools.bench.text import format_table
 
 IO_BACKENDS = ("zarr", "netcdf4", "async-zarr")
 PHASES = ("model", "coords", "d2h", "write", "other")
@@ -70,7 +71,7 @@ def make_io(name: str, directory: Path, model: Any, nsteps: int) -> Any:
             str(directory / f"{stamp}.zarr"),
             parallel_coords=OrderedDict(
                 {
-                    "time": np.array([np.datetime64("2024-01-01")]),
+                    "time": np.array([TIME]),
                     "lead_time": np.asarray([step * i for i in range(nsteps + 1)]),
                 }
             ),
@@ -89,7 +90,7 @@ class _TimedIO:
         self.io.add_array(*args, **kwargs)
 
     def write(self, x: Any, coords: Any, array_name: Any) -> None:
-        _sync(self.device)
+        synchronize(self.device)
         start = time.perf_counter()
         host = x.cpu() if isinstance(x, torch.Tensor) else [t.cpu() for t in x]
         copied = time.perf_counter()
@@ -108,16 +109,18 @@ class _TimedIO:
 
 
 @contextlib.contextmanager
-def _instrumented(model: Any, device: torch.device, totals: dict[str, float]) -> Iterator[None]:
+def _instrumented(
+    model: Any, device: torch.device, totals: dict[str, float]
+) -> Iterator[None]:
     """Time the model's iterator and upstream's coordinate helpers, synchronized."""
     import earth2studio.run as upstream
 
     def timed(fn: Callable[..., Any], phase: str) -> Callable[..., Any]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            _sync(device)
+            synchronize(device)
             start = time.perf_counter()
             out = fn(*args, **kwargs)
-            _sync(device)
+            synchronize(device)
             totals[phase] += time.perf_counter() - start
             return out
 
@@ -146,43 +149,43 @@ def _instrumented(model: Any, device: torch.device, totals: dict[str, float]) ->
             setattr(upstream, name, fn)
 
 
-def _deterministic(model: Any, io: Any, nsteps: int, device: torch.device) -> float:
-    import earth2studio.run as upstream
-
-    from earth2studio_compile import zoo
-
-    np.random.seed(0)
-    torch.manual_seed(0)
-    data = zoo.random_source(model)
-    start = time.perf_counter()
-    upstream.deterministic(["2024-01-01"], nsteps, model, data, io, device=device, verbose=False)
-    if callable(getattr(io, "close", None)):
-        io.close()  # AsyncZarrBackend, OverlappedIO, NetCDF4Backend: all written
-    _sync(device)
-    return time.perf_counter() - start
-
-
-def breakdown(model: Any, io_name: str, nsteps: int, device: torch.device, tmp: Path) -> dict[str, float]:
+def breakdown(
+    model: Any, io_name: str, nsteps: int, device: torch.device, tmp: Path
+) -> dict[str, float]:
     """Per-step milliseconds of each phase of one instrumented ``deterministic`` run."""
     totals = dict.fromkeys(PHASES, 0.0)
     io = _TimedIO(make_io(io_name, tmp, model, nsteps), device, totals)
     with _instrumented(model, device, totals):
-        wall = _deterministic(model, io, nsteps, device)
+        wall = timed_deterministic(model, io, nsteps, device)
     totals["other"] = wall - sum(totals[p] for p in PHASES if p != "other")
     out = {f"{p}_ms": 1e3 * totals[p] / nsteps for p in PHASES}
     out["wall_s"] = wall
     return out
 
 
-def wall(model: Any, io_name: str, nsteps: int, device: torch.device, tmp: Path, overlap: bool) -> float:
+def wall(
+    model: Any,
+    io_name: str,
+    nsteps: int,
+    device: torch.device,
+    tmp: Path,
+    overlap: bool,
+) -> float:
     """Seconds of one plain ``deterministic`` run, the IO closed (all data written)."""
     from earth2studio_compile.overlap import OverlappedIO
 
     io = make_io(io_name, tmp, model, nsteps)
-    return _deterministic(model, OverlappedIO(io) if overlap else io, nsteps, device)
+    io = OverlappedIO(io) if overlap else io
+    return timed_deterministic(model, io, nsteps, device)
 
 
-def measure_e2e(model: Any, device: torch.device, nsteps: int, backends: list[str], repeats: int = 2) -> dict[str, Any]:
+def measure_e2e(
+    model: Any,
+    device: torch.device,
+    nsteps: int,
+    backends: list[str],
+    repeats: int = 2,
+) -> dict[str, Any]:
     """Breakdowns and wall times, eager and compiled, for each backend.
 
     Returns
@@ -196,23 +199,30 @@ def measure_e2e(model: Any, device: torch.device, nsteps: int, backends: list[st
     results: dict[str, Any] = {"backends": {}}
     with tempfile.TemporaryDirectory() as directory:
         tmp = Path(directory)
-        wall(model, "zarr", 2, device, tmp, overlap=False)  # warm-up: CUDA, cuDNN, cuFFT
+
+        def best(name: str, overlap: bool) -> float:
+            return min(
+                wall(model, name, nsteps, device, tmp, overlap) for _ in range(repeats)
+            )
+
+        # Warm-up: CUDA context, cuDNN and cuFFT plans.
+        wall(model, "zarr", 2, device, tmp, overlap=False)
         for name in backends:
             r: dict[str, Any] = {}
             r["eager"] = breakdown(model, name, nsteps, device, tmp)
-            r["eager_wall_s"] = min(wall(model, name, nsteps, device, tmp, False) for _ in range(repeats))
-            r["eager_overlap_wall_s"] = min(wall(model, name, nsteps, device, tmp, True) for _ in range(repeats))
+            r["eager_wall_s"] = best(name, overlap=False)
+            r["eager_overlap_wall_s"] = best(name, overlap=True)
             results["backends"][name] = r
         with CompileSession(model) as session:
             start = time.perf_counter()
             session.warmup()
-            _sync(device)
+            synchronize(device)
             results["compile_s"] = time.perf_counter() - start
             for name in backends:
                 r = results["backends"][name]
                 r["compiled"] = breakdown(model, name, nsteps, device, tmp)
-                r["compiled_wall_s"] = min(wall(model, name, nsteps, device, tmp, False) for _ in range(repeats))
-                r["compiled_overlap_wall_s"] = min(wall(model, name, nsteps, device, tmp, True) for _ in range(repeats))
+                r["compiled_wall_s"] = best(name, overlap=False)
+                r["compiled_overlap_wall_s"] = best(name, overlap=True)
                 r["speedup"] = r["eager_wall_s"] / r["compiled_overlap_wall_s"]
         results["report"] = session.report.to_dict()
     return results
@@ -220,7 +230,8 @@ def measure_e2e(model: Any, device: torch.device, nsteps: int, backends: list[st
 
 def e2e_table(model: str, e2e: dict[str, Any]) -> str:
     """Plain-text table of one model's end-to-end results."""
-    header = ["model", "io", "run", *(f"{p} ms" for p in PHASES), "wall s", "overlap wall s"]
+    header = ["model", "io", "run", *(f"{p} ms" for p in PHASES)]
+    header += ["wall s", "overlap wall s"]
     rows = []
     for name, r in e2e["backends"].items():
         for run in ("eager", "compiled"):

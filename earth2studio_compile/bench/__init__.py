@@ -1,6 +1,0 @@
-"""Benchmark: how much faster is a compiled rollout, and what does it cost?
-
-``python -m earth2studio_compile.bench`` (or ``earth2studio-compile-bench``) measures
-each model and mode in a fresh process; :mod:`.measure` is one such measurement,
-:mod:`.plot` draws the figure.
-"""
