@@ -354,8 +354,12 @@ class CompiledRegion:
             staged = self._stage(args)
             warm = False
             if first and self.bundle is not None and self.policy is not None:
+                # Autocast changes the compiled graph: bf16 and fp32 bundles differ.
                 r.artifact = self.bundle.load(
-                    staged.args, kwargs, device, self.policy.cache_text
+                    staged.args,
+                    kwargs,
+                    device,
+                    f"{self.policy.cache_text}|precision={self.precision}",
                 )
                 warm = r.artifact == "loaded"
             skips, fx = _torch.cudagraph_skips(), _torch.fx_cache_counts()

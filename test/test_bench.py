@@ -24,6 +24,8 @@ from earth2studio_compile.tools.bench.measure import Rollout
         (["--io", "parquet"], "unknown IO backend 'parquet'"),
         (["--skip-rollouts"], "--skip-rollouts leaves nothing to measure without --io"),
         (["--device", "tpu"], "--device must be cuda or cpu"),
+        (["--precision", "fp16"], "unknown precision 'fp16'"),
+        (["--precision", "tf32", "--fp32"], "--precision sets TF32 per row"),
     ],
 )
 def test_bad_arguments_name_the_fix(argv, message, capsys):
@@ -97,3 +99,36 @@ def test_render_merges_json_runs(tmp_path, capsys):
 )
 def test_kernel_families(kernel, family):
     assert _family(kernel) == family
+
+
+def test_eager_precision_rows_scope_the_core_and_restore_it():
+    import torch
+
+    from earth2studio_compile.tools import zoo
+    from earth2studio_compile.tools.bench.measure import eager_precision
+
+    model = zoo.build("toy")
+    x = torch.randn(1, 4, 16, 32)
+    seen = []
+    inner = model.model.net.forward
+
+    def spy(*args):
+        seen.append(torch.is_autocast_enabled("cpu"))
+        return inner(*args)
+
+    model.model.net.forward = spy
+    with eager_precision(model, "bf16"), torch.no_grad():
+        out = model.model(x)
+        assert "forward" in model.model.__dict__
+    assert seen == [True] and out.dtype == torch.float32
+    assert "forward" not in model.model.__dict__
+    assert not torch.is_autocast_enabled("cpu")
+
+
+def test_precision_rows_are_labelled_and_compared_at_three_steps():
+    row = {
+        "model": "fcn", "mode": "auto", "precision": "bf16", "first_step_s": 1.0,
+        "steady_ms": 20.0, "rel_l2_first": 4e-3, "rel_l2_10": 9e-3, "rel_l2_last": 0.2,
+    }
+    line = cli.table([row]).splitlines()[-1]
+    assert line.startswith("fcn bf16") and "4.0e-03" in line and "9.0e-03" in line

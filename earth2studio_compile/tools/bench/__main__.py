@@ -76,6 +76,18 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "let cuDNN convolutions use TF32 on CUDA)",
     )
     p.add_argument(
+        "--precision", default="",
+        help="comma-separated precisions inside the compiled cores: fp32, tf32, bf16 "
+        "(default: none, PyTorch's settings). Adds eager and compiled rows per "
+        "precision, timed and compared (rel. L2 after steps 1, 10 and N) against "
+        "one fp32 eager run with TF32 off",
+    )
+    p.add_argument(
+        "--no-precision-eager", dest="precision_eager", action="store_false",
+        help="with --precision, skip the eager rows of tf32 and bf16 (each row is a "
+        "fresh process; the fp32 eager reference always runs)",
+    )
+    p.add_argument(
         "--no-warm", dest="warm", action="store_false",
         help="skip the warm-start run (a second fresh process with an empty local "
         "Inductor cache and the first run's portable cache bundles)",
@@ -106,6 +118,14 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         if mode != AUTO and mode not in inductor_modes():
             p.error(f"unknown mode {mode!r}; use auto or one of {inductor_modes()}")
     args.mode_list = modes
+    args.precision_list = [x for x in args.precision.split(",") if x]
+    from earth2studio_compile.precision import PRECISIONS
+
+    for chosen in args.precision_list:
+        if chosen not in PRECISIONS:
+            p.error(f"unknown precision {chosen!r}; use {', '.join(PRECISIONS)}")
+    if args.precision_list and args.fp32:
+        p.error("--precision sets TF32 per row; drop --fp32")
     args.io_list = [b for b in args.io.split(",") if b]
     if args.skip_rollouts and not args.io_list:
         p.error("--skip-rollouts leaves nothing to measure without --io")
@@ -202,7 +222,7 @@ def _row(r: dict[str, Any]) -> list[str]:
         return "-" if v is None else format(v, fmt)
 
     if "error" in r:
-        return [model_label(r), r["mode"], "", "error: " + r["error"][:60]] + [""] * 9
+        return [model_label(r), r["mode"], "", "error: " + r["error"][:60]] + [""] * 10
     regions = (r.get("report") or {}).get("regions", [])
     graphs = sum(x["graphs"] for x in regions) if regions else None
     breaks = sum(x["graph_breaks"] for x in regions) if regions else None
@@ -215,14 +235,15 @@ def _row(r: dict[str, Any]) -> list[str]:
         f(r.get("speedup"), ".2f"), f(r.get("break_even_steps"), ".0f"),
         f(mem / 2**30 if mem else None, ".2f"),
         f"{f(graphs, 'd')}/{f(breaks, 'd')}/{f(recompiles, 'd')}",
-        f(r.get("rel_l2_first"), ".1e"), f(r.get("rel_l2_last"), ".1e"),
+        f(r.get("rel_l2_first"), ".1e"), f(r.get("rel_l2_10"), ".1e"),
+        f(r.get("rel_l2_last"), ".1e"),
         f(r.get("e2e_s"), ".2f"),
     ]
 
 
 HEADER = [
     "model", "mode", "cache", "status", "first s", "ms/step", "speedup", "break-even",
-    "peak GiB", "graphs/breaks/recomp", "relL2@1", "relL2@N", "e2e s",
+    "peak GiB", "graphs/breaks/recomp", "relL2@1", "relL2@10", "relL2@N", "e2e s",
 ]
 
 
@@ -292,8 +313,18 @@ def main(argv: list[str] | None = None) -> int:
     size = "small" if args.small else "full"
     results: list[dict[str, Any]] = []
     caches = ["cold", "warm"] if args.warm else ["cold"]
-    runs = [(EAGER, None)] + [(x, c) for x in args.mode_list for c in caches]
-    plan = [(m, mode, cache) for m in args.model_list for mode, cache in runs]
+    runs: list[tuple[str, str | None, str | None]] = [(EAGER, None, None)]
+    runs += [(x, c, None) for x in args.mode_list for c in caches]
+    if args.precision_list:
+        # The reference first: fp32 eager, TF32 off. Reduced precisions run cold:
+        # their warm start is the fp32 one's.
+        runs = [(EAGER, None, "fp32")]
+        for chosen in args.precision_list:
+            if chosen != "fp32" and args.precision_eager:
+                runs.append((EAGER, None, chosen))
+            c_list = caches if chosen == "fp32" else ["cold"]
+            runs += [(x, c, chosen) for x in args.mode_list for c in c_list]
+    plan = [(m, *run) for m in args.model_list for run in runs]
     if args.skip_rollouts:
         plan = []
     e2e: list[dict[str, Any]] = []
@@ -304,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     env = environment(args.device)
     total = len(plan) + (len(args.model_list) if args.io_list else 0)
     with tempfile.TemporaryDirectory() as tmp, tqdm(total=total, desc="bench") as bar:
-        for model, mode, cache in plan:
+        for model, mode, cache, chosen in plan:
             if cache == "warm" and not _compiled_anything(results, model, mode):
                 bar.update(1)  # nothing was compiled, so there is nothing to warm-start
                 continue
@@ -315,9 +346,14 @@ def main(argv: list[str] | None = None) -> int:
                 # End to end once per mode: a warm start changes only the first step.
                 "e2e_steps": 0 if cache == "warm" else args.e2e_steps,
                 "reference": str(Path(tmp) / f"{model.replace(':', '_')}.pt"),
+                "precision": chosen,
+                # The first eager run of a model is the reference the others meet.
+                "save_reference": mode == EAGER
+                and not any(r["model"] == model for r in results),
             }
             result = _run_one(spec, args.timeout, Path(tmp))
-            if mode != EAGER:
+            if mode != EAGER or chosen not in (None, "fp32"):
+                # Against the first eager run: with --precision, fp32 with TF32 off.
                 eager = next(
                     r for r in results if r["model"] == model and r["mode"] == EAGER
                 )
@@ -332,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
                     first, cold_first = result["first_step_s"], cold["first_step_s"]
                     result["warm_over_cold"] = first / cold_first
             result.pop("reference", None)
+            result.pop("save_reference", None)
             results.append(result)
             bar.write(table([result]).splitlines()[-1])
             if args.json:  # after every run, so a run cut short keeps what it measured

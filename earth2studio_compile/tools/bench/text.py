@@ -7,11 +7,14 @@ from typing import Any
 
 
 def model_label(result: Mapping[str, Any]) -> str:
-    """A result's model name, marked ``fp32`` when TF32 was off (``--fp32``).
+    """A result's model name, marked with its precision (``--precision``), or ``fp32``
+    when TF32 was off (``--fp32``).
 
     Runs of one model at two precisions are different comparisons: tables and plots
     keep them apart.
     """
+    if result.get("precision"):
+        return f"{result['model']} {result['precision']}"
     return f"{result['model']} fp32" if result.get("fp32") else str(result["model"])
 
 
