@@ -7,11 +7,11 @@ The workflows live in :mod:`earth2studio_compile.run` (imported on demand: impor
 ``earth2studio.run`` takes several seconds).
 """
 
+from earth2studio_compile.cache import cache_root
 from earth2studio_compile.models import MODEL_TABLE, ModelSpec, plan, register_model
 from earth2studio_compile.options import CompileOptions
 from earth2studio_compile.overlap import OverlappedIO
 from earth2studio_compile.report import CompileReport, RegionReport
-from earth2studio_compile.cache import cache_root
 from earth2studio_compile.session import CompileSession, example_input
 
 __version__ = "0.1.0"

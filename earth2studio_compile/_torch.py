@@ -81,19 +81,28 @@ def _probe_cudagraph_step() -> None:
 
 
 def _probe_reparametrize() -> None:
-    from torch.nn.utils.stateless import _reparametrize_module  # noqa: F401
     from torch._subclasses.fake_tensor import unset_fake_temporarily  # noqa: F401
+    from torch.nn.utils.stateless import _reparametrize_module  # noqa: F401
 
 
 # What each feature is for; a missing one is named in the reason it causes.
 FEATURES: dict[str, tuple[str, Callable[[], None]]] = {
     "counters": ("cache and CUDA-graph figures in the report", _probe_counters),
-    "dynamo_config": ("per-region recompile limits (storm detection)", _probe_dynamo_config),
+    "dynamo_config": (
+        "per-region recompile limits (storm detection)",
+        _probe_dynamo_config,
+    ),
     "inductor_wrapper": ("compiling with Inductor", _probe_inductor_wrapper),
     "compile_threads": ("single-threaded warm starts", _probe_compile_threads),
     "cache_dir": ("the portable compile cache", _probe_cache_dir),
-    "cudagraph_step": ("CUDA graphs with outputs kept across steps", _probe_cudagraph_step),
-    "reparametrize": ("opaque submodules (meta-tensor shape runs)", _probe_reparametrize),
+    "cudagraph_step": (
+        "CUDA graphs with outputs kept across steps",
+        _probe_cudagraph_step,
+    ),
+    "reparametrize": (
+        "opaque submodules (meta-tensor shape runs)",
+        _probe_reparametrize,
+    ),
 }
 
 
@@ -132,7 +141,7 @@ def missing(name: str) -> str | None:
     return _probe(name)
 
 
-# -- options -----------------------------------------------------------------------------
+# -- options ---------------------------------------------------------------------------
 def inductor_modes() -> list[str]:
     """Mode strings the installed Inductor accepts (``"default"``, ...)."""
     import torch._inductor
@@ -195,7 +204,7 @@ def _current(key: str) -> Any:
         return "..."
 
 
-# -- preflight ---------------------------------------------------------------------------
+# -- preflight -------------------------------------------------------------------------
 def preflight(backend: Any, device: torch.device) -> str | None:
     """Why Inductor cannot compile on ``device`` here, or None if it can.
 
@@ -228,7 +237,7 @@ def preflight(backend: Any, device: torch.device) -> str | None:
     return None
 
 
-# -- compiling a region ------------------------------------------------------------------
+# -- compiling a region ----------------------------------------------------------------
 class CountingBackend:
     """The backend ``torch.compile`` would build, counting what it does for one region.
 
@@ -272,7 +281,9 @@ class CountingBackend:
         name = backend if isinstance(backend, str) else getattr(backend, "__name__", "")
         self.compiler_name = name or type(backend).__name__
 
-    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Any) -> Callable[..., Any]:
+    def __call__(
+        self, gm: torch.fx.GraphModule, example_inputs: Any
+    ) -> Callable[..., Any]:
         compiled = self.inner(gm, example_inputs, **self._kwargs)
         self.graphs += 1
         counter = self
@@ -367,18 +378,20 @@ def is_recompile_limit_hit(err: BaseException) -> bool:
 
 
 def mark_cudagraph_step() -> None:
-    """Tell CUDA graph trees a new step starts: outputs of the last one may be reused."""
+    """Tell CUDA graph trees a new step starts: old outputs may be reused."""
     torch.compiler.cudagraph_mark_step_begin()
 
 
-# -- process-wide counters (figures only) -------------------------------------------------
+# -- process-wide counters (figures only) ----------------------------------------------
 def fx_cache_counts() -> tuple[int, int]:
     """(FX-graph cache hits, misses) so far in this process; (0, 0) if unknown."""
     if missing("counters"):
         return 0, 0
     from torch._dynamo.utils import counters
 
-    return counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
+    return counters["inductor"]["fxgraph_cache_hit"], counters["inductor"][
+        "fxgraph_cache_miss"
+    ]
 
 
 def cudagraph_skips() -> int:
@@ -390,7 +403,7 @@ def cudagraph_skips() -> int:
     return int(counters["inductor"]["cudagraph_skips"])
 
 
-# -- caches ------------------------------------------------------------------------------
+# -- caches ----------------------------------------------------------------------------
 def inductor_cache_dir() -> str:
     """Inductor's local cache directory in effect (it creates it if needed)."""
     from torch._inductor.runtime.cache_dir_utils import cache_dir
@@ -419,7 +432,7 @@ def forget_local_cache_paths() -> None:
         clear()
 
 
-# -- opaque submodules ---------------------------------------------------------------------
+# -- opaque submodules -----------------------------------------------------------------
 def real_tensors() -> contextlib.AbstractContextManager[Any]:
     """Leave fake-tensor tracing for a block (to run a module on meta tensors)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily

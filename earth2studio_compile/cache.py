@@ -80,7 +80,9 @@ def cache_root() -> Path | None:
         if value.strip().lower() in _OFF:
             return None
         return Path(value).expanduser()
-    base = os.environ.get("EARTH2STUDIO_CACHE", str(Path.home() / ".cache" / "earth2studio"))
+    base = os.environ.get(
+        "EARTH2STUDIO_CACHE", str(Path.home() / ".cache" / "earth2studio")
+    )
     return Path(base).expanduser() / "compile"
 
 
@@ -118,7 +120,10 @@ def use_local_cache(root: Path) -> Path:
     global _SET_HERE
     value = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     current = os.path.abspath(value) if value else None
-    if current is not None and current not in (_torch.default_inductor_cache_dir(), _SET_HERE):
+    if current is not None and current not in (
+        _torch.default_inductor_cache_dir(),
+        _SET_HERE,
+    ):
         return Path(value)  # type: ignore[arg-type]
     local = (root / "inductor").expanduser().absolute()
     local.mkdir(parents=True, exist_ok=True)
@@ -138,7 +143,7 @@ def _forget(old: Path, new: Path) -> None:
 
 
 def device_name(device: torch.device) -> str:
-    """The hardware compiled code is specific to: GPU name and capability, or CPU model."""
+    """The hardware compiled code is specific to: GPU name and capability, or CPU."""
     if device.type == "cuda":
         major, minor = torch.cuda.get_device_capability(device)
         return f"{torch.cuda.get_device_name(device)} sm_{major}{minor}"
@@ -146,7 +151,11 @@ def device_name(device: torch.device) -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             model = next(
-                (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")),
+                (
+                    line.split(":", 1)[1].strip()
+                    for line in f
+                    if line.startswith("model name")
+                ),
                 model,
             )
     except OSError:

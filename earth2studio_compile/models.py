@@ -11,8 +11,8 @@ their own classes with :func:`register_model`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,9 +87,9 @@ class ModelSpec:
     exclude: tuple[str, ...] = ()
     opaque: tuple[str, ...] = ()
     cudagraphs: bool = True
-    inductor_options: Mapping[str, Any] | Callable[[torch.device], Mapping[str, Any]] | None = (
-        field(default=None, compare=False)
-    )
+    inductor_options: (
+        Mapping[str, Any] | Callable[[torch.device], Mapping[str, Any]] | None
+    ) = field(default=None, compare=False)
     pad_batch: bool = False
     wrapped: tuple[str, ...] = ()
     fp32_modules: tuple[str, ...] = ()
@@ -98,7 +98,14 @@ class ModelSpec:
     note: str = ""
 
     def __post_init__(self) -> None:
-        for name in ("regions", "exclude", "opaque", "wrapped", "fp32_modules", "covers"):
+        for name in (
+            "regions",
+            "exclude",
+            "opaque",
+            "wrapped",
+            "fp32_modules",
+            "covers",
+        ):
             object.__setattr__(self, name, check_paths(getattr(self, name), name))
         if not self.regions and not self.wrapped and not self.reason:
             raise ValueError(
@@ -440,12 +447,15 @@ def _outside(model: Any, spec: ModelSpec) -> list[str]:
     if not isinstance(model, torch.nn.Module):
         return []
     prefixes = [
-        p.split("*", 1)[0].rstrip(".") for p in (*spec.regions, *spec.wrapped, *spec.covers)
+        p.split("*", 1)[0].rstrip(".")
+        for p in (*spec.regions, *spec.wrapped, *spec.covers)
     ]
     return [
         name
         for name, _ in model.named_parameters()
-        if not any(not pre or name == pre or name.startswith(pre + ".") for pre in prefixes)
+        if not any(
+            not pre or name == pre or name.startswith(pre + ".") for pre in prefixes
+        )
     ]
 
 
@@ -476,7 +486,7 @@ def generic_spec(model: Any) -> ModelSpec:
             reason=f"uninitialized lazy parameters ({', '.join(lazy[:3])}): they get "
             "their shapes at the first eager call; run one step eagerly, then compile"
         )
-    children = []
+    children: list[tuple[str, torch.nn.Module]] = []
     for n, m in model.named_children():
         # Containers are never called themselves: their elements are.
         if isinstance(m, (torch.nn.ModuleList, torch.nn.ModuleDict)):
@@ -491,7 +501,8 @@ def generic_spec(model: Any) -> ModelSpec:
     if 2 * _n_params(biggest) > total:
         return ModelSpec(regions=(name,), note="generic: largest submodule")
     return ModelSpec(
-        regions=tuple(n for n, _ in children), note="generic: submodules with parameters"
+        regions=tuple(n for n, _ in children),
+        note="generic: submodules with parameters",
     )
 
 
@@ -611,7 +622,9 @@ def plan(model: Any, regions: tuple[str, ...] | None = None) -> Plan:
         spec, source = ModelSpec(regions=tuple(regions)), "user"
     else:
         found = lookup(model)
-        spec, source = (found[1], "table") if found else (generic_spec(model), "generic")
+        spec, source = (
+            (found[1], "table") if found else (generic_spec(model), "generic")
+        )
         exact = f"{type(model).__module__}.{type(model).__qualname__}"
         if found and found[0] != exact:
             # Matched through a base class: the entry must still describe the model.
@@ -629,7 +642,9 @@ def plan(model: Any, regions: tuple[str, ...] | None = None) -> Plan:
     missing: list[str] = []
     precompiled: list[str] = []
     for pattern in spec.regions:
-        hits = [(p, m) for p, m in resolve(model, pattern) if isinstance(m, torch.nn.Module)]
+        hits = [
+            (p, m) for p, m in resolve(model, pattern) if isinstance(m, torch.nn.Module)
+        ]
         if not hits:
             if source == "user":
                 children = [n for n, _ in getattr(model, "named_children", list)()]
@@ -671,8 +686,10 @@ def table_markdown() -> str:
         name = key.rsplit(".", 1)[-1]
         regions = ", ".join(f"`{r}`" for r in spec.regions)
         if spec.wrapped:
-            regions = (regions + ", " if regions else "") + "wrapped: " + ", ".join(
-                f"`{w}`" for w in spec.wrapped
+            regions = (
+                (regions + ", " if regions else "")
+                + "wrapped: "
+                + ", ".join(f"`{w}`" for w in spec.wrapped)
             )
         exclude = ", ".join(
             [*spec.exclude, *(f"{c} (opaque, in graph)" for c in spec.opaque)]
@@ -690,4 +707,3 @@ def table_markdown() -> str:
             why += f"; no {precision}: {reason}"
         lines.append(f"| {name} | {regions or 'eager'} | {exclude} | {why} |")
     return "\n".join(lines)
-

@@ -162,8 +162,10 @@ def _reject(problem: str) -> bool:
 
 
 @torch.compiler.assume_constant_result
-def _structure(handle: int, specs: tuple[TensorSpec, ...]) -> tuple[bool, tuple[int, ...]]:
-    """(returns a tuple?, for each output the input it is, or -1): a trace-time constant."""
+def _structure(
+    handle: int, specs: tuple[TensorSpec, ...]
+) -> tuple[bool, tuple[int, ...]]:
+    """(returns a tuple?, per output the input it is or -1): a trace-time constant."""
     signature = _signature(handle, specs)
     return signature.is_tuple, signature.alias
 
@@ -173,7 +175,9 @@ def _structure(handle: int, specs: tuple[TensorSpec, ...]) -> tuple[bool, tuple[
 # it: with graph partitioning (torch >= 2.9) the compiled code around each call is
 # captured as its own CUDA graph; without, Inductor skips CUDA graphs and the session
 # reports that.
-_UNSAFE = (torch.Tag.cudagraph_unsafe,) if hasattr(torch.Tag, "cudagraph_unsafe") else ()
+_UNSAFE = (
+    (torch.Tag.cudagraph_unsafe,) if hasattr(torch.Tag, "cudagraph_unsafe") else ()
+)
 
 
 @torch.library.custom_op("earth2studio_compile::opaque", mutates_args=(), tags=_UNSAFE)

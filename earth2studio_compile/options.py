@@ -129,10 +129,10 @@ class CompileOptions:
                     "options={'triton.cudagraphs': True} for CUDA graphs."
                 )
             if self.backend == "inductor":
-                known = _torch.inductor_options()
+                settings = _torch.inductor_options()
                 for key in self.options:
-                    if key not in known:
-                        close = difflib.get_close_matches(str(key), known, n=1)
+                    if key not in settings:
+                        close = difflib.get_close_matches(str(key), list(settings), n=1)
                         hint = f" Did you mean {close[0]!r}?" if close else ""
                         raise ValueError(
                             f"Unknown Inductor option {key!r}.{hint} See "
@@ -141,7 +141,6 @@ class CompileOptions:
                 # Value types too: Inductor checks them only at the first call,
                 # where the error would end the forecast instead of naming the key.
                 _torch.validate_inductor_options(self.options, self.dynamic)
-
 
 
 TableOptions = Mapping[str, Any] | Callable[[torch.device], Mapping[str, Any]] | None
@@ -242,8 +241,10 @@ class CompilePolicy:
             cudagraphs = True
         else:
             cudagraphs = bool((torch_options or {}).get("triton.cudagraphs", False))
-        name = options.backend if isinstance(options.backend, str) else getattr(
-            options.backend, "__name__", type(options.backend).__name__
+        name = (
+            options.backend
+            if isinstance(options.backend, str)
+            else getattr(options.backend, "__name__", type(options.backend).__name__)
         )
         label = f"{name}/{mode or 'default'}"
         if table:

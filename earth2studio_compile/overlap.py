@@ -179,7 +179,9 @@ class OverlappedIO:
                     f"OverlappedIO wraps an Earth2Studio IO backend, but "
                     f"{type(io).__name__} has no {method}() method."
                 )
-        if isinstance(max_pending, bool) or not isinstance(max_pending, (int, np.integer)):
+        if isinstance(max_pending, bool) or not isinstance(
+            max_pending, (int, np.integer)
+        ):
             raise TypeError(
                 f"max_pending must be an int, got {type(max_pending).__name__}."
             )
@@ -187,7 +189,9 @@ class OverlappedIO:
             raise ValueError(f"max_pending must be >= 1, got {max_pending}.")
         self.io = io
         self.max_pending = int(max_pending)
-        self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
+        self.pin_memory = (
+            torch.cuda.is_available() if pin_memory is None else pin_memory
+        )
         self._state = _State(io, self.max_pending)
         self._queue = self._state.queue
         self._worker: threading.Thread | None = None
@@ -282,7 +286,7 @@ class OverlappedIO:
         # Never blocks (the queue is unbounded): the slot already did.
         self._queue.put(job)
 
-    # -- draining -----------------------------------------------------------------------
+    # -- draining ----------------------------------------------------------------------
     def flush(self) -> None:
         """Wait until every queued write reached the wrapped backend.
 
@@ -373,7 +377,7 @@ class OverlappedIO:
         finally:
             self._stop()
 
-    # -- internals ------------------------------------------------------------------------
+    # -- internals ---------------------------------------------------------------------
     def _to_host(self, t: torch.Tensor) -> torch.Tensor:
         t = t.detach()
         if t.device.type == "cpu":
@@ -385,7 +389,9 @@ class OverlappedIO:
 
     def _check(self) -> None:
         if self._closed:
-            raise RuntimeError("OverlappedIO is closed; create a new one to write again.")
+            raise RuntimeError(
+                "OverlappedIO is closed; create a new one to write again."
+            )
         self._check_error()
 
     def _check_error(self) -> None:

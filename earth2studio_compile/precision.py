@@ -113,7 +113,10 @@ def scope(precision: str | None, device: torch.device) -> Iterator[None]:
     if precision is None:
         yield
         return
-    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    matmul, cudnn = (
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+    )
     tf32 = precision == "tf32"
     try:
         torch.backends.cuda.matmul.allow_tf32 = tf32

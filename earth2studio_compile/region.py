@@ -28,10 +28,10 @@ from loguru import logger
 from earth2studio_compile import _torch, precision
 from earth2studio_compile._torch import MODULE_SLOT, tree_flatten, tree_map
 from earth2studio_compile.cache import RegionBundle, cache_state
-from earth2studio_compile.opaque import OpaqueSubmodule, find_opaque
-from earth2studio_compile.precision import keep_fp32
 from earth2studio_compile.metrics import synchronize
+from earth2studio_compile.opaque import OpaqueSubmodule, find_opaque
 from earth2studio_compile.options import CompileOptions, CompilePolicy, TableOptions
+from earth2studio_compile.precision import keep_fp32
 from earth2studio_compile.report import RegionReport
 
 _SLOT = MODULE_SLOT  # kept for callers of the old name
@@ -194,8 +194,9 @@ class SpeedProbe:
         r.eager_ms = min(self.timings["eager"]) * 1e3
         if r.compiled_ms > self.SLOWER * r.eager_ms:
             logger.warning(
-                f"{r.label} runs slower compiled ({r.compiled_ms:.2f} ms per call) than "
-                f"eager ({r.eager_ms:.2f} ms) with {r.mode}: compiling does not pay off "
+                f"{r.label} runs slower compiled ({r.compiled_ms:.2f} ms per call) "
+                f"than eager ({r.eager_ms:.2f} ms) with {r.mode}: compiling does not "
+                "pay off "
                 "here. Use compile=False, or try another mode with CompileSession."
             )
 
@@ -314,11 +315,13 @@ class CompiledRegion:
         if measure:
             # Copies taken before the call: the core may update its inputs.
             before = tree_map(
-                lambda t: t.clone() if isinstance(t, torch.Tensor) else t, (args, kwargs)
+                lambda t: t.clone() if isinstance(t, torch.Tensor) else t,
+                (args, kwargs),
             )
         out = self._dispatch(args, kwargs)
         if measure:
-            self._measure_precision(*before, out)
+            before_args, before_kwargs = before
+            self._measure_precision(before_args, before_kwargs, out)
         return out
 
     def _dispatch(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -374,7 +377,9 @@ class CompiledRegion:
                 if self._cudagraphs:
                     _torch.mark_cudagraph_step()
                 out = compiled(*staged.args, **kwargs)
-            out = precision.restore_dtype(out, self.precision, precision.input_dtype(args))
+            out = precision.restore_dtype(
+                out, self.precision, precision.input_dtype(args)
+            )
             out = staged.finish(self._unpad(out, staged))
             if self._cudagraphs:
                 # CUDA-graph outputs are overwritten by the next replay.
@@ -402,12 +407,18 @@ class CompiledRegion:
             r.cache = cache_state(hits, misses)
             if self.bundle is not None:
                 r.artifact = self.bundle.finish(misses, r.artifact)
-        self._account(backend.graphs - graphs, seconds, first, _torch.cudagraph_skips() - skips)
+        self._account(
+            backend.graphs - graphs, seconds, first, _torch.cudagraph_skips() - skips
+        )
         return out
 
     def _needs_padding(self, args: tuple[Any, ...]) -> bool:
         valid = _batch_size(args)
-        return self.pad_batch and self._batch is not None and valid not in (None, self._batch)
+        return (
+            self.pad_batch
+            and self._batch is not None
+            and valid not in (None, self._batch)
+        )
 
     def _stage(self, args: tuple[Any, ...]) -> StagedCall:
         pad_to = None
@@ -426,9 +437,13 @@ class CompiledRegion:
             return out
         valid = _batch_size(staged.originals)
         return tree_map(
-            lambda t: t[:valid]
-            if isinstance(t, torch.Tensor) and t.ndim and t.shape[0] == staged.pad_to
-            else t,
+            lambda t: (
+                t[:valid]
+                if isinstance(t, torch.Tensor)
+                and t.ndim
+                and t.shape[0] == staged.pad_to
+                else t
+            ),
             out,
         )
 
@@ -565,7 +580,9 @@ class CompiledRegion:
         r.reason = reason
         self._compiled = None
         self._backend = None
-        what = "That call ran eagerly" if cause is None else "That call was re-run eagerly"
+        what = (
+            "That call ran eagerly" if cause is None else "That call was re-run eagerly"
+        )
         logger.warning(
             f"torch.compile failed for {r.label} {stage}: {reason}. {what} "
             f"and {r.label} stays eager for the rest of the session; no output is "

@@ -83,7 +83,7 @@ class RegionReport:
 
     @property
     def precision_text(self) -> str:
-        """``", bf16 (rel. L2 4.3e-03 vs fp32 eager)"``, or empty without a precision."""
+        """``", bf16 (rel. L2 4.3e-03 vs fp32 eager)"``; empty without a precision."""
         if self.precision is None:
             return ""
         if self.precision_error is None:
@@ -140,8 +140,9 @@ class CompileReport:
             if r.status == "compiled":
                 cache = f", {r.cache} cache" if r.cache else ""
                 text = (
-                    f"{r.label}: compiled ({r.mode}{cache}) in {r.compile_seconds:.1f} s, "
-                    f"{r.calls} calls, {r.graphs} graph(s), {r.graph_breaks} break(s), "
+                    f"{r.label}: compiled ({r.mode}{cache}) in "
+                    f"{r.compile_seconds:.1f} s, {r.calls} calls, {r.graphs} graph(s), "
+                    f"{r.graph_breaks} break(s), "
                     f"{r.recompiles} recompile(s)"
                 )
                 if r.opaque:

@@ -53,6 +53,7 @@ def last_report() -> CompileReport | None:
     """
     return _last[-1] if _last else None
 
+
 _COMPILE_DOC = """    compile : bool, optional
         Compile the models' core networks with torch.compile for this call
         (earth2studio-compile), by default False. Falls back to eager, with a

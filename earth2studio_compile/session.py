@@ -12,11 +12,11 @@ import numpy as np
 import torch
 from loguru import logger
 
+from earth2studio_compile._torch import MODULE_SLOT
 from earth2studio_compile.cache import cache_root, use_local_cache
 from earth2studio_compile.models import Plan, check_paths, plan
-from earth2studio_compile.precision import check_precision
 from earth2studio_compile.options import CompileOptions
-from earth2studio_compile._torch import MODULE_SLOT
+from earth2studio_compile.precision import check_precision
 from earth2studio_compile.region import CompiledRegion, describe
 from earth2studio_compile.report import CompileReport, RegionReport
 
@@ -92,7 +92,11 @@ class CompileSession:
         precision: str | None = None,
     ) -> None:
         self.options = CompileOptions(
-            mode=mode, fullgraph=fullgraph, dynamic=dynamic, backend=backend, options=options
+            mode=mode,
+            fullgraph=fullgraph,
+            dynamic=dynamic,
+            backend=backend,
+            options=options,
         )
         if not isinstance(cache, (bool, np.bool_)):
             raise TypeError(
@@ -152,7 +156,9 @@ class CompileSession:
             try:
                 p = plan(model, self.regions)
             except Exception as err:
-                if self.regions is not None and isinstance(err, (TypeError, ValueError)):
+                if self.regions is not None and isinstance(
+                    err, (TypeError, ValueError)
+                ):
                     raise  # the user's own regions are wrong: tell them
                 # An odd model must not end the forecast: it runs eagerly.
                 why = f"could not plan what to compile ({describe(err)})"
@@ -266,8 +272,14 @@ class CompileSession:
             )
         model = self.models[0] if model is None else model
         if not any(model is m for m in self.models):
-            raise ValueError("warmup() takes one of the models the session was opened with.")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise ValueError(
+                "warmup() takes one of the models the session was opened with."
+            )
+        if (
+            isinstance(batch_size, bool)
+            or not isinstance(batch_size, (int, np.integer))
+            or batch_size < 1
+        ):
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
         if coords is None:
             x, coords = example_input(model, int(batch_size), device=device)
@@ -294,7 +306,9 @@ class CompileSession:
         return region
 
     def _skip(self, model: str, path: str, reason: str, warn: bool = False) -> None:
-        self._add(RegionReport(model=model, region=path, status="skipped", reason=reason))
+        self._add(
+            RegionReport(model=model, region=path, status="skipped", reason=reason)
+        )
         where = f"{model}.{path}" if path else model
         (logger.warning if warn else logger.info)(f"{where} runs eagerly: {reason}")
 
@@ -305,7 +319,7 @@ def example_input(
     time: np.datetime64 | None = None,
     device: torch.device | str | None = None,
 ) -> tuple[torch.Tensor, OrderedDict]:
-    """Zeros on ``model.input_coords()``, batched the way Earth2Studio's workflows batch.
+    """Zeros on ``model.input_coords()``, batched as Earth2Studio's workflows batch.
 
     Parameters
     ----------

@@ -25,13 +25,12 @@ os.environ.setdefault(
 
 os.environ.setdefault("EARTH2STUDIO_COMPILE_CACHE", "off")
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
 # earth2studio.run replaces loguru's handlers when imported; import it before any
 # test adds a capturing handler.
 import earth2studio.run  # noqa: E402, F401
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
 from loguru import logger  # noqa: E402
 
 TIME = ["2024-01-01T00:00"]
@@ -71,8 +70,14 @@ def messages(records: list, level: str) -> list[str]:
 
 
 def run_workflow(
-    workflow: Callable, kind: str, model: torch.nn.Module, nsteps: int = 2,
-    device: str = "cpu", seed: int = 0, overlap: bool = False, **kwargs
+    workflow: Callable,
+    kind: str,
+    model: torch.nn.Module,
+    nsteps: int = 2,
+    device: str = "cpu",
+    seed: int = 0,
+    overlap: bool = False,
+    **kwargs,
 ) -> dict[str, torch.Tensor]:
     """Run one of the three workflows from the same seeded data; return its arrays.
 
@@ -82,8 +87,8 @@ def run_workflow(
     from earth2studio.models.dx import Identity
     from earth2studio.perturbation import Gaussian
 
-    from earth2studio_compile.tools import zoo
     from earth2studio_compile.overlap import OverlappedIO
+    from earth2studio_compile.tools import zoo
 
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -97,8 +102,15 @@ def run_workflow(
     elif kind == "ensemble":
         # 3 members in batches of 2: the last batch is smaller (a recompile trap).
         workflow(
-            TIME, nsteps, 3, model, data, io, Gaussian(noise_amplitude=0.05, seed=seed),
-            batch_size=2, **common,
+            TIME,
+            nsteps,
+            3,
+            model,
+            data,
+            io,
+            Gaussian(noise_amplitude=0.05, seed=seed),
+            batch_size=2,
+            **common,
         )
     else:
         raise ValueError(kind)
@@ -130,3 +142,40 @@ def assert_unchanged(model: torch.nn.Module, before: dict) -> None:
         assert torch.equal(now, value), f"{key} changed"
     for name, module in model.named_modules():
         assert "_compiled_call_impl" not in module.__dict__, f"{name} left compiled"
+
+
+def eager_backend(gm, example_inputs):
+    """A backend that compiles nothing: fast, and enough to exercise Dynamo."""
+    return gm.forward
+
+
+class FailingBackend:
+    """Compiles ``ok`` graphs, then raises: a compiler that breaks at a recompile."""
+
+    def __init__(self, ok: int = 0):
+        self.ok = ok
+        self.calls = 0
+        self.__name__ = "failing"
+
+    def __call__(self, gm, example_inputs):
+        self.calls += 1
+        if self.calls > self.ok:
+            raise RuntimeError("injected compiler failure")
+        return gm.forward
+
+
+def run_inputs(core: torch.nn.Module, inputs: list, **session_kwargs):
+    """Call ``core.net`` on each input in a session; check every output against eager.
+
+    Returns the session's single region report.
+    """
+    from earth2studio_compile import CompileSession
+
+    with torch.no_grad():
+        expected = [core(x) for x in inputs]
+    with CompileSession(core, regions=("net",), **session_kwargs) as session:
+        with torch.no_grad():
+            outs = [core(x) for x in inputs]
+    for out, ref in zip(outs, expected):
+        torch.testing.assert_close(out, ref)
+    return session.report.regions[0]

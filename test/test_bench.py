@@ -1,4 +1,4 @@
-"""The benchmark CLI's own logic: argument errors, derived figures, tables, kernel families.
+"""The benchmark CLI's logic: argument errors, derived figures, tables, kernel families.
 
 The measurements themselves run in fresh processes (``test_cache.py`` runs one); these
 tests keep the arithmetic and the error messages honest without timing anything.
@@ -59,7 +59,13 @@ def test_steady_ms_averages_whole_model_calls():
 
 def test_tables_render_errors_and_figures():
     rows = [
-        {"model": "fcn", "mode": "eager", "first_step_s": 0.4, "steady_ms": 62.0, "report": None},
+        {
+            "model": "fcn",
+            "mode": "eager",
+            "first_step_s": 0.4,
+            "steady_ms": 62.0,
+            "report": None,
+        },
         {"model": "fcn", "mode": "auto", "error": "timed out after 9 s"},
     ]
     text = cli.table(rows)
@@ -67,18 +73,33 @@ def test_tables_render_errors_and_figures():
     # runs with TF32 off are another comparison, and say so
     fp32 = cli.table([rows[0] | {"fp32": True}])
     assert "fcn fp32" in fp32 and "fcn fp32" not in text
-    e2e = {"backends": {"zarr": {
-        run: {f"{p}_ms": 1.0 for p in PHASES} for run in ("eager", "compiled")
-    } | {"eager_wall_s": 6.5, "eager_overlap_wall_s": 3.2, "compiled_wall_s": 6.8,
-         "compiled_overlap_wall_s": 3.7}}}
+    e2e = {
+        "backends": {
+            "zarr": {
+                run: {f"{p}_ms": 1.0 for p in PHASES} for run in ("eager", "compiled")
+            }
+            | {
+                "eager_wall_s": 6.5,
+                "eager_overlap_wall_s": 3.2,
+                "compiled_wall_s": 6.8,
+                "compiled_overlap_wall_s": 3.7,
+            }
+        }
+    }
     text = e2e_table("fcn", e2e)
     assert "6.50" in text and "3.70" in text and "zarr" in text
 
 
 def test_render_merges_json_runs(tmp_path, capsys):
     env = {"torch": "x", "triton": "y", "date": "d", "gpu": "G", "driver": "1"}
-    row = {"model": "toy", "mode": "eager", "first_step_s": 0.1, "steady_ms": 2.0,
-           "step_s": [0.1, 0.002, 0.002], "report": None}
+    row = {
+        "model": "toy",
+        "mode": "eager",
+        "first_step_s": 0.1,
+        "steady_ms": 2.0,
+        "step_s": [0.1, 0.002, 0.002],
+        "report": None,
+    }
     path = tmp_path / "a.json"
     path.write_text(json.dumps({"environment": env, "results": [row]}))
     assert cli.main(["--render", str(path)]) == 0
@@ -94,7 +115,10 @@ def test_render_merges_json_runs(tmp_path, capsys):
         ("cudnn::winograd_nonfused::winogradForwardData4x4", "conv"),
         ("triton_poi_fused_add_gelu_0", "triton"),
         ("Memcpy DtoD (Device -> Device)", "copy"),
-        ("void at::native::vectorized_elementwise_kernel<4, GeluCUDAKernelImpl>", "other"),
+        (
+            "void at::native::vectorized_elementwise_kernel<4, GeluCUDAKernelImpl>",
+            "other",
+        ),
     ],
 )
 def test_kernel_families(kernel, family):
@@ -127,8 +151,14 @@ def test_eager_precision_rows_scope_the_core_and_restore_it():
 
 def test_precision_rows_are_labelled_and_compared_at_three_steps():
     row = {
-        "model": "fcn", "mode": "auto", "precision": "bf16", "first_step_s": 1.0,
-        "steady_ms": 20.0, "rel_l2_first": 4e-3, "rel_l2_10": 9e-3, "rel_l2_last": 0.2,
+        "model": "fcn",
+        "mode": "auto",
+        "precision": "bf16",
+        "first_step_s": 1.0,
+        "steady_ms": 20.0,
+        "rel_l2_first": 4e-3,
+        "rel_l2_10": 9e-3,
+        "rel_l2_last": 0.2,
     }
     line = cli.table([row]).splitlines()[-1]
     assert line.startswith("fcn bf16") and "4.0e-03" in line and "9.0e-03" in line

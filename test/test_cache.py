@@ -20,9 +20,9 @@ import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
+import earth2studio.run as upstream
 import pytest
 import torch
-import earth2studio.run as upstream
 from conftest import messages, run_workflow
 
 from earth2studio_compile import CompileSession, cache
@@ -60,12 +60,22 @@ def _fields(module, x, **changes):
 def test_key_depends_on_shapes_dtype_parameters_and_versions():
     core = zoo.ToyCore(4, 8)
     base = cache.artifact_key(_fields(core, torch.zeros(1, 4, 8, 16)))
-    assert base == cache.artifact_key(_fields(core, torch.ones(1, 4, 8, 16)))  # values don't matter
+    assert base == cache.artifact_key(
+        _fields(core, torch.ones(1, 4, 8, 16))
+    )  # values don't matter
     assert base != cache.artifact_key(_fields(core, torch.zeros(2, 4, 8, 16)))
-    assert base != cache.artifact_key(_fields(core, torch.zeros(1, 4, 8, 16, dtype=torch.float64)))
-    assert base != cache.artifact_key(_fields(zoo.ToyCore(4, 16), torch.zeros(1, 4, 8, 16)))
-    assert base != cache.artifact_key(_fields(core, torch.zeros(1, 4, 8, 16), torch="0.0"))
-    assert base != cache.artifact_key(_fields(core, torch.zeros(1, 4, 8, 16), triton="0.0"))
+    assert base != cache.artifact_key(
+        _fields(core, torch.zeros(1, 4, 8, 16, dtype=torch.float64))
+    )
+    assert base != cache.artifact_key(
+        _fields(zoo.ToyCore(4, 16), torch.zeros(1, 4, 8, 16))
+    )
+    assert base != cache.artifact_key(
+        _fields(core, torch.zeros(1, 4, 8, 16), torch="0.0")
+    )
+    assert base != cache.artifact_key(
+        _fields(core, torch.zeros(1, 4, 8, 16), triton="0.0")
+    )
 
 
 def _toy_rollout(model, session_kwargs=None):
@@ -78,7 +88,9 @@ def _toy_rollout(model, session_kwargs=None):
 def test_bundle_saved_then_loaded(bundles):
     model = zoo.build("toy")
     with torch.no_grad():
-        expected = model.model(torch.randn(1, 4, 16, 32, generator=torch.Generator().manual_seed(0)))
+        expected = model.model(
+            torch.randn(1, 4, 16, 32, generator=torch.Generator().manual_seed(0))
+        )
     out, region = _toy_rollout(model)
     assert region.status == "compiled" and region.artifact == "saved"
     assert len(list(bundles.glob("*.tar"))) == 1
@@ -99,7 +111,9 @@ def test_corrupt_bundle_is_ignored_with_one_warning(bundles, logs):
     torch._dynamo.reset()
     out, region = _toy_rollout(model)
     assert region.status == "compiled"
-    assert region.artifact.startswith("ignored: ") and region.artifact.endswith("re-saved")
+    assert region.artifact.startswith("ignored: ") and region.artifact.endswith(
+        "re-saved"
+    )
     warnings = [m for m in messages(logs, "WARNING") if "compile cache bundle" in m]
     assert len(warnings) == 1 and str(path) in warnings[0]
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
@@ -113,7 +127,9 @@ def test_bundle_made_for_another_version_is_not_used(bundles, logs, monkeypatch)
     real = cache._versions
     monkeypatch.setattr(cache, "_versions", lambda: {**real(), "torch": "9.9.9"})
     _, region = _toy_rollout(model)
-    assert region.artifact == "saved"  # a different key: the old bundle is not looked up
+    assert (
+        region.artifact == "saved"
+    )  # a different key: the old bundle is not looked up
     (other,) = set(bundles.glob("*.tar")) - {saved}
     # A bundle copied under the wrong name is caught by its own metadata.
     other.write_bytes(saved.read_bytes())
@@ -374,9 +390,7 @@ def test_warmup_compiles_before_the_first_step():
         session.warmup()
         region = session.report.regions[0]
         assert (region.status, region.calls) == ("compiled", 1)
-        compiled = run_workflow(
-            upstream.deterministic, "deterministic", model
-        )
+        compiled = run_workflow(upstream.deterministic, "deterministic", model)
     assert region.recompiles == 0 and region.calls == 3  # warm-up + 2 steps
     for key, value in eager.items():
         if value.dtype.is_floating_point:
@@ -392,26 +406,39 @@ def _measure(spec: dict, out: Path, root: Path, local: Path) -> dict:
     }
     subprocess.run(
         [sys.executable, "-m", MEASURE, json.dumps(spec), str(out)],
-        check=True, env=env, timeout=900,
+        check=True,
+        env=env,
+        timeout=900,
     )
     return json.loads(out.read_text())
 
 
 def test_warm_start_in_a_fresh_process_with_an_empty_local_cache(tmp_path):
     spec = {
-        "model": "fcn", "size": "small", "device": "cpu", "steps": 2, "e2e_steps": 0,
+        "model": "fcn",
+        "size": "small",
+        "device": "cpu",
+        "steps": 2,
+        "e2e_steps": 0,
         "reference": str(tmp_path / "eager.pt"),
     }
     root = tmp_path / "bundles"
     _measure({**spec, "mode": "eager"}, tmp_path / "e.json", root, tmp_path / "local-e")
-    cold = _measure({**spec, "mode": "auto"}, tmp_path / "c.json", root, tmp_path / "local-1")
-    warm = _measure({**spec, "mode": "auto"}, tmp_path / "w.json", root, tmp_path / "local-2")
+    cold = _measure(
+        {**spec, "mode": "auto"}, tmp_path / "c.json", root, tmp_path / "local-1"
+    )
+    warm = _measure(
+        {**spec, "mode": "auto"}, tmp_path / "w.json", root, tmp_path / "local-2"
+    )
     (c,), (w,) = cold["report"]["regions"], warm["report"]["regions"]
     assert (c["cache"], c["artifact"]) == ("cold", "saved")
     assert (w["cache"], w["artifact"]) == ("warm", "loaded"), "kernels were rebuilt"
     for run in (cold, warm):
         assert run["rel_l2_first"] <= 1e-5 and run["rel_l2_last"] <= 1e-5
-    print(f"first step: cold {cold['first_step_s']:.2f} s, warm {warm['first_step_s']:.2f} s")
+    print(
+        f"first step: cold {cold['first_step_s']:.2f} s, "
+        f"warm {warm['first_step_s']:.2f} s"
+    )
 
 
 def test_warm_start_does_not_start_compile_workers(bundles, monkeypatch):

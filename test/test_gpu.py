@@ -97,13 +97,20 @@ def test_overlapped_writing_from_the_gpu_loses_nothing():
     # Pinned, non-blocking device-to-host copies read on a background thread: each
     # step must be the step the model produced, not a buffer the next step reused.
     model = zoo.build("fcn", size=SIZE)
-    eager = run_workflow(run.deterministic, "deterministic", model, nsteps=4, device="cuda")
+    eager = run_workflow(
+        run.deterministic, "deterministic", model, nsteps=4, device="cuda"
+    )
     overlapped = run_workflow(
         run.deterministic, "deterministic", model, nsteps=4, device="cuda", overlap=True
     )
     compiled = run_workflow(
-        run.deterministic, "deterministic", model, nsteps=4, device="cuda",
-        overlap=True, compile=True,
+        run.deterministic,
+        "deterministic",
+        model,
+        nsteps=4,
+        device="cuda",
+        overlap=True,
+        compile=True,
     )
     for var, ref in eager.items():
         assert torch.equal(overlapped[var], ref), var
@@ -155,7 +162,9 @@ def test_plain_sequential_diagnostic_reports_what_ran():
         with CompileSession(model) as session, torch.inference_mode():
             outs = [model.net(x) for _ in range(3)]
         region = session.report.regions[0]
-        assert region.status == "compiled" and region.graphs >= 1, session.report.summary()
+        assert region.status == "compiled" and region.graphs >= 1, (
+            session.report.summary()
+        )
         with torch.inference_mode():
             assert rel_l2(outs[-1], model.net(x)) <= REL_L2
 
@@ -197,7 +206,10 @@ def test_reduced_precision_rollouts_within_targets(name, precision, logs):
     before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     with CompileSession(model, precision=precision) as session:
         steps = first_steps()
-    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+    assert (
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+    ) == before
     assert all(y.dtype == torch.float32 for y in steps)
     error = rel_l2(steps[0], reference[0])
     assert error <= PRECISION_TARGETS[precision], f"step 1: rel L2 {error:.2e}"

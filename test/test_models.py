@@ -77,7 +77,9 @@ def test_excluded_transforms_stay_out_of_every_region():
     key = f"{type(model).__module__}.{type(model).__qualname__}"
     saved = MODEL_TABLE[key]
     try:
-        register_model(type(model), regions=("model",), exclude=("RealSHT", "InverseRealSHT"))
+        register_model(
+            type(model), regions=("model",), exclude=("RealSHT", "InverseRealSHT")
+        )
         p = plan(model)
     finally:
         MODEL_TABLE[key] = saved
@@ -221,8 +223,11 @@ def test_importing_the_tools_leaves_the_model_table_alone():
     from pathlib import Path
 
     proc = subprocess.run(
-        [sys.executable, "-c", _IMPORT_TOOLS], cwd=Path(__file__).parents[1],
-        capture_output=True, text=True, timeout=600,
+        [sys.executable, "-c", _IMPORT_TOOLS],
+        cwd=Path(__file__).parents[1],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -1,4 +1,4 @@
-"""Opaque submodules: run eagerly as one operator each, inside a single compiled graph."""
+"""Opaque submodules: run eagerly as one operator each, inside one compiled graph."""
 
 from __future__ import annotations
 
@@ -100,9 +100,11 @@ class Net(torch.nn.Module):
         self.island = island
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y, skip = self.island(self.lin(x)) if not isinstance(
-            self.island, KwIsland
-        ) else self.island(x=self.lin(x))
+        y, skip = (
+            self.island(self.lin(x))
+            if not isinstance(self.island, KwIsland)
+            else self.island(x=self.lin(x))
+        )
         return y + skip
 
 

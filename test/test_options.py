@@ -72,7 +72,9 @@ def test_table_can_turn_default_cuda_graphs_off_but_not_the_users_mode():
     off = policy(CompileOptions(), cuda, table_cudagraphs=False)
     assert off.mode is None and not off.cudagraphs
     assert off.label == "inductor/default"
-    chosen = policy(CompileOptions(mode="reduce-overhead"), cuda, table_cudagraphs=False)
+    chosen = policy(
+        CompileOptions(mode="reduce-overhead"), cuda, table_cudagraphs=False
+    )
     assert chosen.cudagraphs
 
 

@@ -1,4 +1,4 @@
-"""OverlappedIO: same bytes as synchronous writing, errors in the caller, bounded memory.
+"""OverlappedIO: the bytes of synchronous writing, errors in the caller, bounded memory.
 
 Persistence has no network, so these rollouts cost no compile: they exercise the
 writer, not Inductor.
@@ -105,9 +105,13 @@ def test_writes_arrive_in_order_from_one_background_thread():
     backend = _Recorder()
     with OverlappedIO(backend) as io:
         for i in range(20):
-            io.write(torch.full((2, 2), float(i)), {"lead_time": np.array([i])}, f"a{i}")
+            io.write(
+                torch.full((2, 2), float(i)), {"lead_time": np.array([i])}, f"a{i}"
+            )
     assert backend.writes == [(float(i), f"a{i}") for i in range(20)]
-    assert len(backend.thread_ids) == 1 and threading.get_ident() not in backend.thread_ids
+    assert (
+        len(backend.thread_ids) == 1 and threading.get_ident() not in backend.thread_ids
+    )
 
 
 def test_caller_may_modify_its_tensor_after_write():
@@ -245,7 +249,11 @@ def test_workflow_raises_a_background_write_error():
     model = zoo.build("persistence")
     with pytest.raises(OSError, match="disk full"):
         run.deterministic(
-            TIME, NSTEPS, model, zoo.random_source(model), OverlappedIO(Failing()),
+            TIME,
+            NSTEPS,
+            model,
+            zoo.random_source(model),
+            OverlappedIO(Failing()),
             verbose=False,
         )
 
@@ -262,7 +270,9 @@ def test_workflow_returns_only_after_every_write():
     backend = Slow()
     io = OverlappedIO(backend)
     np.random.seed(0)
-    out = run.deterministic(TIME, NSTEPS, model, zoo.random_source(model), io, verbose=False)
+    out = run.deterministic(
+        TIME, NSTEPS, model, zoo.random_source(model), io, verbose=False
+    )
     assert out is io and io._queue.unfinished_tasks == 0
     # Every lead time was written: no slice of the preallocated arrays is left at zero.
     t2m = backend.root["t2m"]
@@ -369,7 +379,11 @@ def test_an_unclosed_writer_is_flushed_at_exit(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     done = subprocess.run(
         [sys.executable, "-c", script],
-        capture_output=True, text=True, env=env, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     assert out.read_text().split() == ["0.0", "1.0", "2.0", "3.0"], done.stderr

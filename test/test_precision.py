@@ -8,24 +8,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import TIME, messages
+from conftest import TIME, FailingBackend, eager_backend, messages
 
 from earth2studio_compile import CompileSession, register_model
-from earth2studio_compile.tools import zoo
-from earth2studio_compile.models import MODEL_TABLE
 from earth2studio_compile.metrics import rel_l2
+from earth2studio_compile.models import MODEL_TABLE
 from earth2studio_compile.precision import ENV, THRESHOLDS
-
-
-def eager_backend(gm, example_inputs):
-    return gm.forward
-
-
-class FailingBackend:
-    __name__ = "failing"
-
-    def __call__(self, gm, example_inputs):
-        raise RuntimeError("injected compiler failure")
+from earth2studio_compile.tools import zoo
 
 
 def global_state() -> tuple:
@@ -93,7 +82,9 @@ def test_state_is_restored_after_an_exception_and_a_fallback():
 
 def test_bad_precision_names_the_choices(monkeypatch):
     model = zoo.build("toy")
-    with pytest.raises(ValueError, match=r"precision must be one of \['fp32', 'tf32', 'bf16'\]"):
+    with pytest.raises(
+        ValueError, match=r"precision must be one of \['fp32', 'tf32', 'bf16'\]"
+    ):
         CompileSession(model, precision="fp16")
     from earth2studio_compile import run
 
@@ -165,4 +156,6 @@ def test_workflow_precision_from_the_environment(monkeypatch):
     )
     region = run.last_report().regions[0]
     assert region.precision == "bf16" and region.precision_error is not None
-    assert all(v.dtype == torch.float32 for v in io.root.values() if v.is_floating_point())
+    assert all(
+        v.dtype == torch.float32 for v in io.root.values() if v.is_floating_point()
+    )

@@ -13,22 +13,19 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 import torch
-from conftest import TIME, assert_unchanged, messages, snapshot
+from conftest import (
+    TIME,
+    FailingBackend,
+    assert_unchanged,
+    eager_backend,
+    messages,
+    run_inputs,
+    snapshot,
+)
 
 from earth2studio_compile import CompileSession, ModelSpec, plan, register_model
 from earth2studio_compile.models import MODEL_TABLE
 from earth2studio_compile.tools import zoo
-
-
-def eager_backend(gm, example_inputs):
-    return gm.forward
-
-
-class FailingBackend:
-    __name__ = "failing"
-
-    def __call__(self, gm, example_inputs):
-        raise RuntimeError("injected compiler failure")
 
 
 # -- 1. in-place updates of positional arguments -------------------------------------
@@ -256,7 +253,7 @@ def test_error_while_setting_up_the_compile_falls_back(logs, monkeypatch):
     assert len(messages(logs, "WARNING")) == 1
 
 
-# -- 6. session entry is all or nothing --------------------------------------------------
+# -- 6. session entry is all or nothing ------------------------------------------------
 def test_a_model_that_cannot_be_planned_leaves_the_others_intact(logs):
     class Lazy(torch.nn.Module):
         def __init__(self) -> None:
@@ -298,7 +295,7 @@ def test_failure_while_installing_restores_every_model(monkeypatch):
     assert session.report.regions[0].status == "compiled"
 
 
-# -- 7. a fallback leaves everybody else's compiled code alone --------------------------
+# -- 7. a fallback leaves everybody else's compiled code alone -------------------------
 def test_fallback_does_not_reset_the_users_compiled_code(logs):
     compiles = []
 
@@ -322,20 +319,13 @@ def test_fallback_does_not_reset_the_users_compiled_code(logs):
     assert session.report.regions[0].status == "compiled"
 
 
-# -- 8. storms are found early --------------------------------------------------------------
+# -- 8. storms are found early ---------------------------------------------------------
 def test_storm_is_caught_at_the_fourth_recompile(logs):
     from earth2studio_compile.region import RECOMPILE_LIMIT
 
-    core = zoo.ToyCore(4, 8).eval()
     inputs = [torch.randn(1, 4, 8, 8 + 2 * i) for i in range(7)]
-    with torch.no_grad():
-        expected = [core(x) for x in inputs]
-    with CompileSession(core, regions=("net",), backend=eager_backend, dynamic=False) as s:
-        with torch.no_grad():
-            outs = [core(x) for x in inputs]
-    for out, ref in zip(outs, expected):
-        torch.testing.assert_close(out, ref)
-    region = s.report.regions[0]
+    core = zoo.ToyCore(4, 8).eval()
+    region = run_inputs(core, inputs, backend=eager_backend, dynamic=False)
     assert region.status == "eager" and "recompile storm" in region.reason
     assert region.recompiles == RECOMPILE_LIMIT - 1 == 3
     assert region.eager_calls == len(inputs) - RECOMPILE_LIMIT
@@ -363,12 +353,13 @@ def test_legitimate_shape_changes_are_not_storms(shapes, logs):
     assert not messages(logs, "WARNING")
 
 
-# -- 12. bad regions values name the parameter ----------------------------------------------
+# -- 12. bad regions values name the parameter -----------------------------------------
 @pytest.mark.parametrize("regions", [3, [None], [3], "model", [""]])
 def test_bad_regions_name_the_parameter_and_the_fix(regions):
     model = zoo.build("toy")
     with pytest.raises(TypeError, match=r"regions.*(\(|'model')"):
         CompileSession(model, regions=regions)
+
     class Mine(torch.nn.Module):
         pass
 

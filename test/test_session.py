@@ -9,30 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import assert_unchanged, messages, snapshot
+from conftest import FailingBackend, assert_unchanged, eager_backend, messages, snapshot
 
 from earth2studio_compile import CompileSession
 from earth2studio_compile.tools import zoo
-
-
-def eager_backend(gm, example_inputs):
-    """A backend that compiles nothing: fast, and enough to exercise Dynamo."""
-    return gm.forward
-
-
-class FailingBackend:
-    """Compiles ``ok`` graphs, then raises: a compiler that breaks at a recompile."""
-
-    def __init__(self, ok: int = 0):
-        self.ok = ok
-        self.calls = 0
-        self.__name__ = "failing"
-
-    def __call__(self, gm, example_inputs):
-        self.calls += 1
-        if self.calls > self.ok:
-            raise RuntimeError("injected compiler failure")
-        return gm.forward
 
 
 def toy_core() -> torch.nn.Module:
@@ -53,11 +33,17 @@ def test_compiles_in_place_and_restores_exactly(logs):
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
     assert_unchanged(model, before)
     region = session.report.regions[0]
-    assert (region.model, region.region, region.status) == ("GridPrognostic", "model", "compiled")
+    assert (region.model, region.region, region.status) == (
+        "GridPrognostic",
+        "model",
+        "compiled",
+    )
     assert region.graphs == 1 and region.graph_breaks == 0 and region.calls == 1
     assert region.compile_seconds > 0
     infos = messages(logs, "INFO")
-    assert any(m.startswith("torch.compile: GridPrognostic.model: compiled") for m in infos)
+    assert any(
+        m.startswith("torch.compile: GridPrognostic.model: compiled") for m in infos
+    )
     # after the session, calls are plain eager calls again
     from torch._dynamo.utils import counters
 
@@ -95,7 +81,9 @@ def test_backend_failure_at_a_later_recompile_falls_back(logs):
     inputs = [torch.randn(2, 4, 8, 8), torch.randn(2, 4, 8, 8), torch.randn(1, 4, 8, 8)]
     with torch.no_grad():
         expected = [core(x) for x in inputs]
-    with CompileSession(core, regions=("net",), backend=FailingBackend(ok=1)) as session:
+    with CompileSession(
+        core, regions=("net",), backend=FailingBackend(ok=1)
+    ) as session:
         with torch.no_grad():
             outs = [core(x) for x in inputs]
     for out, ref in zip(outs, expected):
@@ -115,7 +103,9 @@ def test_recompile_storm_is_detected(logs):
     with torch.no_grad():
         expected = [core(x) for x in inputs]
     with dynamo_config.patch(recompile_limit=3):
-        with CompileSession(core, regions=("net",), backend=eager_backend, dynamic=False) as s:
+        with CompileSession(
+            core, regions=("net",), backend=eager_backend, dynamic=False
+        ) as s:
             with torch.no_grad():
                 outs = [core(x) for x in inputs]
     for out, ref in zip(outs, expected):
@@ -148,7 +138,9 @@ def test_graph_break_inside_core_is_reported(logs):
         out = model.core(x)
     torch.testing.assert_close(out, model.core(x))
     region = session.report.regions[0]
-    assert region.status == "compiled" and region.graph_breaks >= 1 and region.graphs >= 2
+    assert (
+        region.status == "compiled" and region.graph_breaks >= 1 and region.graphs >= 2
+    )
     assert any("graph break" in w for w in messages(logs, "WARNING"))
 
 
@@ -204,7 +196,8 @@ def test_rollout_does_not_recompile_at_step_two():
 
     model = zoo.build("toy")
     coords = OrderedDict(
-        {"time": np.array([np.datetime64("2024-01-01")])} | dict(list(model.input_coords().items())[1:])
+        {"time": np.array([np.datetime64("2024-01-01")])}
+        | dict(list(model.input_coords().items())[1:])
     )
     x = torch.randn(*[len(v) for v in coords.values()])
     with CompileSession(model, backend=eager_backend) as session:

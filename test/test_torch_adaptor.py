@@ -34,7 +34,14 @@ def test_each_feature_missing_costs_no_crash_and_no_wrong_answer(
     name = "sfno" if feature == "reparametrize" else "toy"
     backend = "inductor" if feature == "inductor_wrapper" else eager_backend
     model = zoo.build(name)
-    x = torch.randn(1, *[len(v) for k, v in model.input_coords().items() if k not in ("batch", "lead_time")])
+    x = torch.randn(
+        1,
+        *[
+            len(v)
+            for k, v in model.input_coords().items()
+            if k not in ("batch", "lead_time")
+        ],
+    )
     with torch.no_grad():
         expected = model.model(x)
     with CompileSession(model, backend=backend) as session, torch.no_grad():

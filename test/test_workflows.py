@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import inspect
 
+import earth2studio.run as upstream
 import pytest
 import torch
 from conftest import assert_unchanged, messages, run_workflow, snapshot
 
-import earth2studio.run as upstream
 from earth2studio_compile import run
 from earth2studio_compile.metrics import rel_l2
 from earth2studio_compile.tools import zoo
@@ -46,7 +46,9 @@ def test_signature_is_upstreams_plus_compile(name):
     assert params[:-1] == list(theirs.parameters.values())
     last = params[-1]
     assert (last.name, last.default, last.kind) == (
-        "compile", False, inspect.Parameter.POSITIONAL_OR_KEYWORD
+        "compile",
+        False,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
     )
     assert "compile : bool" in getattr(run, name).__doc__
 
@@ -68,7 +70,9 @@ def test_compiled_rollout_matches_eager(kind, name, logs):
     before = snapshot(model)
     nsteps = 4 if name == "dlwp" else 2  # DLWP predicts two 6 h steps per call
     eager = run_workflow(getattr(run, kind), kind, model, nsteps=nsteps)
-    compiled = run_workflow(getattr(run, kind), kind, model, nsteps=nsteps, compile=True)
+    compiled = run_workflow(
+        getattr(run, kind), kind, model, nsteps=nsteps, compile=True
+    )
     assert_close(compiled, eager)
     assert_unchanged(model, before)
 
@@ -141,8 +145,15 @@ def test_diagnostic_model_with_a_network_is_compiled_too():
         np.random.seed(0)
         io = KVBackend()
         run.diagnostic(
-            ["2024-01-01"], 2, model, diag, zoo.random_source(model), io,
-            device=torch.device("cpu"), verbose=False, compile=compile,
+            ["2024-01-01"],
+            2,
+            model,
+            diag,
+            zoo.random_source(model),
+            io,
+            device=torch.device("cpu"),
+            verbose=False,
+            compile=compile,
         )
         return {k: v.clone() for k, v in io.root.items()}
 

@@ -25,11 +25,16 @@ def main(argv: list[str] | None = None) -> int:
         prog="earth2studio-compile-demo", description=__doc__.split("\n")[0]
     )
     p.add_argument(
-        "--model", default="fcn",
+        "--model",
+        default="fcn",
         help="fcn, dlwp, sfno, persistence or toy (default fcn)",
     )
-    p.add_argument("--size", default="auto", choices=["auto", "small", "full"],
-                   help="model size; auto: full on CUDA, small on CPU")
+    p.add_argument(
+        "--size",
+        default="auto",
+        choices=["auto", "small", "full"],
+        help="model size; auto: full on CUDA, small on CPU",
+    )
     p.add_argument(
         "--steps", type=int, default=20, help="forecast steps (>= 3, default 20)"
     )

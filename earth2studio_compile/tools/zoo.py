@@ -57,7 +57,7 @@ class Grid:
         return np.linspace(0, 360, self.nlon, endpoint=False)
 
 
-def _subclass(base: type, name: str, **methods: Callable[..., Any]) -> type:
+def _subclass(base: Any, name: str, **methods: Callable[..., Any]) -> type:
     """A subclass of ``base`` named ``name`` in this module, overriding ``methods``.
 
     The model table is keyed by ``module.QualName``: both are set here, so the key
@@ -67,7 +67,7 @@ def _subclass(base: type, name: str, **methods: Callable[..., Any]) -> type:
     return type(name, (base,), {**methods, **names})
 
 
-def _on_grid(cls: type, grid: Grid) -> type:
+def _on_grid(cls: Any, grid: Grid) -> type:
     """Subclass of an Earth2Studio wrapper whose fixed lat-lon grid is ``grid``."""
 
     def input_coords(self: Any) -> OrderedDict:
@@ -109,15 +109,25 @@ def fcn(size: str = "small", seed: int = 0) -> torch.nn.Module:
     n = len(VARIABLES)
     if size == "full":
         core = AFNO(
-            inp_shape=[720, 1440], in_channels=n, out_channels=n, patch_size=[8, 8],
-            embed_dim=768, depth=12, num_blocks=8,
+            inp_shape=[720, 1440],
+            in_channels=n,
+            out_channels=n,
+            patch_size=[8, 8],
+            embed_dim=768,
+            depth=12,
+            num_blocks=8,
         )
         cls = FCN
     else:
         grid = Grid(16, 32)
         core = AFNO(
-            inp_shape=[grid.nlat, grid.nlon], in_channels=n, out_channels=n,
-            patch_size=[4, 4], embed_dim=32, depth=2, num_blocks=4,
+            inp_shape=[grid.nlat, grid.nlon],
+            in_channels=n,
+            out_channels=n,
+            patch_size=[4, 4],
+            embed_dim=32,
+            depth=2,
+            num_blocks=4,
         )
         cls = _on_grid(FCN, grid)
     center, scale = torch.randn(1, n, 1, 1) * 0.1, 1.0 + torch.rand(1, n, 1, 1)
@@ -224,9 +234,7 @@ def persistence(size: str = "small", seed: int = 0) -> torch.nn.Module:
     from earth2studio.models.px.fcn import VARIABLES
 
     grid = Grid(720, 1440) if size == "full" else Grid(16, 32)
-    return Persistence(
-        list(VARIABLES), OrderedDict({"lat": grid.lat, "lon": grid.lon})
-    )
+    return Persistence(list(VARIABLES), OrderedDict({"lat": grid.lat, "lon": grid.lon}))
 
 
 # -- User-style prognostics (the generic path) ---------------------------------------
@@ -294,10 +302,10 @@ class GridPrognostic(torch.nn.Module, PrognosticMixin):
         self.output_coords(coords)
         yield x, coords
         while True:
-            x, coords = self.front_hook(x, coords)
+            x, coords = self.front_hook(x, coords)  # type: ignore[operator]
             coords = self.output_coords(coords)
             x = self._forward(x)
-            x, coords = self.rear_hook(x, coords)
+            x, coords = self.rear_hook(x, coords)  # type: ignore[operator]
             yield x, coords.copy()
 
     def create_iterator(

@@ -41,7 +41,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "(random weights), each model and mode in a fresh process.",
     )
     p.add_argument(
-        "--models", default=DEFAULT_MODELS,
+        "--models",
+        default=DEFAULT_MODELS,
         help=f"comma-separated: fcn, dlwp, sfno, persistence, toy or module:callable "
         f"(default {DEFAULT_MODELS})",
     )
@@ -49,46 +50,57 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--small", action="store_true", help="small grids and networks (CPU)"
     )
     p.add_argument(
-        "--modes", default=AUTO,
+        "--modes",
+        default=AUTO,
         help="comma-separated compiled modes: auto (the flag's default: "
         "reduce-overhead on CUDA, default on CPU), default, reduce-overhead, "
         "max-autotune, max-autotune-no-cudagraphs (default auto)",
     )
     p.add_argument("--steps", type=int, default=20, help="forecast steps (>= 11)")
     p.add_argument(
-        "--e2e-steps", type=int, default=10,
+        "--e2e-steps",
+        type=int,
+        default=10,
         help="steps of the end-to-end deterministic workflow with a Zarr store; "
         "0 skips",
     )
     p.add_argument(
-        "--io", default="",
+        "--io",
+        default="",
         help="comma-separated IO backends for the end-to-end profile and overlapped "
         f"writing: {', '.join(IO_BACKENDS)} (default: none); one more fresh process "
         "per model, --e2e-steps steps (20 if 0)",
     )
     p.add_argument(
-        "--skip-rollouts", action="store_true",
+        "--skip-rollouts",
+        action="store_true",
         help="measure only the end-to-end profile (needs --io)",
     )
     p.add_argument(
-        "--fp32", action="store_true",
+        "--fp32",
+        action="store_true",
         help="turn TF32 off for cuDNN and matmul (default: PyTorch's defaults, which "
         "let cuDNN convolutions use TF32 on CUDA)",
     )
     p.add_argument(
-        "--precision", default="",
+        "--precision",
+        default="",
         help="comma-separated precisions inside the compiled cores: fp32, tf32, bf16 "
         "(default: none, PyTorch's settings). Adds eager and compiled rows per "
         "precision, timed and compared (rel. L2 after steps 1, 10 and N) against "
         "one fp32 eager run with TF32 off",
     )
     p.add_argument(
-        "--no-precision-eager", dest="precision_eager", action="store_false",
+        "--no-precision-eager",
+        dest="precision_eager",
+        action="store_false",
         help="with --precision, skip the eager rows of tf32 and bf16 (each row is a "
         "fresh process; the fp32 eager reference always runs)",
     )
     p.add_argument(
-        "--no-warm", dest="warm", action="store_false",
+        "--no-warm",
+        dest="warm",
+        action="store_false",
         help="skip the warm-start run (a second fresh process with an empty local "
         "Inductor cache and the first run's portable cache bundles)",
     )
@@ -99,7 +111,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--plot", type=Path, default=None, help="write a PNG figure here")
     p.add_argument("--timeout", type=int, default=900, help="seconds per measurement")
     p.add_argument(
-        "--render", type=Path, nargs="+", default=None, metavar="JSON",
+        "--render",
+        type=Path,
+        nargs="+",
+        default=None,
+        metavar="JSON",
         help="measure nothing: merge these --json files into one table (and --plot)",
     )
     args = p.parse_args(argv)
@@ -164,7 +180,9 @@ def environment(device: str) -> dict[str, Any]:
         try:
             env["driver"] = subprocess.run(
                 ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True, text=True, timeout=30,
+                capture_output=True,
+                text=True,
+                timeout=30,
             ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             env["driver"] = None
@@ -191,7 +209,10 @@ def _run_one(spec: dict[str, Any], timeout: int, workdir: Path) -> dict[str, Any
     try:
         proc = subprocess.run(
             [sys.executable, "-m", MEASURE, json.dumps(spec), str(out)],
-            capture_output=True, text=True, timeout=timeout, env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
         )
         if proc.returncode != 0 or not out.stat().st_size:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
@@ -230,20 +251,38 @@ def _row(r: dict[str, Any]) -> list[str]:
     status = ",".join(sorted({x["status"] for x in regions})) if regions else "eager"
     mem = r.get("peak_gpu_bytes")
     return [
-        model_label(r), r["mode"], r.get("cache") or "", status,
-        f(r["first_step_s"], ".2f"), f(r["steady_ms"], ".2f"),
-        f(r.get("speedup"), ".2f"), f(r.get("break_even_steps"), ".0f"),
+        model_label(r),
+        r["mode"],
+        r.get("cache") or "",
+        status,
+        f(r["first_step_s"], ".2f"),
+        f(r["steady_ms"], ".2f"),
+        f(r.get("speedup"), ".2f"),
+        f(r.get("break_even_steps"), ".0f"),
         f(mem / 2**30 if mem else None, ".2f"),
         f"{f(graphs, 'd')}/{f(breaks, 'd')}/{f(recompiles, 'd')}",
-        f(r.get("rel_l2_first"), ".1e"), f(r.get("rel_l2_10"), ".1e"),
+        f(r.get("rel_l2_first"), ".1e"),
+        f(r.get("rel_l2_10"), ".1e"),
         f(r.get("rel_l2_last"), ".1e"),
         f(r.get("e2e_s"), ".2f"),
     ]
 
 
 HEADER = [
-    "model", "mode", "cache", "status", "first s", "ms/step", "speedup", "break-even",
-    "peak GiB", "graphs/breaks/recomp", "relL2@1", "relL2@10", "relL2@N", "e2e s",
+    "model",
+    "mode",
+    "cache",
+    "status",
+    "first s",
+    "ms/step",
+    "speedup",
+    "break-even",
+    "peak GiB",
+    "graphs/breaks/recomp",
+    "relL2@1",
+    "relL2@10",
+    "relL2@N",
+    "e2e s",
 ]
 
 
@@ -271,8 +310,10 @@ def render(paths: list[Path], plot_path: Path | None) -> int:
     print("\n".join(warm_lines(results)))
     for p, run in zip(paths, runs):
         env = run["environment"]
-        print(f"{p.name}: {env.get('gpu', 'CPU')}, driver {env.get('driver')}, torch "
-              f"{env['torch']}, triton {env['triton']}, {env['date']}")
+        print(
+            f"{p.name}: {env.get('gpu', 'CPU')}, driver {env.get('driver')}, torch "
+            f"{env['torch']}, triton {env['triton']}, {env['date']}"
+        )
     if plot_path:
         from earth2studio_compile.tools.bench.plot import plot
 
@@ -341,8 +382,13 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             bar.set_postfix_str(f"{model} {mode} {cache or ''}".rstrip())
             spec = {
-                "model": model, "mode": mode, "cache": cache, "size": size,
-                "device": args.device, "steps": args.steps, "fp32": args.fp32,
+                "model": model,
+                "mode": mode,
+                "cache": cache,
+                "size": size,
+                "device": args.device,
+                "steps": args.steps,
+                "fp32": args.fp32,
                 # End to end once per mode: a warm start changes only the first step.
                 "e2e_steps": 0 if cache == "warm" else args.e2e_steps,
                 "reference": str(Path(tmp) / f"{model.replace(':', '_')}.pt"),
@@ -360,8 +406,10 @@ def main(argv: list[str] | None = None) -> int:
                 result.update(derive(eager, result))
             if cache == "warm":
                 cold = next(
-                    r for r in results
-                    if r["model"] == model and r["mode"] == mode
+                    r
+                    for r in results
+                    if r["model"] == model
+                    and r["mode"] == mode
                     and r.get("cache") == "cold"
                 )
                 if "error" not in cold and "error" not in result:
@@ -377,8 +425,13 @@ def main(argv: list[str] | None = None) -> int:
         for model in args.model_list if args.io_list else []:
             bar.set_postfix_str(f"{model} end to end")
             spec = {
-                "model": model, "mode": "e2e", "size": size, "device": args.device,
-                "steps": args.e2e_steps or 20, "fp32": args.fp32, "io": args.io_list,
+                "model": model,
+                "mode": "e2e",
+                "size": size,
+                "device": args.device,
+                "steps": args.e2e_steps or 20,
+                "fp32": args.fp32,
+                "io": args.io_list,
             }
             result = _run_one(spec, args.timeout, Path(tmp))
             e2e.append(result)

@@ -236,8 +236,14 @@ def e2e_table(model: str, e2e: dict[str, Any]) -> str:
     for name, r in e2e["backends"].items():
         for run in ("eager", "compiled"):
             b = r[run]
-            rows.append([
-                model, name, run, *(f"{b[f'{p}_ms']:.1f}" for p in PHASES),
-                f"{r[f'{run}_wall_s']:.2f}", f"{r[f'{run}_overlap_wall_s']:.2f}",
-            ])
+            rows.append(
+                [
+                    model,
+                    name,
+                    run,
+                    *(f"{b[f'{p}_ms']:.1f}" for p in PHASES),
+                    f"{r[f'{run}_wall_s']:.2f}",
+                    f"{r[f'{run}_overlap_wall_s']:.2f}",
+                ]
+            )
     return format_table(header, rows)

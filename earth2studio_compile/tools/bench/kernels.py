@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__.split("\n")[0],
     )
     p.add_argument(
-        "--models", default="fcn,dlwp",
+        "--models",
+        default="fcn,dlwp",
         help="comma-separated zoo models (default fcn,dlwp)",
     )
     p.add_argument(

@@ -65,7 +65,7 @@ class Rollout:
         pick one or the other. Windows of ``period`` steps, after the first period
         (which includes compilation), are averaged, then the median is taken.
         """
-        steps = np.asarray(self.step_seconds[self.period:])
+        steps = np.asarray(self.step_seconds[self.period :])
         whole = len(steps) // self.period * self.period
         windows = steps[:whole].reshape(-1, self.period).mean(axis=1)
         return float(np.median(windows) * 1e3)
@@ -211,7 +211,9 @@ def eager_precision(model: Any, precision: str | None) -> Iterator[None]:
                 out = _forward(*args, **kwargs)
             return prec.restore_dtype(out, precision, prec.input_dtype(args))
 
-        saved.append((module, "forward" in module.__dict__, module.__dict__.get("forward")))
+        saved.append(
+            (module, "forward" in module.__dict__, module.__dict__.get("forward"))
+        )
         module.__dict__["forward"] = scoped
     try:
         yield
@@ -278,7 +280,8 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         "tenth": rollout.outputs[min(9, len(rollout.outputs) - 1)],
         "last": rollout.outputs[-1],
     }
-    if spec.get("save_reference"):
+    # The CLI says which run is the reference; a bare eager spec is one.
+    if spec.get("save_reference", spec["mode"] == EAGER):
         torch.save(kept, ref)
     elif ref.exists():
         saved = torch.load(ref)

@@ -36,9 +36,13 @@ def plot(results: list[dict[str, Any]], path: Path, title: str = "") -> None:
     for j, mode in enumerate(modes):
         values = [
             next(
-                (r["steady_ms"] for r in ok
-                 if model_label(r) == m and r["mode"] == mode
-                 and r.get("cache") != "warm"),
+                (
+                    r["steady_ms"]
+                    for r in ok
+                    if model_label(r) == m
+                    and r["mode"] == mode
+                    and r.get("cache") != "warm"
+                ),
                 np.nan,
             )
             for m in models
@@ -51,7 +55,7 @@ def plot(results: list[dict[str, Any]], path: Path, title: str = "") -> None:
     bars.set_title("Per-step time")
     # Measured steps, then extended with the median step time far enough to show
     # where (if anywhere) the compiled line crosses the eager one.
-    evens = [r.get("break_even_steps") for r in ok if r.get("break_even_steps")]
+    evens = [b for r in ok if (b := r.get("break_even_steps"))]
     horizon = int(min(1e5, max([len(ok[0]["step_s"]), *(2 * b for b in evens)])))
     steps = np.unique(np.geomspace(1, horizon, 200).astype(int))
     for i, model in enumerate(models):
