@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -133,10 +133,17 @@ def scope(precision: str | None, device: torch.device) -> Iterator[None]:
         torch.backends.cudnn.allow_tf32 = cudnn
 
 
-def restore_dtype(out: Any, precision: str | None, dtype: torch.dtype | None) -> Any:
-    """Cast what autocast lowered (bf16/fp16 outputs) back to the inputs' dtype."""
+def restore_dtype(out: Any, precision: str | None, args: Any) -> Any:
+    """Cast what autocast lowered (bf16/fp16 outputs) back to the dtype of ``args``.
+
+    Only ``"bf16"`` lowers outputs; other precisions return ``out`` without looking
+    at the arguments, so the common call path pays nothing.
+    """
+    if precision != "bf16":
+        return out
+    dtype = input_dtype(args)
     low = (torch.bfloat16, torch.float16)
-    if precision != "bf16" or dtype is None or dtype in low:
+    if dtype is None or dtype in low:
         return out
     return tree_map(
         lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.dtype in low else t,
@@ -151,6 +158,23 @@ def input_dtype(args: Any) -> torch.dtype | None:
         if isinstance(leaf, torch.Tensor) and leaf.is_floating_point():
             return leaf.dtype
     return None
+
+
+def call(
+    precision: str | None,
+    device: torch.device,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """``fn(*args, **kwargs)`` eagerly in ``precision``, outputs in the inputs' dtype.
+
+    What a region does around an eager call (after a fallback, in the speed probe);
+    the benchmark's eager rows use it too.
+    """
+    with scope(precision, device):
+        out = fn(*args, **kwargs)
+    return restore_dtype(out, precision, args)
 
 
 class keep_fp32:  # noqa: N801  (used like a function)

@@ -34,7 +34,6 @@ from earth2studio_compile.options import CompileOptions, CompilePolicy, TableOpt
 from earth2studio_compile.precision import keep_fp32
 from earth2studio_compile.report import RegionReport
 
-_SLOT = MODULE_SLOT  # kept for callers of the old name
 # Compiled variants a region may hold before it is declared a storm. Legitimate
 # shape changes settle quickly: a smaller last ensemble batch needs 2 variants, many
 # batch sizes 3 (static, dynamic, and batch 1, which Dynamo specializes), batch and
@@ -78,9 +77,6 @@ def describe(err: BaseException) -> str:
         root = inner
     text = f"{type(root).__name__}: {_first_line(root)}".rstrip(": ")
     return text if root is err else f"{type(err).__name__} caused by {text}"
-
-
-_describe = describe  # kept for callers of the old name
 
 
 class StagedCall:
@@ -284,7 +280,7 @@ class CompiledRegion:
         """Route the module's calls through this region."""
         # Set through __dict__: nn.Module.__setattr__ would be fine for a plain
         # callable too, but this makes the single touched key explicit.
-        self.module.__dict__[_SLOT] = self
+        self.module.__dict__[MODULE_SLOT] = self
         self._installed = True
         # fp32 wrappers first: an opaque operator then calls the wrapped forward.
         for wrapper in self._fp32:
@@ -295,8 +291,8 @@ class CompiledRegion:
     def restore(self) -> None:
         """Put the module back exactly as it was: no slot left in its ``__dict__``."""
         if self._installed:
-            if self.module.__dict__.get(_SLOT) is self:
-                del self.module.__dict__[_SLOT]
+            if self.module.__dict__.get(MODULE_SLOT) is self:
+                del self.module.__dict__[MODULE_SLOT]
             for op in reversed(self._opaque):
                 op.restore()
             for wrapper in reversed(self._fp32):
@@ -377,9 +373,7 @@ class CompiledRegion:
                 if self._cudagraphs:
                     _torch.mark_cudagraph_step()
                 out = compiled(*staged.args, **kwargs)
-            out = precision.restore_dtype(
-                out, self.precision, precision.input_dtype(args)
-            )
+            out = precision.restore_dtype(out, self.precision, args)
             out = staged.finish(self._unpad(out, staged))
             if self._cudagraphs:
                 # CUDA-graph outputs are overwritten by the next replay.
@@ -453,9 +447,10 @@ class CompiledRegion:
 
     def _run_eager(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         # A fallback keeps the region's precision: the forecast stays consistent.
-        with precision.scope(self.precision, _first_device(args, kwargs)):
-            out = self.module._call_impl(*args, **kwargs)
-        return precision.restore_dtype(out, self.precision, precision.input_dtype(args))
+        device = _first_device(args, kwargs)
+        return precision.call(
+            self.precision, device, self.module._call_impl, args, kwargs
+        )
 
     def _measure_precision(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any

@@ -207,9 +207,7 @@ def eager_precision(model: Any, precision: str | None) -> Iterator[None]:
                 (a.device for a in args if isinstance(a, torch.Tensor)),
                 torch.device("cpu"),
             )
-            with prec.scope(precision, device):
-                out = _forward(*args, **kwargs)
-            return prec.restore_dtype(out, precision, prec.input_dtype(args))
+            return prec.call(precision, device, _forward, args, kwargs)
 
         saved.append(
             (module, "forward" in module.__dict__, module.__dict__.get("forward"))
