@@ -167,6 +167,8 @@ class CompileSession:
             if not p.targets:
                 self._skip(p.name, "", p.reason or "nothing to compile")
                 continue
+            # Once per model: a refused precision is reported once, not per region.
+            chosen = self._precision_for(p)
             for path, module in p.targets:
                 if id(module) in seen:
                     continue
@@ -186,7 +188,7 @@ class CompileSession:
                         opaque=p.spec.opaque,
                         table_cudagraphs=p.spec.cudagraphs,
                         table_options=p.spec.inductor_options,
-                        precision=self._precision_for(p),
+                        precision=chosen,
                         fp32_modules=p.spec.fp32_modules,
                     )
                 except Exception as err:  # same: run this region eagerly

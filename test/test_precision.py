@@ -159,3 +159,20 @@ def test_workflow_precision_from_the_environment(monkeypatch):
     assert all(
         v.dtype == torch.float32 for v in io.root.values() if v.is_floating_point()
     )
+
+
+def test_a_refused_precision_is_reported_once_per_model(logs):
+    class TwoCores(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = torch.nn.Linear(4, 4)
+            self.b = torch.nn.Linear(4, 4)
+
+    register_model(TwoCores, regions=("a", "b"), precisions_refused={"tf32": "no"})
+    try:
+        with CompileSession(TwoCores(), backend=eager_backend, precision="tf32") as s:
+            pass
+    finally:
+        del MODEL_TABLE[f"{TwoCores.__module__}.{TwoCores.__qualname__}"]
+    assert [r.precision for r in s.report.regions] == [None, None]
+    assert sum("does not run in tf32" in w for w in messages(logs, "WARNING")) == 1
