@@ -457,6 +457,32 @@ def cache_state(hits: int, misses: int) -> str | None:
     return None
 
 
+def local_cache_source(local: str) -> str:
+    """Which Inductor local cache ``local`` is, for the report.
+
+    A warm compile may come from this package's cache, from a directory the user
+    chose, or from PyTorch's default (``/tmp``) when this package's cache is off:
+    the report says which, so "warm" never suggests a cache the user turned off.
+
+    Parameters
+    ----------
+    local : str
+        Inductor's local cache directory in effect
+
+    Returns
+    -------
+    str
+        E.g. ``"cache (this package's, ~/.cache/earth2studio/compile/inductor)"``
+    """
+    path = os.path.abspath(local)
+    root = cache_root()
+    if root is not None and path == os.path.abspath(root / "inductor"):
+        return f"cache (this package's, {path})"
+    if path == _torch.default_inductor_cache_dir():
+        return f"cache (PyTorch's default, {path}; not this package's)"
+    return f"cache (TORCHINDUCTOR_CACHE_DIR, {path})"
+
+
 class RegionBundle:
     """One region's bundle around its first compile: load before, save after.
 

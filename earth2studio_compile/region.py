@@ -27,7 +27,7 @@ from loguru import logger
 
 from earth2studio_compile import _torch, precision
 from earth2studio_compile._torch import MODULE_SLOT, tree_flatten, tree_map
-from earth2studio_compile.cache import RegionBundle, cache_state
+from earth2studio_compile.cache import RegionBundle, cache_state, local_cache_source
 from earth2studio_compile.metrics import synchronize
 from earth2studio_compile.opaque import OpaqueSubmodule, find_opaque
 from earth2studio_compile.options import CompileOptions, CompilePolicy, TableOptions
@@ -166,17 +166,18 @@ class SpeedProbe:
     # Compiled slower than eager by more than this is worth a WARNING.
     SLOWER = 1.05
 
-    def __init__(self, report: RegionReport) -> None:
+    def __init__(self, report: RegionReport, enabled: bool = True) -> None:
         self.report = report
+        self.enabled = enabled
         self.timings: dict[str, list[float]] = {"compiled": [], "eager": []}
 
     def wants_eager(self, call: int) -> bool:
         """Whether call number ``call`` is one of the eager probes."""
-        return call in self.EAGER
+        return self.enabled and call in self.EAGER
 
     def times_compiled(self, call: int) -> bool:
         """Whether call number ``call`` is one of the timed compiled calls."""
-        return call in self.COMPILED
+        return self.enabled and call in self.COMPILED
 
     def record(self, kind: str, seconds: float, call: int) -> None:
         """Add one timing; judge after the last eager probe."""
@@ -229,6 +230,8 @@ class CompiledRegion:
         by default None (PyTorch's global settings)
     fp32_modules : tuple[str, ...], optional
         Class names of submodules kept in fp32 outside autocast under ``"bf16"``
+    probe : bool, optional
+        Time a few calls compiled and eagerly (:class:`SpeedProbe`), by default True
     """
 
     def __init__(
@@ -244,6 +247,7 @@ class CompiledRegion:
         table_options: TableOptions = None,
         precision: str | None = None,
         fp32_modules: tuple[str, ...] = (),
+        probe: bool = True,
     ) -> None:
         self.module = module
         self.report = report
@@ -258,7 +262,7 @@ class CompiledRegion:
             if artifacts is not None and options.backend == "inductor"
             else None
         )
-        self.probe = SpeedProbe(report)
+        self.probe = SpeedProbe(report, enabled=probe)
         self.policy: CompilePolicy | None = None
         self._compiled: Callable[..., Any] | None = None
         self._backend: _torch.CountingBackend | None = None
@@ -317,7 +321,9 @@ class CompiledRegion:
         out = self._dispatch(args, kwargs)
         if measure:
             before_args, before_kwargs = before
+            start = time.perf_counter()
             self._measure_precision(before_args, before_kwargs, out)
+            r.phases["precision_reference"] = time.perf_counter() - start
         return out
 
     def _dispatch(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -349,6 +355,7 @@ class CompiledRegion:
         timed = not first and self.probe.times_compiled(r.calls)
         start = time.perf_counter()
         graphs, runs = backend.graphs, backend.runs
+        backend_seconds = backend.backend_seconds
         try:
             staged = self._stage(args)
             warm = False
@@ -360,6 +367,7 @@ class CompiledRegion:
                     device,
                     f"{self.policy.cache_text}|precision={self.precision}",
                 )
+                r.phases["bundle_load"] = time.perf_counter() - start
                 warm = r.artifact == "loaded"
             skips, fx = _torch.cudagraph_skips(), _torch.fx_cache_counts()
             if timed:
@@ -382,15 +390,23 @@ class CompiledRegion:
                 )
         except Exception as err:
             return self._recover(err, args, kwargs, time.perf_counter() - start)
+        if first or (r.calls == 2 and self._cudagraphs):
+            # The first call compiles and the second records the CUDA graph: both
+            # are part of what compiling costs, so both are timed to the end.
+            synchronize(device)
         seconds = time.perf_counter() - start
         if timed:
             synchronize(device)
             self.probe.record("compiled", time.perf_counter() - start, r.calls)
+        if r.calls == 2 and self._cudagraphs and r.status == "compiled":
+            r.phases["cudagraph_record"] = seconds
         if first:
+            self._first_phases(seconds, backend.backend_seconds - backend_seconds)
             if backend.runs == runs:
                 # Dynamo ran the frame without compiled code (nothing to trace, a
                 # skipped frame, a "force_eager" stance): not compiled, so say so.
                 r.compile_seconds += seconds
+                r.phases["before_fallback"] = seconds
                 self._fall_back(
                     "torch.compile ran no compiled code for it (Dynamo produced no "
                     "graph or skipped the frame)",
@@ -399,12 +415,33 @@ class CompiledRegion:
                 return out
             hits, misses = (a - b for a, b in zip(_torch.fx_cache_counts(), fx))
             r.cache = cache_state(hits, misses)
+            if r.cache is not None:
+                r.cache_source = local_cache_source(_torch.inductor_cache_dir())
             if self.bundle is not None:
+                saving = time.perf_counter()
                 r.artifact = self.bundle.finish(misses, r.artifact)
+                r.phases["bundle_save"] = time.perf_counter() - saving
+                seconds += r.phases["bundle_save"]
         self._account(
             backend.graphs - graphs, seconds, first, _torch.cudagraph_skips() - skips
         )
         return out
+
+    def _first_phases(self, seconds: float, backend: float) -> None:
+        """Split the first call's wall time into what each part of compiling took."""
+        phases = self.report.phases
+        assert self._backend is not None
+        phases["backend"] = backend
+        phases["first_run"] = self._backend.first_run_seconds or 0.0
+        # What is left is Dynamo's: tracing the bytecode, propagating fake tensors,
+        # building guards (and staging the arguments, which costs next to nothing).
+        phases["dynamo"] = max(
+            0.0,
+            seconds
+            - phases.get("bundle_load", 0.0)
+            - phases["backend"]
+            - phases["first_run"],
+        )
 
     def _needs_padding(self, args: tuple[Any, ...]) -> bool:
         valid = _batch_size(args)
@@ -558,6 +595,7 @@ class CompiledRegion:
         out = self._eager(args, kwargs)
         if self.report.status == "pending" or _torch.is_recompile_limit_hit(err):
             self.report.compile_seconds += seconds
+            self.report.phases["before_fallback"] = seconds
         self._fall_back(describe(err), cause=err)
         return out
 
@@ -571,6 +609,8 @@ class CompiledRegion:
         elif r.status == "pending" and r.artifact == "loaded" and self.bundle:
             reason += f" (after loading the compile cache bundle {self.bundle.path})"
         stage = "at its first call" if r.status == "pending" else f"at call {r.calls}"
+        if r.phases.get("before_fallback"):
+            stage += f" after {r.phases['before_fallback']:.1f} s"
         r.status = "eager"
         r.reason = reason
         self._compiled = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -44,6 +45,10 @@ class RegionReport:
     cache : str | None
         Inductor's local cache at the first compile: ``"cold"`` (kernels built),
         ``"warm"`` (all reused), ``"partial"``, or None (no Inductor compile)
+    cache_source : str | None
+        Which local cache that was, e.g. ``"this package's cache
+        (~/.cache/earth2studio/compile/inductor)"`` or ``"PyTorch's default cache
+        (/tmp/torchinductor_me), not this package's"``
     artifact : str | None
         Portable cache bundle: ``"loaded"``, ``"saved"``, ``"ignored: <why>"`` or
         None (cache disabled or no bundle yet)
@@ -56,6 +61,15 @@ class RegionReport:
     precision_error : float | None
         Relative L2 of the region's first reduced-precision call against the same
         call in fp32 eager (TF32 off); None in fp32 or without a floating output
+    phases : dict[str, float]
+        Seconds of what compiling cost, by phase: ``bundle_load`` (reading and
+        planting a portable bundle), ``dynamo`` (tracing, guards), ``backend``
+        (AOTAutograd and Inductor, cache lookups and kernel loading included),
+        ``first_run`` (the first run of compiled code: CUDA-graph warm-up,
+        autotuning), ``bundle_save``; ``cudagraph_record`` (the second call,
+        which records the CUDA graph); ``precision_reference`` (the fp32 eager call
+        that measures a reduced precision's error); ``before_fallback`` (time spent
+        before compiling failed)
     reason : str | None
         Why the region is not compiled (fallback cause or table reason)
     """
@@ -74,12 +88,47 @@ class RegionReport:
     cudagraph_skips: int = 0
     opaque: int = 0
     cache: str | None = None
+    cache_source: str | None = None
     artifact: str | None = None
     compiled_ms: float | None = None
     eager_ms: float | None = None
     precision: str | None = None
     precision_error: float | None = None
+    phases: dict[str, float] = field(default_factory=dict)
     reason: str | None = None
+
+    #: Phases that are a first call's cost of compiling.
+    FIRST_CALL = ("bundle_load", "dynamo", "backend", "first_run", "bundle_save")
+
+    @property
+    def first_call_seconds(self) -> float | None:
+        """Wall seconds of the first (compiling) call, the sum of its phases."""
+        if not any(k in self.phases for k in self.FIRST_CALL):
+            return None
+        return sum(self.phases.get(k, 0.0) for k in self.FIRST_CALL)
+
+    @property
+    def break_even_calls(self) -> int | None:
+        """Calls after which compiling has paid for itself against eager.
+
+        Eager here is the speed probe's: the same precision, the same process.
+        The cost is the first call, the CUDA-graph recording call and the
+        precision reference; each later call saves ``eager_ms - compiled_ms``.
+        None without both timings or when compiled is not faster.
+        """
+        first = self.first_call_seconds
+        if first is None or self.compiled_ms is None or not self.eager_ms:
+            return None
+        saved = (self.eager_ms - self.compiled_ms) / 1e3
+        if saved <= 0:
+            return None
+        slow = [first, self.phases.get("cudagraph_record")]
+        calls = sum(1 for s in slow if s is not None)
+        cost = sum(s for s in slow if s is not None)
+        cost += self.phases.get("precision_reference", 0.0)
+        # Calls 1..k cost `cost` instead of k eager calls; each later one saves.
+        extra = cost - calls * self.eager_ms / 1e3
+        return calls + max(0, math.ceil(extra / saved))
 
     @property
     def precision_text(self) -> str:
@@ -89,6 +138,17 @@ class RegionReport:
         if self.precision_error is None:
             return f", {self.precision}"
         return f", {self.precision} (rel. L2 {self.precision_error:.1e} vs fp32 eager)"
+
+    @property
+    def break_even_text(self) -> str:
+        """``", pays for its compile after 120 calls (this run: 40)"``, or empty."""
+        if self.compiled_ms is None or not self.eager_ms:
+            return ""
+        n = self.break_even_calls
+        if n is None:
+            return ", does not pay for its compile at this speed"
+        done = "reached in this run" if self.calls >= n else f"this run: {self.calls}"
+        return f", pays for its compile after {n} calls ({done})"
 
     @property
     def label(self) -> str:
@@ -139,6 +199,8 @@ class CompileReport:
         for r in self.regions:
             if r.status == "compiled":
                 cache = f", {r.cache} cache" if r.cache else ""
+                if r.cache and r.cache_source:
+                    cache = f", {r.cache} {r.cache_source}"
                 text = (
                     f"{r.label}: compiled ({r.mode}{cache}) in "
                     f"{r.compile_seconds:.1f} s, {r.calls} calls, {r.graphs} graph(s), "
@@ -157,6 +219,7 @@ class CompileReport:
                         f", {r.compiled_ms:.2f} vs {r.eager_ms:.2f} ms eager per call "
                         f"({r.eager_ms / r.compiled_ms:.2f}x)"
                     )
+                    text += r.break_even_text
             elif r.status == "eager":
                 text = f"{r.label}: fell back to eager ({r.reason})" + (
                     f"; kept {r.precision_text[2:]}" if r.precision else ""

@@ -63,6 +63,10 @@ class CompileSession:
         compiled regions' calls only, with the accuracy cost measured once per region
         and reported (:mod:`earth2studio_compile.precision`); None leaves PyTorch's
         global settings alone, by default None
+    probe : bool, optional
+        Time calls 3-5 compiled and 6-7 eagerly, once per region, to report the
+        speedup and the calls compiling needs to pay for itself, and to warn when
+        compiled is slower. False runs every call compiled, by default True
 
     Raises
     ------
@@ -90,6 +94,7 @@ class CompileSession:
         regions: Sequence[str] | None = None,
         cache: bool = True,
         precision: str | None = None,
+        probe: bool = True,
     ) -> None:
         self.options = CompileOptions(
             mode=mode,
@@ -104,6 +109,11 @@ class CompileSession:
                 "To move the cache, set EARTH2STUDIO_COMPILE_CACHE=/path."
             )
         self.cache = bool(cache)
+        if not isinstance(probe, (bool, np.bool_)):
+            raise TypeError(
+                f"probe must be True or False, got {type(probe).__name__} ({probe!r})."
+            )
+        self.probe = bool(probe)
         self.precision = check_precision(precision)
         if not models:
             raise TypeError("CompileSession needs at least one model.")
@@ -190,6 +200,7 @@ class CompileSession:
                         table_options=p.spec.inductor_options,
                         precision=chosen,
                         fp32_modules=p.spec.fp32_modules,
+                        probe=self.probe,
                     )
                 except Exception as err:  # same: run this region eagerly
                     why = f"could not prepare it ({describe(err)})"

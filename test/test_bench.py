@@ -162,3 +162,31 @@ def test_precision_rows_are_labelled_and_compared_at_three_steps():
     }
     line = cli.table([row]).splitlines()[-1]
     assert line.startswith("fcn bf16") and "4.0e-03" in line and "9.0e-03" in line
+
+
+def test_break_even_is_against_eager_in_the_same_precision():
+    fp32 = {"model": "fcn", "mode": "eager", "precision": "fp32"}
+    fp32.update(steady_ms=60.0, first_step_s=0.5)
+    tf32 = {"model": "fcn", "mode": "eager", "precision": "tf32"}
+    tf32.update(steady_ms=30.0, first_step_s=0.5)
+    comp = {"model": "fcn", "mode": "reduce-overhead", "precision": "tf32"}
+    comp.update(steady_ms=20.0, first_step_s=4.5)
+    out = cli._against_eager([fp32, tf32], "fcn", "tf32", comp)
+    assert out["speedup"] == pytest.approx(3.0)  # against fp32 eager, TF32 off
+    # 4 s extra first step / 10 ms saved against TF32 eager, plus the first step.
+    assert out["break_even_steps"] == pytest.approx(401)
+    assert out["break_even_against"] == "eager tf32"
+    # Without a TF32 eager row it is the fp32 reference's.
+    alone = cli._against_eager([fp32], "fcn", "tf32", comp)
+    assert alone["break_even_steps"] == pytest.approx(1 + 4000 / 40)
+
+
+def test_forecast_totals_and_warm_phases():
+    warm = {"model": "fcn", "mode": "reduce-overhead", "cache": "warm"}
+    warm.update(steady_ms=50.0, first_step_s=4.0, warm_over_cold=0.2)
+    warm["report"] = {"regions": [{"phases": {"dynamo": 2.5, "backend": 1.0}}]}
+    text = cli.forecast_totals([warm])
+    # 4 s + 39 x 50 ms, 4 s + 59 x 50 ms, 4 s + 239 x 50 ms, 4 s + 639 x 50 ms
+    assert "5.95" in text and "6.95" in text and "15.95" in text and "35.95" in text
+    (line,) = cli.warm_lines([warm])
+    assert line.endswith("(20%); dynamo 2.50 s, backend 1.00 s")

@@ -238,6 +238,52 @@ def derive(eager: dict[str, Any], comp: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _against_eager(
+    results: list[dict[str, Any]],
+    model: str,
+    chosen: str | None,
+    result: dict[str, Any],
+) -> dict[str, Any]:
+    """Speedup against the first eager run (with --precision, fp32 with TF32 off);
+    break-even against eager in the same precision where that was run, since that
+    is what a user who already runs in that precision would compare with."""
+    eagers = [r for r in results if r["model"] == model and r["mode"] == EAGER]
+    out = derive(eagers[0], result)
+    same = next((r for r in eagers if r.get("precision") == chosen), None)
+    if same is not None and same is not eagers[0] and result["mode"] != EAGER:
+        out["break_even_steps"] = derive(same, result).get("break_even_steps")
+        out["break_even_against"] = f"eager {chosen}"
+    return out
+
+
+#: Forecast lengths of the totals table: 10, 15 and 60 days at 6 h steps.
+FORECAST_STEPS = (40, 60, 240)
+#: Members of the ensemble row, each ``FORECAST_STEPS[0]`` steps, one session.
+ENSEMBLE = 16
+
+
+def forecast_totals(results: list[dict[str, Any]]) -> str:
+    """Total seconds of whole forecasts, eager vs compiled, cold and warm.
+
+    Derived from the rows: first step + (N - 1) x median step. The ensemble row is
+    ``ENSEMBLE`` members of ``FORECAST_STEPS[0]`` steps run in one session, so it
+    compiles once.
+    """
+    header = ["model", "mode", "cache"] + [f"{n} steps s" for n in FORECAST_STEPS]
+    header.append(f"{ENSEMBLE}x{FORECAST_STEPS[0]} ens. s")
+    rows = []
+    for r in results:
+        if "error" in r or r.get("steady_ms") is None:
+            continue
+        counts = [*FORECAST_STEPS, ENSEMBLE * FORECAST_STEPS[0]]
+        totals = [r["first_step_s"] + (n - 1) * r["steady_ms"] / 1e3 for n in counts]
+        rows.append(
+            [model_label(r), r["mode"], r.get("cache") or ""]
+            + [f"{t:.2f}" for t in totals]
+        )
+    return format_table(header, rows)
+
+
 def _row(r: dict[str, Any]) -> list[str]:
     def f(v: Any, fmt: str) -> str:
         return "-" if v is None else format(v, fmt)
@@ -291,12 +337,21 @@ def table(results: list[dict[str, Any]]) -> str:
     return format_table(HEADER, [_row(r) for r in results])
 
 
+def _phases(r: dict[str, Any]) -> str:
+    """``"; bundle_load 0.31 s, dynamo 2.10 s, ..."`` summed over regions."""
+    total: dict[str, float] = {}
+    for region in (r.get("report") or {}).get("regions", []):
+        for k, v in (region.get("phases") or {}).items():
+            total[k] = total.get(k, 0.0) + v
+    return "".join(f", {k} {v:.2f} s" for k, v in total.items()).replace(", ", "; ", 1)
+
+
 def warm_lines(results: list[dict[str, Any]]) -> list[str]:
-    """One line per warm start: first step warm vs cold."""
+    """One line per warm start: first step warm vs cold, and where it went."""
     return [
         f"warm start {r['model']} {r['mode']}: first step {r['first_step_s']:.2f} s vs "
         f"{r['first_step_s'] / r['warm_over_cold']:.2f} s cold "
-        f"({100 * r['warm_over_cold']:.0f}%)"
+        f"({100 * r['warm_over_cold']:.0f}%){_phases(r)}"
         for r in results
         if r.get("warm_over_cold")
     ]
@@ -308,6 +363,7 @@ def render(paths: list[Path], plot_path: Path | None) -> int:
     results = [r for run in runs for r in run["results"]]
     print(table(results))
     print("\n".join(warm_lines(results)))
+    print(forecast_totals(results))
     for p, run in zip(paths, runs):
         env = run["environment"]
         print(
@@ -399,11 +455,7 @@ def main(argv: list[str] | None = None) -> int:
             }
             result = _run_one(spec, args.timeout, Path(tmp))
             if mode != EAGER or chosen not in (None, "fp32"):
-                # Against the first eager run: with --precision, fp32 with TF32 off.
-                eager = next(
-                    r for r in results if r["model"] == model and r["mode"] == EAGER
-                )
-                result.update(derive(eager, result))
+                result.update(_against_eager(results, model, chosen, result))
             if cache == "warm":
                 cold = next(
                     r
@@ -441,6 +493,12 @@ def main(argv: list[str] | None = None) -> int:
             bar.update(1)
     print(table(results))
     print("\n".join(warm_lines(results)))
+    if results:
+        print(
+            "\nWhole forecasts (first step + (N - 1) x median step, from the rows "
+            "above):"
+        )
+        print(forecast_totals(results))
     for r in e2e:
         print("\n" + _e2e_text(r))
     print(
