@@ -44,7 +44,7 @@ __all__ = [
     "THRESHOLDS",
     "check_precision",
     "env_precision",
-    "keep_fp32",
+    "KeepFp32",
     "reference_error",
     "scope",
 ]
@@ -177,7 +177,7 @@ def call(
     return restore_dtype(out, precision, args)
 
 
-class keep_fp32:  # noqa: N801  (used like a function)
+class KeepFp32:
     """Run a submodule in fp32, outside autocast, while a region computes in bf16.
 
     Overrides ``forward`` on the instance, like

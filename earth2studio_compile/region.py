@@ -31,7 +31,7 @@ from earth2studio_compile.cache import RegionBundle, cache_state, local_cache_so
 from earth2studio_compile.metrics import synchronize
 from earth2studio_compile.opaque import OpaqueSubmodule, find_opaque
 from earth2studio_compile.options import CompileOptions, CompilePolicy, TableOptions
-from earth2studio_compile.precision import keep_fp32
+from earth2studio_compile.precision import KeepFp32
 from earth2studio_compile.report import RegionReport
 
 # Compiled variants a region may hold before it is declared a storm. Legitimate
@@ -274,7 +274,7 @@ class CompiledRegion:
         ]
         report.opaque = len(self._opaque)
         self._fp32 = (
-            [keep_fp32(m) for _, m in find_opaque(module, fp32_modules)]
+            [KeepFp32(m) for _, m in find_opaque(module, fp32_modules)]
             if precision == "bf16"
             else []
         )

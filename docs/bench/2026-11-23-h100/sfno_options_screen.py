@@ -10,7 +10,8 @@ import time
 
 import torch
 
-from earth2studio_compile import CompileSession, zoo
+from earth2studio_compile import CompileSession
+from earth2studio_compile.tools import zoo
 
 if sys.argv[1] == "fp32":
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False

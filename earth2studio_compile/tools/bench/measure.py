@@ -198,7 +198,7 @@ def eager_precision(model: Any, precision: str | None) -> Iterator[None]:
     for _, module in p.targets:
         if precision == "bf16":
             for _, sub in find_opaque(module, p.spec.fp32_modules):
-                wrappers.append(prec.keep_fp32(sub))
+                wrappers.append(prec.KeepFp32(sub))
                 wrappers[-1].install()
         forward = module.forward
 
