@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import re
 import sys
@@ -19,6 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
+from loguru import logger
 from torch.utils._pytree import tree_flatten, tree_map  # noqa: F401  (re-exported)
 
 __all__ = [
@@ -139,6 +141,30 @@ def missing(name: str) -> str | None:
     if name in _FORCED_MISSING:
         return f"{FEATURES[name][0]} is unavailable (declared missing)"
     return _probe(name)
+
+
+# -- logging ---------------------------------------------------------------------------
+class _NoCudaRuntimeNote(logging.Filter):
+    """Drops ``torch.utils.cpp_extension``'s "No CUDA runtime is found" warning.
+
+    Torch logs it when it finds a CUDA toolkit directory but no usable GPU, on the
+    first import of ``cpp_extension``, which Inductor makes while compiling for the
+    CPU. It concerns building CUDA extensions, which a CPU compile never does; it is
+    passed on at TRACE.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith("No CUDA runtime is found"):
+            logger.trace(f"torch: {record.getMessage()}")
+            return False
+        return True
+
+
+def quiet_cpp_extension_log() -> None:
+    """Install :class:`_NoCudaRuntimeNote` once on torch's ``cpp_extension`` logger."""
+    log = logging.getLogger("torch.utils.cpp_extension")
+    if not any(isinstance(f, _NoCudaRuntimeNote) for f in log.filters):
+        log.addFilter(_NoCudaRuntimeNote())
 
 
 # -- options ---------------------------------------------------------------------------
