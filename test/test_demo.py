@@ -31,8 +31,10 @@ def _demo(*args: str, **env: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def demo() -> subprocess.CompletedProcess:
-    # 8 steps: the session's per-call speed probe needs calls 3 to 7.
-    return _demo("--steps", "8", "--repeats", "2")
+    # 8 steps: the session's per-call speed probe needs calls 3 to 7. The precision
+    # rows are the GPU demo's (fp32 and a fast precision side by side); bf16 autocast
+    # also runs on a CPU.
+    return _demo("--steps", "8", "--repeats", "2", "--precision", "fp32,bf16")
 
 
 def test_speedup_is_a_result_only_outside_the_spread():
@@ -52,24 +54,35 @@ def test_demo_labels_what_each_figure_measures(demo):
     assert "median of steps 2..8 in each rollout" in out
     assert "Core network alone, per call (the session's INFO line" in out
     # Each timing row shows its spread over the 2 rollouts.
-    assert re.search(r"eager +\d+\.\d+ ms/step \(\d+\.\d+-\d+\.\d+\)", out)
-    speedup = re.search(r"^  speedup +(.*)$", out, re.MULTILINE)
-    assert speedup, out
-    assert re.fullmatch(
-        r"no measurable difference \(eager/compiled .* over 2 rollouts\)"
-        r"|\d+\.\d+x \(\d+\.\d+-\d+\.\d+x over 2 rollouts\)",
-        speedup.group(1),
-    ), speedup.group(1)
+    for name in ("eager fp32", "compiled fp32", "eager bf16", "compiled bf16"):
+        assert re.search(
+            rf"^  {name} +\d+\.\d+ ms/step \(\d+\.\d+-\d+\.\d+\)", out, re.M
+        )
+    for precision in ("fp32", "bf16"):
+        speedup = re.search(rf"^  speedup {precision} +(.*)$", out, re.MULTILINE)
+        assert speedup, out
+        assert re.fullmatch(
+            r"no measurable difference \(eager/compiled .* over 2 rollouts\)"
+            r"|\d+\.\d+x \(\d+\.\d+-\d+\.\d+x over 2 rollouts\)",
+            speedup.group(1),
+        ), speedup.group(1)
 
 
 def test_demo_leads_with_the_relative_error(demo):
     out = demo.stdout
-    assert "Error against eager, relative L2 after step 1 / step 8:" in out
-    row = re.search(r"^  compiled +(\S+) / (\S+) +\((.*)\)$", out, re.MULTILINE)
-    assert row, out
-    float(row.group(1)), float(row.group(2))
-    # An absolute difference only beside the output's magnitude.
-    assert re.fullmatch(r"max \|difference\| \S+ where \|output\| reaches \S+", row[3])
+    head = "Error against eager fp32 (TF32 off), relative L2 after step 1 / step 8:"
+    assert head in out
+    errors = {}
+    for name in ("compiled fp32", "eager bf16", "compiled bf16"):
+        row = re.search(rf"^  {name} +(\S+) / (\S+) +\((.*)\)$", out, re.MULTILINE)
+        assert row, out
+        errors[name] = float(row.group(1))
+        # An absolute difference only beside the output's magnitude.
+        assert re.fullmatch(
+            r"max \|difference\| \S+ where \|output\| reaches \S+", row[3]
+        )
+    # bf16 rounds to 8 bits of mantissa; compiled fp32 only reorders fp32 arithmetic.
+    assert errors["compiled bf16"] > errors["compiled fp32"]
     assert "max |compiled - eager|" not in out
 
 
