@@ -7,6 +7,7 @@ The workflows live in :mod:`earth2studio_compile.run` (imported on demand: impor
 ``earth2studio.run`` takes several seconds).
 """
 
+from earth2studio_compile import _torch
 from earth2studio_compile.cache import cache_root
 from earth2studio_compile.models import MODEL_TABLE, ModelSpec, plan, register_model
 from earth2studio_compile.options import CompileOptions
@@ -15,6 +16,10 @@ from earth2studio_compile.report import CompileReport, RegionReport
 from earth2studio_compile.session import CompileSession, example_input
 
 __version__ = "0.1.0"
+
+# Inductor's CPU compiles import torch.utils.cpp_extension, which warns about CUDA
+# on machines without a GPU (see _torch.quiet_cpp_extension_log).
+_torch.quiet_cpp_extension_log()
 
 __all__ = [
     "MODEL_TABLE",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import re
 import sys
@@ -20,6 +21,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
+from loguru import logger
 from torch.utils._pytree import tree_flatten, tree_map  # noqa: F401  (re-exported)
 
 __all__ = [
@@ -142,6 +144,30 @@ def missing(name: str) -> str | None:
     return _probe(name)
 
 
+# -- logging ---------------------------------------------------------------------------
+class _NoCudaRuntimeNote(logging.Filter):
+    """Drops ``torch.utils.cpp_extension``'s "No CUDA runtime is found" warning.
+
+    Torch logs it when it finds a CUDA toolkit directory but no usable GPU, on the
+    first import of ``cpp_extension``, which Inductor makes while compiling for the
+    CPU. It concerns building CUDA extensions, which a CPU compile never does; it is
+    passed on at TRACE.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith("No CUDA runtime is found"):
+            logger.trace(f"torch: {record.getMessage()}")
+            return False
+        return True
+
+
+def quiet_cpp_extension_log() -> None:
+    """Install :class:`_NoCudaRuntimeNote` once on torch's ``cpp_extension`` logger."""
+    log = logging.getLogger("torch.utils.cpp_extension")
+    if not any(isinstance(f, _NoCudaRuntimeNote) for f in log.filters):
+        log.addFilter(_NoCudaRuntimeNote())
+
+
 # -- options ---------------------------------------------------------------------------
 def inductor_modes() -> list[str]:
     """Mode strings the installed Inductor accepts (``"default"``, ...)."""
@@ -155,6 +181,52 @@ def mode_options(mode: str, dynamic: bool | None = None) -> dict[str, Any]:
     import torch._inductor
 
     return dict(torch._inductor.list_mode_options(mode, dynamic))
+
+
+def cpu_autotune_fixes() -> dict[str, Any]:
+    """Inductor options that let a max-autotune mode compile on CPU.
+
+    With ``max_autotune`` on CPU, Inductor may pick its C++ GEMM/BMM template and
+    fuse the following pointwise ops into it. On torch 2.14.1 that fusion fails
+    for FCN's AFNO core (``InductorError: AssertionError: buf15`` in
+    ``cpp_template_kernel.store_pointwise_nodes``, a masked load the template's
+    epilogue does not know); pytorch/pytorch#185405 and #180980 are the same family.
+    Without epilogue fusion the template is still autotuned and chosen.
+    """
+    return {"epilogue_fusion": False}
+
+
+# Autotuning prints its tables ("AUTOTUNE bmm(...)", "Autotune Choices Stats") with
+# sys.stderr.write, not through logging; these options turn the printing off, and the
+# matching environment variables, when the user set them, win.
+_QUIET_AUTOTUNE = {
+    "autotune_num_choices_displayed": (
+        0,
+        "TORCHINDUCTOR_AUTOTUNE_NUM_CHOICES_DISPLAYED",
+    ),
+    "max_autotune_report_choices_stats": (
+        False,
+        "TORCHINDUCTOR_MAX_AUTOTUNE_REPORT_CHOICES_STATS",
+    ),
+}
+QUIET_AUTOTUNE_KEYS = frozenset(_QUIET_AUTOTUNE)
+
+
+def quiet_autotune_options() -> dict[str, Any]:
+    """Inductor options that keep autotuning's tables off the terminal.
+
+    Returns
+    -------
+    dict[str, Any]
+        Only options the installed Inductor knows and whose environment variable
+        the user left unset
+    """
+    known = inductor_options()
+    return {
+        key: value
+        for key, (value, env) in _QUIET_AUTOTUNE.items()
+        if key in known and env not in os.environ
+    }
 
 
 def inductor_options() -> set[str]:

@@ -146,6 +146,27 @@ class CompileOptions:
 TableOptions = Mapping[str, Any] | Callable[[torch.device], Mapping[str, Any]] | None
 
 
+def _autotune_extras(
+    inductor: bool,
+    mode: str | None,
+    options: Mapping[str, Any] | None,
+    device: torch.device,
+) -> dict[str, Any]:
+    """Options added when Inductor autotunes: quiet tables, and on CPU a fix.
+
+    Only keys the user's ``options`` leave unset are added.
+    """
+    settings = {**(_torch.mode_options(mode) if mode else {}), **(options or {})}
+    if not inductor or not (
+        settings.get("max_autotune") or settings.get("max_autotune_gemm")
+    ):
+        return {}
+    extra = dict(_torch.quiet_autotune_options())
+    if device.type == "cpu":
+        extra.update(_torch.cpu_autotune_fixes())
+    return {k: v for k, v in extra.items() if k not in (options or {})}
+
+
 @dataclass(frozen=True)
 class CompilePolicy:
     """What one region compiles with on one device, resolved once.
@@ -235,6 +256,14 @@ class CompilePolicy:
             torch_mode = None
         if options.options:
             torch_options = dict(options.options)
+        extra = _autotune_extras(inductor, torch_mode, torch_options, device)
+        if extra:
+            torch_options = {
+                **(_torch.mode_options(torch_mode) if torch_mode else {}),
+                **(torch_options or {}),
+                **extra,
+            }
+            torch_mode = None
         if device.type != "cuda":
             cudagraphs = False
         elif mode in CUDAGRAPH_MODES:
@@ -247,8 +276,12 @@ class CompilePolicy:
             else getattr(options.backend, "__name__", type(options.backend).__name__)
         )
         label = f"{name}/{mode or 'default'}"
-        if table:
-            label += "+" + ",".join(f"{k}={v}" for k, v in sorted(table.items()))
+        shown = {
+            **table,
+            **{k: v for k, v in extra.items() if k not in _torch.QUIET_AUTOTUNE_KEYS},
+        }
+        if shown:
+            label += "+" + ",".join(f"{k}={v}" for k, v in sorted(shown.items()))
         user = sorted((str(k), repr(v)) for k, v in (options.options or {}).items())
         cache_text = (
             f"{label}|fullgraph={options.fullgraph}|dynamic={options.dynamic}|"

@@ -24,13 +24,16 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-import earth2studio.run as _upstream
 import numpy as np
 
+from earth2studio_compile._imports import quiet_imports
 from earth2studio_compile.overlap import drain
 from earth2studio_compile.precision import env_precision
 from earth2studio_compile.report import CompileReport
 from earth2studio_compile.session import CompileSession
+
+with quiet_imports():
+    import earth2studio.run as _upstream
 
 __all__ = [
     "check_compile_flag",

@@ -123,3 +123,81 @@ def test_table_options_apply_only_when_the_user_chose_nothing():
         CompileOptions(), cuda, table_options=lambda d: calls.append(d.type) or {"a": 1}
     )
     assert picked.options == {"triton.cudagraphs": True, "a": 1} and calls == ["cuda"]
+
+
+def test_autotune_modes_are_quiet_and_skip_the_failing_cpu_fusion(monkeypatch):
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.delenv("TORCHINDUCTOR_AUTOTUNE_NUM_CHOICES_DISPLAYED", raising=False)
+    on_cpu = policy(CompileOptions(mode="max-autotune-no-cudagraphs"), cpu)
+    kwargs = on_cpu.torch_kwargs()
+    # torch.compile takes a mode or options: the mode's own settings are carried over
+    assert "mode" not in kwargs and kwargs["options"]["max_autotune"] is True
+    assert kwargs["options"]["epilogue_fusion"] is False
+    assert kwargs["options"]["autotune_num_choices_displayed"] == 0
+    assert on_cpu.label == ("inductor/max-autotune-no-cudagraphs+epilogue_fusion=False")
+    on_cuda = policy(CompileOptions(mode="max-autotune"), cuda)
+    assert "epilogue_fusion" not in on_cuda.options
+    assert on_cuda.options["autotune_num_choices_displayed"] == 0
+    assert on_cuda.cudagraphs and on_cuda.label == "inductor/max-autotune"
+    # The user's own choices win; modes that do not autotune are passed as they are.
+    mine = {"max_autotune": True, "epilogue_fusion": True}
+    assert policy(CompileOptions(options=mine), cpu).options["epilogue_fusion"]
+    assert policy(CompileOptions(mode="default"), cpu).torch_kwargs()["mode"] == (
+        "default"
+    )
+    monkeypatch.setenv("TORCHINDUCTOR_AUTOTUNE_NUM_CHOICES_DISPLAYED", "5")
+    shown = policy(CompileOptions(mode="max-autotune"), cpu).options
+    assert "autotune_num_choices_displayed" not in shown
+
+
+_MAX_AUTOTUNE_FCN_CORE = """
+import json, torch
+from physicsnemo.models.afno import AFNO
+from earth2studio_compile import CompileSession
+
+torch.manual_seed(0)
+core = AFNO(inp_shape=[16, 32], in_channels=26, out_channels=26, patch_size=[4, 4],
+            embed_dim=32, depth=2, num_blocks=4)
+x = torch.randn(1, 26, 16, 32)
+with torch.inference_mode():
+    want = core(x)
+    with CompileSession(core, mode="max-autotune-no-cudagraphs", cache=False) as s:
+        got = [core(x), core(x)]
+r = s.report.regions[0]
+err = max(float((g - want).abs().max() / want.abs().max()) for g in got)
+print(json.dumps({"status": r.status, "reason": r.reason, "mode": r.mode, "err": err}))
+"""
+
+
+def test_max_autotune_compiles_the_fcn_core_on_cpu_without_printing_tables(tmp_path):
+    # The README's power-user mode on FCN's AFNO core (the demo's small size): on
+    # torch 2.14.1 it fell back with "InductorError ... AssertionError: buf15" and
+    # printed Inductor's AUTOTUNE tables. A fresh process with an empty Inductor
+    # cache, so autotuning really runs (a failed compile can also leave Dynamo
+    # unusable for the rest of a process).
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    for name in (
+        "TORCHINDUCTOR_AUTOTUNE_NUM_CHOICES_DISPLAYED",
+        "TORCHINDUCTOR_MAX_AUTOTUNE_REPORT_CHOICES_STATS",
+    ):
+        env.pop(name, None)
+    proc = subprocess.run(
+        [sys.executable, "-c", _MAX_AUTOTUNE_FCN_CORE],
+        cwd=Path(__file__).parents[1],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["status"] == "compiled", out["reason"]
+    assert out["err"] < 1e-5
+    assert "AUTOTUNE" not in proc.stdout + proc.stderr
+    assert "Autotune Choices Stats" not in proc.stdout + proc.stderr

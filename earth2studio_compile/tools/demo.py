@@ -1,15 +1,22 @@
 """``python -m earth2studio_compile.tools.demo``: a rollout eager, then compiled.
 
 The default model is Earth2Studio's FCN (FourCastNet) around a physicsnemo AFNO with
-random weights: small grid on CPU, the operational 720x1440 grid on CUDA. Prints time
-per step, speedup, first-step (compile) cost and the largest difference between
-the two rollouts on the same coordinates, then shows the one-line workflow usage.
+random weights: a 64x128 grid on CPU, the operational 720x1440 grid on CUDA. Eager
+and compiled rollouts alternate, several times, from the same random state. Prints
+the time per step with its spread over the rollouts, the speedup (or that there is
+none to measure), first-step (compile) cost, the relative error of the compiled
+rollout, each region's status, then the one-line workflow usage. On CUDA it runs
+fp32 and a reduced precision side by side, each measured against fp32 eager with
+TF32 off.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -17,6 +24,116 @@ _TF32_NOTE = """\
   (cuDNN convolutions run in TF32, PyTorch's default on CUDA, and eager and
    compiled pick different algorithms: a larger gap than fp32 rounding alone;
    --fp32 turns TF32 off)"""
+
+
+@dataclass
+class Row:
+    """One way of running the model, timed over several rollouts.
+
+    Attributes
+    ----------
+    compiled : bool
+        Compiled (a :class:`CompileSession`) or eager
+    precision : str | None
+        The session's precision (eager rows: the same scope, uncompiled)
+    steady_ms : list[float]
+        Median ms per step of each rollout (steps after the first model call)
+    first_seconds : float
+        First step of the first rollout (for a compiled row: the compile)
+    errors : tuple[float, float] | None
+        Relative L2 against the reference after step 1 and after the last step
+    max_abs : tuple[float, float] | None
+        Largest absolute difference against the reference, and the reference's
+        largest absolute value
+    report : dict | None
+        The first compiled rollout's session report
+    """
+
+    compiled: bool
+    precision: str | None
+    steady_ms: list[float] = field(default_factory=list)
+    first_seconds: float = 0.0
+    errors: tuple[float, float] | None = None
+    max_abs: tuple[float, float] | None = None
+    report: dict | None = None
+
+    @property
+    def name(self) -> str:
+        kind = "compiled" if self.compiled else "eager"
+        return f"{kind} {self.precision}" if self.precision else kind
+
+    @property
+    def ran_compiled(self) -> bool:
+        """Whether any region ran compiled code to the end of the first rollout."""
+        regions = (self.report or {}).get("regions", [])
+        return any(r["status"] == "compiled" for r in regions)
+
+
+def speedup_text(eager_ms: list[float], compiled_ms: list[float]) -> str:
+    """The speedup of paired rollouts, or that the spread hides it.
+
+    Parameters
+    ----------
+    eager_ms, compiled_ms : list[float]
+        Median ms per step of each rollout, eager and compiled, in the order they
+        ran (rollout ``i`` of each ran back to back)
+
+    Returns
+    -------
+    str
+        ``"1.31x (1.22-1.40 over 3 rollouts)"``; ``"no measurable difference ..."``
+        when the rollouts' ratios lie on both sides of 1; a single rollout has no
+        spread and says so
+    """
+    ratios = [e / c for e, c in zip(eager_ms, compiled_ms)]
+    mid = statistics.median(ratios)
+    if len(ratios) == 1:
+        return f"{mid:.2f}x (one rollout: no spread to judge it by; --repeats 3)"
+    low, high = min(ratios), max(ratios)
+    spread = f"{low:.2f}-{high:.2f}x over {len(ratios)} rollouts"
+    if low <= 1.0 <= high:
+        return f"no measurable difference (eager/compiled {spread})"
+    return f"{mid:.2f}x ({spread})"
+
+
+def _ms_text(values: list[float]) -> str:
+    mid = statistics.median(values)
+    if len(values) == 1:
+        return f"{mid:9.2f} ms/step             "
+    return f"{mid:9.2f} ms/step ({min(values):.2f}-{max(values):.2f})"
+
+
+def _eager_reasons(report: dict | None) -> list[str]:
+    """``"Model.region: why"`` for each region that did not run compiled."""
+    out = []
+    for r in (report or {}).get("regions", []):
+        if r["status"] == "compiled":
+            continue
+        label = f"{r['model']}.{r['region']}".rstrip(".")
+        why = {
+            "eager": "fell back to eager",
+            "skipped": "not compiled",
+            "pending": "never called",
+        }.get(r["status"], r["status"])
+        out.append(f"{label} {why}" + (f": {r['reason']}" if r["reason"] else ""))
+    return out
+
+
+def _regions_text(report: dict | None) -> str:
+    regions = (report or {}).get("regions", [])
+    return ", ".join(
+        f"{r['model']}.{r['region']}: {r['status']}".replace(".:", ":") for r in regions
+    )
+
+
+def _probe_text(report: dict | None) -> str | None:
+    """The session's per-call probe of the core network, labelled."""
+    probes = [
+        f"{r['model']}.{r['region']} {r['compiled_ms']:.2f} vs {r['eager_ms']:.2f} ms"
+        for r in (report or {}).get("regions", [])
+        if r.get("compiled_ms") is not None and r.get("eager_ms")
+    ]
+    return ", ".join(probes) if probes else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,85 +149,190 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--size",
         default="auto",
-        choices=["auto", "small", "full"],
-        help="model size; auto: full on CUDA, small on CPU",
+        choices=["auto", "small", "medium", "full"],
+        help="model size; auto: full on CUDA, on CPU medium for fcn, else small",
     )
     p.add_argument(
         "--steps", type=int, default=20, help="forecast steps (>= 3, default 20)"
     )
     p.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="eager and compiled rollouts each, alternating (>= 1, default 3)",
+    )
+    p.add_argument(
         "--device", default=None, help="cuda or cpu (default: cuda if available)"
+    )
+    p.add_argument(
+        "--precision",
+        default="auto",
+        help=(
+            "comma-separated precisions of the compiled cores (fp32, tf32, bf16), "
+            "each also run eagerly and measured against fp32 eager with TF32 off; "
+            "'none': PyTorch's settings; auto: fp32,tf32 on CUDA, none on CPU"
+        ),
     )
     p.add_argument(
         "--fp32", action="store_true", help="turn TF32 off (cuDNN and matmul)"
     )
     args = p.parse_args(argv)
-    if args.fp32:
-        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     if args.steps < 3:
         p.error("--steps must be >= 3")
+    if args.repeats < 1:
+        p.error("--repeats must be >= 1")
     cuda = torch.cuda.is_available()
     device = torch.device(args.device or ("cuda" if cuda else "cpu"))
+    precisions = _precisions(p, args.precision, device)
+    if args.fp32 or precisions:
+        # The reference is fp32 with TF32 off; a precision row sets TF32 inside the
+        # compiled cores only (CompileSession(precision=...)).
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     if args.size != "auto":
         size = args.size
+    elif device.type == "cuda":
+        size = "full"
     else:
-        size = "full" if device.type == "cuda" else "small"
+        size = "medium" if args.model == "fcn" else "small"
 
     from loguru import logger
     from tqdm import tqdm
 
-    from earth2studio_compile.metrics import rel_l2
     from earth2studio_compile.tools import zoo
-    from earth2studio_compile.tools.bench.measure import time_rollout
-    from earth2studio_compile.tools.bench.runs import initial_state
 
     # After the imports: Earth2Studio installs its own loguru handler on import.
     logger.remove()
     logger.add(lambda m: tqdm.write(m, end=""), level="INFO", colorize=True)
 
     model = zoo.build(args.model, size=size).to(device)
-    x, coords = initial_state(model, device)
     name = f"{type(model).__name__} ({args.model}, {size}) on {device}"
     print(
         f"earth2studio-compile demo: {name}, {args.steps} steps, "
+        f"{args.repeats} eager and {args.repeats} compiled rollout(s), "
         f"torch {torch.__version__}"
     )
-
-    eager = time_rollout(model, x, coords, args.steps)
-    compiled = time_rollout(model, x, coords, args.steps, compile_kwargs={})
-    pairs = list(zip(compiled.outputs, eager.outputs))
-    diff = max((a - b).abs().max().item() for a, b in pairs)
-    first = rel_l2(compiled.outputs[0], eager.outputs[0])
-    last = rel_l2(compiled.outputs[-1], eager.outputs[-1])
-    tf32 = device.type == "cuda" and torch.backends.cudnn.allow_tf32
-    regions = compiled.report["regions"] if compiled.report else []
-    status = ", ".join(
-        f"{r['model']}.{r['region']}: {r['status']}".replace(".:", ":") for r in regions
-    )
-    speedup = eager.steady_ms / compiled.steady_ms
-
-    print()
-    print(
-        f"  eager     {eager.steady_ms:9.2f} ms/step   "
-        f"first step {eager.first_seconds:7.2f} s"
-    )
-    print(
-        f"  compiled  {compiled.steady_ms:9.2f} ms/step   "
-        f"first step {compiled.first_seconds:7.2f} s (compile)"
-    )
-    print(f"  speedup   {speedup:9.2f} x      (median of steps 2..{args.steps})")
-    print(
-        f"  rel. L2 compiled vs eager: {first:.1e} after step 1, "
-        f"{last:.1e} after step {args.steps}"
-    )
-    print(f"  max |compiled - eager| over all steps = {diff:.2e}")
-    if tf32:
-        print(_TF32_NOTE)
-    print(f"  compiled regions: {status or 'none'}")
+    rows = _measure(model, device, args.steps, args.repeats, precisions)
+    _print(rows, args.steps, device)
     print()
     print("In a workflow:  from earth2studio_compile.run import deterministic")
     print("                deterministic(time, nsteps, model, data, io, compile=True)")
     return 0
+
+
+def _precisions(
+    parser: argparse.ArgumentParser, text: str, device: torch.device
+) -> list[str]:
+    from earth2studio_compile.precision import PRECISIONS
+
+    if text == "auto":
+        return ["fp32", "tf32"] if device.type == "cuda" else []
+    if text == "none":
+        return []
+    chosen = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in chosen if t not in PRECISIONS]
+    if bad:
+        parser.error(
+            f"--precision {','.join(bad)} is unknown; use a comma-separated list of "
+            f"{', '.join(PRECISIONS)}, or none"
+        )
+    # fp32 first: the others are measured against its eager rollout.
+    return ["fp32", *[t for t in dict.fromkeys(chosen) if t != "fp32"]]
+
+
+def _measure(
+    model: Any,
+    device: torch.device,
+    steps: int,
+    repeats: int,
+    precisions: list[str],
+) -> list[Row]:
+    """Alternate eager and compiled rollouts; the first eager one is the reference."""
+    from loguru import logger
+    from tqdm import tqdm
+
+    from earth2studio_compile.metrics import rel_l2
+    from earth2studio_compile.tools.bench.measure import eager_precision, time_rollout
+    from earth2studio_compile.tools.bench.runs import initial_state
+
+    x, coords = initial_state(model, device)
+    chosen: list[str | None] = [*precisions] if precisions else [None]
+    rows = [Row(compiled, p) for p in chosen for compiled in (False, True)]
+    # Untimed: the first eager calls pay one-time costs (kernel selection, lazy
+    # initialisation) that would otherwise count against the first eager rollout.
+    time_rollout(model, x, coords, 2)
+    reference: list[torch.Tensor] = []  # every step of the first eager rollout
+    for repeat in range(repeats):
+        if repeat == 1:
+            # The sessions' INFO lines were shown once; later rollouts only time.
+            logger.remove()
+            logger.add(lambda m: tqdm.write(m, end=""), level="WARNING", colorize=True)
+        for row in rows:
+            kwargs = None
+            if row.compiled:
+                kwargs = {"precision": row.precision} if row.precision else {}
+            with eager_precision(model, None if row.compiled else row.precision):
+                rollout = time_rollout(model, x, coords, steps, kwargs)
+            row.steady_ms.append(rollout.steady_ms)
+            if repeat:
+                continue
+            row.first_seconds = rollout.first_seconds
+            row.report = rollout.report
+            if not reference:
+                reference = rollout.outputs
+                continue
+            out = rollout.outputs
+            row.errors = (rel_l2(out[0], reference[0]), rel_l2(out[-1], reference[-1]))
+            diff = max((a - b).abs().max().item() for a, b in zip(out, reference))
+            row.max_abs = (diff, max(r.abs().max().item() for r in reference))
+    return rows
+
+
+def _print(rows: list[Row], steps: int, device: torch.device) -> None:
+    reference = rows[0]
+    print()
+    print(
+        f"  Time per whole forecast step (core network and coordinate code): median "
+        f"of steps 2..{steps} in each rollout;\n  shown as the median (min-max) over "
+        f"{len(reference.steady_ms)} rollout(s)"
+    )
+    for row in rows:
+        first = f"first step {row.first_seconds:7.2f} s"
+        if row.compiled:
+            first += " (compile)" if row.ran_compiled else " (eager)"
+        print(f"  {row.name:<15} {_ms_text(row.steady_ms)}   {first}")
+    for eager, compiled in zip(rows[::2], rows[1::2]):
+        label = f"speedup {compiled.precision}" if compiled.precision else "speedup"
+        eager_why = _eager_reasons(compiled.report)
+        if not compiled.ran_compiled:
+            why = "; ".join(eager_why) or "no region ran compiled"
+            print(f"  {label:<15} none: nothing ran compiled ({why})")
+            continue
+        print(f"  {label:<15} {speedup_text(eager.steady_ms, compiled.steady_ms)}")
+        for text in eager_why:
+            print(f"  {'':<15} (ran eager: {text})")
+    probe = _probe_text(rows[1].report)
+    if probe:
+        print(
+            "  Core network alone, per call (the session's INFO line: fastest of "
+            f"compiled calls 3-5 vs eager calls 6-7, one rollout): {probe}"
+        )
+    print()
+    ref = "eager fp32 (TF32 off)" if reference.precision else "eager"
+    print(f"  Error against {ref}, relative L2 after step 1 / step {steps}:")
+    for row in rows[1:]:
+        if row.errors is None or row.max_abs is None:
+            continue
+        after_first, after_last = row.errors
+        diff, scale = row.max_abs
+        print(
+            f"  {row.name:<15} {after_first:.1e} / {after_last:.1e}   "
+            f"(max |difference| {diff:.2e} where |output| reaches {scale:.2e})"
+        )
+    if device.type == "cuda" and torch.backends.cudnn.allow_tf32:
+        print(_TF32_NOTE)
+    print()
+    for row in rows[1::2]:
+        print(f"  {row.name} regions: {_regions_text(row.report) or 'none'}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,135 @@
+"""The demo and a first import say what is true, labelled, and nothing else."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+
+
+def _demo(*args: str, **env: str) -> subprocess.CompletedProcess:
+    """The README's demo command on the toy model, in a fresh process."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "earth2studio_compile.tools.demo", "--model", "toy"]
+        + ["--device", "cpu", *args],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def demo() -> subprocess.CompletedProcess:
+    # 8 steps: the session's per-call speed probe needs calls 3 to 7. The precision
+    # rows are the GPU demo's (fp32 and a fast precision side by side); bf16 autocast
+    # also runs on a CPU.
+    return _demo("--steps", "8", "--repeats", "2", "--precision", "fp32,bf16")
+
+
+def test_speedup_is_a_result_only_outside_the_spread():
+    from earth2studio_compile.tools.demo import speedup_text
+
+    faster = speedup_text([10.0, 12.0, 11.0], [5.0, 5.0, 5.0])
+    assert faster == "2.20x (2.00-2.40x over 3 rollouts)"
+    hidden = speedup_text([1.0, 1.2, 0.9], [1.1, 1.0, 1.0])
+    assert hidden.startswith("no measurable difference")
+    assert "0.90-1.20x over 3 rollouts" in hidden
+    assert "no spread" in speedup_text([2.0], [1.0])
+
+
+def test_demo_labels_what_each_figure_measures(demo):
+    out = demo.stdout
+    assert "Time per whole forecast step (core network and coordinate code)" in out
+    assert "median of steps 2..8 in each rollout" in out
+    assert "Core network alone, per call (the session's INFO line" in out
+    # Each timing row shows its spread over the 2 rollouts.
+    for name in ("eager fp32", "compiled fp32", "eager bf16", "compiled bf16"):
+        assert re.search(
+            rf"^  {name} +\d+\.\d+ ms/step \(\d+\.\d+-\d+\.\d+\)", out, re.M
+        )
+    for precision in ("fp32", "bf16"):
+        speedup = re.search(rf"^  speedup {precision} +(.*)$", out, re.MULTILINE)
+        assert speedup, out
+        assert re.fullmatch(
+            r"no measurable difference \(eager/compiled .* over 2 rollouts\)"
+            r"|\d+\.\d+x \(\d+\.\d+-\d+\.\d+x over 2 rollouts\)",
+            speedup.group(1),
+        ), speedup.group(1)
+
+
+def test_demo_leads_with_the_relative_error(demo):
+    out = demo.stdout
+    head = "Error against eager fp32 (TF32 off), relative L2 after step 1 / step 8:"
+    assert head in out
+    errors = {}
+    for name in ("compiled fp32", "eager bf16", "compiled bf16"):
+        row = re.search(rf"^  {name} +(\S+) / (\S+) +\((.*)\)$", out, re.MULTILINE)
+        assert row, out
+        errors[name] = float(row.group(1))
+        # An absolute difference only beside the output's magnitude.
+        assert re.fullmatch(
+            r"max \|difference\| \S+ where \|output\| reaches \S+", row[3]
+        )
+    # bf16 rounds to 8 bits of mantissa; compiled fp32 only reorders fp32 arithmetic.
+    assert errors["compiled bf16"] > errors["compiled fp32"]
+    assert "max |compiled - eager|" not in out
+
+
+def test_demo_prints_no_speedup_for_a_model_that_ran_eager():
+    proc = _demo("--steps", "3", "--repeats", "1", CXX="/nonexistent/g++")
+    out = proc.stdout
+    assert not re.search(r"speedup +\d", out), out
+    line = re.search(r"^  speedup +none: nothing ran compiled \((.*)\)$", out, re.M)
+    assert line, out
+    assert line.group(1).startswith("GridPrognostic.model fell back to eager: ")
+    assert "no working C++ compiler" in line.group(1)
+    assert "first step" in out and "(eager)" in out
+
+
+def test_first_run_has_no_gpu_noise_on_a_cpu_machine(demo):
+    # Printed by Warp's native code at physicsnemo's import, and by torch's
+    # cpp_extension when Inductor compiles for the CPU: neither concerns a CPU run.
+    for text in (demo.stdout, demo.stderr):
+        assert "Warp CUDA warning" not in text
+        assert "No CUDA runtime is found" not in text
+    script = subprocess.run(
+        [sys.executable, "-c", "import earth2studio_compile.run"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert script.returncode == 0, script.stderr[-3000:]
+    assert "Warp CUDA warning" not in script.stderr
+
+
+def test_cpp_extension_cuda_note_is_dropped_and_nothing_else():
+    import earth2studio_compile  # noqa: F401  (installs the filter)
+
+    class Keep(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(logging.WARNING)
+            self.seen: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.seen.append(record.getMessage())
+
+    log, keep = logging.getLogger("torch.utils.cpp_extension"), Keep()
+    log.addHandler(keep)
+    try:
+        log.warning("No CUDA runtime is found, using CUDA_HOME='%s'", "/usr/local")
+        log.warning("Error checking compiler version for %s", "c++")
+    finally:
+        log.removeHandler(keep)
+    assert keep.seen == ["Error checking compiler version for c++"]

@@ -1,0 +1,63 @@
+"""Every Python block of the README and the user guide that runs on a CPU runs here.
+
+Blocks run in order, each file in its own namespace, after the user guide's block
+marked ``<!-- setup: ... -->`` (the offline model and data). A block preceded by
+``<!-- no-test: why -->`` is skipped: it downloads, needs a GPU, or names classes of
+the reader's own. A compile failure inside a block is a fallback, not an exception,
+so any WARNING that a region fell back fails the test too.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from loguru import logger
+
+ROOT = Path(__file__).parents[1]
+DOCS = ("README.md", "docs/user-guide.md")
+_FENCE = re.compile(
+    r"(?:^<!-- (?P<mark>[\w-]+):?[^\n]*-->\n)?^```python\n(?P<code>.*?)^```$",
+    re.MULTILINE | re.DOTALL,
+)
+
+
+def blocks(path: str) -> list[tuple[str | None, str, int]]:
+    """``(mark, code, line)`` of each Python block; ``mark`` names its HTML comment."""
+    text = (ROOT / path).read_text()
+    return [
+        (m["mark"], m["code"], text.count("\n", 0, m.start("code")) + 1)
+        for m in _FENCE.finditer(text)
+    ]
+
+
+def _setup() -> str:
+    found = [c for mark, c, _ in blocks("docs/user-guide.md") if mark == "setup"]
+    assert len(found) == 1, "the user guide needs one <!-- setup --> block"
+    return found[0]
+
+
+def test_every_block_is_run_or_says_why_not():
+    for path in DOCS:
+        for mark, _, line in blocks(path):
+            assert mark in (None, "setup", "no-test"), f"{path}:{line}: {mark}"
+    runnable = [b for path in DOCS for b in blocks(path) if b[0] != "no-test"]
+    assert len(runnable) >= 5
+
+
+@pytest.mark.parametrize("path", DOCS)
+def test_doc_blocks_run_on_cpu(path, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # blocks that write files write them here
+    warnings: list[str] = []
+    sink = logger.add(lambda m: warnings.append(m.record["message"]), level="WARNING")
+    namespace: dict = {"__name__": "__doc_block__"}
+    try:
+        exec(compile(_setup(), "user-guide setup", "exec"), namespace)
+        for mark, code, line in blocks(path):
+            if mark is None:
+                exec(compile(code, f"{path}:{line}", "exec"), namespace)
+                fell_back = [w for w in warnings if "stays eager" in w]
+                assert not fell_back, f"{path}:{line}: {fell_back}"
+    finally:
+        logger.remove(sink)
