@@ -21,6 +21,15 @@ A writer that is never closed still loses nothing: dropping its last reference, 
 interpreter exiting, flushes its pending writes with a WARNING. Closing it is still
 the way to close the wrapped backend at a known point, and to see a write error.
 
+Parallel writing (``workers``): for backends that take it (``ZarrBackend``,
+``KVBackend``; see :mod:`earth2studio_compile.writers`), each write is split per array
+and stored by ``workers`` lanes (threads) at once: the arrays of one step, and those of
+consecutive steps, store concurrently, while writes to one array keep their order on
+one lane. Other backends (``NetCDF4Backend``: HDF5 takes one thread at a time) keep one
+writer. The bound on host memory is the same: a step's copies are freed, and its slot
+given back, once every one of its arrays is stored. Writes queued after a failed one
+are not written; the writer logs how many, once the queue has drained.
+
 Examples
 --------
 >>> from earth2studio.io import ZarrBackend
@@ -34,8 +43,10 @@ Examples
 from __future__ import annotations
 
 import atexit
+import os
 import queue
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -45,6 +56,8 @@ from typing import Any
 import numpy as np
 import torch
 from loguru import logger
+
+from earth2studio_compile.writers import Lane, Splitter, splitter_for
 
 __all__ = ["OverlappedIO"]
 
@@ -58,7 +71,7 @@ _live: weakref.WeakSet[OverlappedIO] = weakref.WeakSet()
 class _Job:
     """One ``write`` call: host tensors, the events that say they are filled, coords."""
 
-    __slots__ = ("x", "coords", "array_name", "events")
+    __slots__ = ("x", "coords", "array_name", "events", "remaining", "ok", "raised")
 
     def __init__(
         self,
@@ -71,19 +84,44 @@ class _Job:
         self.coords = coords
         self.array_name = array_name
         self.events = events
+        # Parts not yet stored; whether every part was stored; whether one raised.
+        self.remaining = 0
+        self.ok = True
+        self.raised = False
 
 
 class _State:
-    """What the worker thread shares with its :class:`OverlappedIO`.
+    """What the writer threads share with their :class:`OverlappedIO`.
 
-    The worker holds this, never the wrapper: a thread keeps its target's referents
+    The threads hold this, never the wrapper: a thread keeps its target's referents
     alive, and a wrapper kept alive by its own worker is never finalized, so an unclosed
     one would lose its pending writes when the (daemon) worker dies at exit.
     """
 
-    __slots__ = ("delivered", "error", "io", "orphaned", "queue", "slots", "written")
+    __slots__ = (
+        "busy",
+        "delivered",
+        "dropped",
+        "error",
+        "generation",
+        "idle",
+        "io",
+        "lane_of",
+        "lanes",
+        "lock",
+        "orphaned",
+        "queue",
+        "reported",
+        "slots",
+        "splitter",
+        "threads",
+        "workers",
+        "written",
+    )
 
-    def __init__(self, io: Any, max_pending: int) -> None:
+    def __init__(
+        self, io: Any, max_pending: int, splitter: Splitter | None, workers: int
+    ) -> None:
         self.io = io
         # Unbounded: the slots bound the jobs, and the stop sentinel must always fit.
         self.queue: queue.Queue = queue.Queue()
@@ -94,8 +132,25 @@ class _State:
         # The caller has seen ``error``: raise it once, never twice.
         self.delivered = False
         self.written = 0
-        # The wrapper was finalized on the worker thread, which then closes the backend.
+        # Writes not (fully) written because an earlier one failed; how many of them
+        # were logged.
+        self.dropped = 0
+        self.reported = 0
+        # The wrapper was finalized on a writer thread: the dispatcher closes the
+        # backend when it reaches the stop sentinel.
         self.orphaned = False
+        self.splitter = splitter
+        self.workers = workers
+        # Parallel writing: one queue per lane, the lane of each array (writes to one
+        # array stay in order on one lane), parts not yet stored.
+        self.lanes: list[queue.Queue] = []
+        self.lane_of: dict[str, int] = {}
+        self.lock = threading.Lock()
+        self.idle = threading.Condition(self.lock)
+        self.busy = 0
+        # Bumped by add_array: lanes forget the arrays they opened (one may be new).
+        self.generation = 0
+        self.threads: list[threading.Thread] = []
 
 
 def _close_backend(io: Any) -> None:
@@ -104,37 +159,139 @@ def _close_backend(io: Any) -> None:
         close()
 
 
+def _fail(state: _State, err: BaseException) -> None:
+    """Keep the first error for the caller; log any later one, never drop it."""
+    with state.lock:
+        first = state.error is None
+        if first:
+            state.error = err
+    if first:
+        logger.debug(f"OverlappedIO: write failed in the background: {err!r}")
+    else:
+        logger.error(f"OverlappedIO: another background write also failed: {err!r}")
+
+
+def _finish(state: _State, job: _Job) -> None:
+    """Account for a job whose every part is done, then free its slot."""
+    with state.lock:
+        if job.ok:
+            state.written += 1
+        elif not job.raised:
+            state.dropped += 1
+    # Free the host copies before the slot: the next write copies once it has the
+    # slot, and both must not exist at once.
+    job.x = job.events = None  # type: ignore[assignment]
+    state.slots.release()
+    state.queue.task_done()
+
+
+def _part_done(state: _State, job: _Job, ok: bool, raised: bool) -> None:
+    with state.lock:
+        job.remaining -= 1
+        job.ok = job.ok and ok
+        job.raised = job.raised or raised
+        last = job.remaining == 0
+        state.busy -= 1
+        if state.busy == 0:
+            state.idle.notify_all()
+    if last:
+        _finish(state, job)
+
+
+def _wait_idle(state: _State) -> None:
+    """Wait until every lane has stored every part given to it."""
+    with state.idle:
+        while state.busy:
+            state.idle.wait()
+
+
+def _dispatch(state: _State, job: _Job) -> None:
+    """Write one job whole, or split it over the lanes."""
+    if state.error is not None:  # after an error, write nothing more
+        job.ok = False
+        _finish(state, job)
+        return
+    try:
+        for event in job.events:
+            event.synchronize()
+        parts = None
+        if state.lanes:
+            x = [job.x] if isinstance(job.x, torch.Tensor) else job.x
+            names = (
+                [job.array_name] if isinstance(job.array_name, str) else job.array_name
+            )
+            parts = state.splitter.split(state.io, x, job.coords, names)  # type: ignore[union-attr]
+        if parts is None:
+            _wait_idle(state)  # a whole write runs after everything before it
+            state.io.write(job.x, job.coords, job.array_name)
+    except BaseException as err:  # surfaced in the caller's thread
+        _fail(state, err)
+        job.ok, job.raised = False, True
+        _finish(state, job)
+        return
+    if parts is None:
+        _finish(state, job)
+        return
+    if not parts:
+        _finish(state, job)
+        return
+    with state.lock:
+        job.remaining = len(parts)
+        state.busy += len(parts)
+    for key, store in parts:
+        lane = state.lane_of.setdefault(key, len(state.lane_of) % len(state.lanes))
+        state.lanes[lane].put((job, store))
+
+
 def _work(state: _State) -> None:
-    """The worker thread: write each job in order until the stop sentinel."""
+    """The dispatcher thread: take each job in order until the stop sentinel."""
     while True:
         job = state.queue.get()
         if job is _STOP:
+            if state.orphaned:
+                _wait_idle(state)
+                # Nobody can queue more: the wrapper is gone.
+                try:
+                    _close_backend(state.io)
+                except Exception as err:  # no caller left to raise it in
+                    logger.error(
+                        f"OverlappedIO: closing {type(state.io).__name__} failed: "
+                        f"{err!r}"
+                    )
+                for lane in state.lanes:
+                    lane.put(_STOP)
             state.queue.task_done()
             return
+        _dispatch(state, job)
+        # A local would keep the job's host copies alive while this waits.
+        job = None
+
+
+def _store(state: _State, lanes: queue.Queue) -> None:
+    """A lane: store the parts given to it, in order, until the stop sentinel."""
+    lane, generation = Lane(), state.generation
+    while True:
+        item = lanes.get()
+        if item is _STOP:
+            lane.close()
+            return
+        job, store = item
+        item = None
+        if generation != state.generation:
+            lane.arrays.clear()
+            generation = state.generation
+        ok = raised = False
         try:
-            if state.error is None:  # after an error, write nothing out of order
-                for event in job.events:
-                    event.synchronize()
-                state.io.write(job.x, job.coords, job.array_name)
-                state.written += 1
+            if state.error is None:
+                store(lane)
+                ok = True
         except BaseException as err:  # surfaced in the caller's thread
-            state.error = err
-            logger.debug(f"OverlappedIO: write failed in the background: {err!r}")
+            _fail(state, err)
+            raised = True
         finally:
-            # Free the host copies before the slot: the next write copies once it has
-            # the slot, and both must not exist at once.
-            job.x = job.events = None
-            state.slots.release()
-            state.queue.task_done()
-        if state.orphaned and state.queue.empty():
-            # Nobody can queue more: the wrapper is gone.
-            try:
-                _close_backend(state.io)
-            except Exception as err:  # no caller left to raise it in
-                logger.error(
-                    f"OverlappedIO: closing {type(state.io).__name__} failed: {err!r}"
-                )
-            return
+            store = None  # the part holds the host copy: gone before the slot is
+            _part_done(state, job, ok, raised)
+            job = None
 
 
 class OverlappedIO:
@@ -144,22 +301,30 @@ class OverlappedIO:
     ----------
     io : IOBackend
         Any Earth2Studio IO backend (``ZarrBackend``, ``NetCDF4Backend``,
-        ``AsyncZarrBackend``, ``KVBackend``, ...); it is called from one background
-        thread, never concurrently
+        ``AsyncZarrBackend``, ``KVBackend``, ...)
     max_pending : int, optional
         Steps that may wait in the queue before ``write`` blocks, by default 2. Host
-        memory in use is at most ``max_pending + 1`` steps of output: ``write`` waits
-        for the oldest step to be written before it copies a new one
+        memory in use is at most ``max_pending + 1`` steps of output (queued or being
+        stored, with any number of workers): ``write`` waits for the oldest step to be
+        written before it copies a new one
     pin_memory : bool | None, optional
         Copy CUDA tensors into pinned (page-locked) host memory, which lets the copy
         run asynchronously; by default None, meaning yes whenever CUDA is available
+    workers : int | None, optional
+        Threads that store at once, by default None: ``min(8, CPU cores)`` for
+        backends that take parallel writes (``ZarrBackend``, ``KVBackend``), 1 for
+        the others. With 1, one background thread calls the backend's ``write``,
+        never concurrently. With more, each write is split per array; writes to one
+        array keep their order
 
     Raises
     ------
     TypeError
-        ``io`` lacks ``add_array``/``write``, or ``max_pending`` is not an int
+        ``io`` lacks ``add_array``/``write``, or ``max_pending`` or ``workers`` is
+        not an int
     ValueError
-        ``max_pending`` < 1
+        ``max_pending`` < 1, ``workers`` < 1, or ``workers`` > 1 for a backend that
+        must keep one writer (``NetCDF4Backend``, ``AsyncZarrBackend``, unknown ones)
 
     Notes
     -----
@@ -169,7 +334,11 @@ class OverlappedIO:
     """
 
     def __init__(
-        self, io: Any, max_pending: int = 2, pin_memory: bool | None = None
+        self,
+        io: Any,
+        max_pending: int = 2,
+        pin_memory: bool | None = None,
+        workers: int | None = None,
     ) -> None:
         if isinstance(io, OverlappedIO):
             raise TypeError("io is already an OverlappedIO; wrap the backend once.")
@@ -187,21 +356,53 @@ class OverlappedIO:
             )
         if max_pending < 1:
             raise ValueError(f"max_pending must be >= 1, got {max_pending}.")
+        splitter, serial = splitter_for(io)
+        if workers is None:
+            workers = min(8, os.cpu_count() or 1) if splitter is not None else 1
+        elif isinstance(workers, bool) or not isinstance(workers, (int, np.integer)):
+            raise TypeError(
+                f"workers must be an int or None, got {type(workers).__name__}."
+            )
+        elif workers < 1:
+            raise ValueError(f"workers must be >= 1 (or None), got {workers}.")
+        elif workers > 1 and splitter is None:
+            raise ValueError(
+                f"workers={workers}: {serial}; use workers=1 (or None) for it."
+            )
         self.io = io
+        #: Threads storing at once (1: one background thread calls ``io.write``).
+        self.workers = int(workers)
         self.max_pending = int(max_pending)
         self.pin_memory = (
             torch.cuda.is_available() if pin_memory is None else pin_memory
         )
-        self._state = _State(io, self.max_pending)
+        self._state = _State(
+            io, self.max_pending, splitter if self.workers > 1 else None, self.workers
+        )
         self._queue = self._state.queue
         self._worker: threading.Thread | None = None
         self._closed = False
+        self._blocked = 0.0
         _live.add(self)
 
     @property
     def written(self) -> int:
-        """Writes that reached the wrapped backend so far."""
+        """Writes that reached the wrapped backend so far (every array stored)."""
         return self._state.written
+
+    @property
+    def dropped(self) -> int:
+        """Writes not written, or only in part, because an earlier write failed."""
+        return self._state.dropped
+
+    @property
+    def blocked_s(self) -> float:
+        """Seconds ``write`` has waited for storage so far.
+
+        Above zero, storage was slower than the caller: ``max_pending + 1`` steps
+        were queued or being stored, and ``write`` held the caller back.
+        """
+        return self._blocked
 
     # -- the IOBackend protocol -------------------------------------------------------
     def add_array(
@@ -228,6 +429,8 @@ class OverlappedIO:
         self.flush()
         self._check_error()
         self.io.add_array(coords, array_name, **kwargs)
+        # An array may have been created anew: lanes must not keep the old one open.
+        self._state.generation += 1
 
     def write(
         self,
@@ -259,7 +462,10 @@ class OverlappedIO:
         slots = self._state.slots
         # Blocks while max_pending + 1 steps have host copies: the bound on host memory
         # holds only if the slot is taken before copying.
-        slots.acquire()
+        if not slots.acquire(blocking=False):
+            start = time.perf_counter()
+            slots.acquire()
+            self._blocked += time.perf_counter() - start
         try:
             self._check()  # a write may have failed while this waited
             tensors = [x] if isinstance(x, torch.Tensor) else list(x)
@@ -297,6 +503,14 @@ class OverlappedIO:
         """
         if self._worker is not None:
             self._queue.join()
+        state = self._state
+        if state.dropped > state.reported:
+            logger.error(
+                f"OverlappedIO: {state.dropped - state.reported} write(s) queued "
+                "after a failed one were not written, or only in part: the writer "
+                "stops at its first error."
+            )
+            state.reported = state.dropped
         self._raise()
 
     def close(self) -> None:
@@ -352,11 +566,11 @@ class OverlappedIO:
             return
         if self._queue.unfinished_tasks:
             self._warn_unclosed("")
-        worker = self._worker
-        if threading.current_thread() is worker:
-            # The garbage collector ran this on the worker, which cannot wait for
-            # itself: it finishes the queue and closes the backend on its own.
+        if threading.current_thread() in self._state.threads:
+            # The garbage collector ran this on a writer thread, which cannot wait
+            # for itself: the dispatcher finishes the queue, then closes the backend.
             self._state.orphaned = True
+            self._queue.put(_STOP)
             return
         try:
             self.close()
@@ -424,21 +638,44 @@ class OverlappedIO:
         )
 
     def _start(self) -> None:
-        if self._worker is None:
-            # Only the state, not self: see _State.
-            self._worker = threading.Thread(
-                target=_work,
-                args=(self._state,),
-                name=f"OverlappedIO({type(self.io).__name__})",
-                daemon=True,
+        if self._worker is not None:
+            return
+        state, kind = self._state, type(self.io).__name__
+        # Only the state, not self: see _State.
+        threads = [
+            threading.Thread(
+                target=_work, args=(state,), name=f"OverlappedIO({kind})", daemon=True
             )
-            self._worker.start()
+        ]
+        if state.splitter is not None:
+            for i in range(state.workers):
+                state.lanes.append(queue.Queue())
+                threads.append(
+                    threading.Thread(
+                        target=_store,
+                        args=(state, state.lanes[-1]),
+                        name=f"OverlappedIO({kind}) lane {i}",
+                        daemon=True,
+                    )
+                )
+        state.threads = threads
+        for thread in threads:
+            thread.start()
+        self._worker = threads[0]
 
     def _stop(self) -> None:
-        if self._worker is not None:
-            self._queue.put(_STOP)
-            self._worker.join()
-            self._worker = None
+        if self._worker is None:
+            return
+        state = self._state
+        self._queue.put(_STOP)
+        self._worker.join()
+        for lane in state.lanes:
+            lane.put(_STOP)
+        for thread in state.threads[1:]:
+            thread.join()
+        state.lanes.clear()
+        state.lane_of.clear()
+        self._worker = None
 
 
 def drain(ios: Sequence[Any], failed: bool) -> None:

@@ -14,7 +14,9 @@ import textwrap
 import threading
 import time
 import weakref
+from collections import OrderedDict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -390,3 +392,231 @@ def test_an_unclosed_writer_is_flushed_at_exit(tmp_path):
     assert "WARNING" in done.stderr
     assert "OverlappedIO around FileBackend was not closed" in done.stderr, done.stderr
     assert "pending" in done.stderr
+
+
+# -- parallel writing ------------------------------------------------------------------
+
+
+def _parallel_rollout(
+    name: str, tmp: Path, workers: int | None
+) -> tuple[dict, Path, int]:
+    """Every array and coordinate of a deterministic run, as the backend stored it."""
+    from earth2studio.io import KVBackend, NetCDF4Backend, ZarrBackend
+
+    model = zoo.build("persistence")
+    np.random.seed(0)
+    directory = tmp / f"{name}-{workers}"
+    directory.mkdir()
+    if name == "kv":
+        backend = KVBackend()
+    elif name == "zarr":
+        backend = ZarrBackend(str(directory / "out.zarr"))
+    else:
+        backend = NetCDF4Backend(
+            str(directory / "out.nc"), backend_kwargs={"mode": "w"}
+        )
+    io = OverlappedIO(backend, workers=workers)
+    run.deterministic(TIME, NSTEPS, model, zoo.random_source(model), io, verbose=False)
+    used = io.workers
+    io.close()
+    if name == "kv":
+        stored = {k: v.numpy() for k, v in backend.root.items()}
+        stored.update({f"coord {k}": np.asarray(v) for k, v in backend.coords.items()})
+    else:
+        stored = _read(name, backend, str(next(directory.iterdir())))
+    return stored, directory, used
+
+
+@pytest.mark.parametrize("name", ["zarr", "kv", "netcdf4"])
+def test_parallel_writes_equal_synchronous_ones(name, tmp_path):
+    # NetCDF4 asks for the default, and is detected as a one-writer backend.
+    sync, sync_dir, _ = _parallel_rollout(name, tmp_path, workers=1)
+    par, par_dir, used = _parallel_rollout(
+        name, tmp_path, workers=None if name == "netcdf4" else 4
+    )
+    assert used == (1 if name == "netcdf4" else 4)
+    # Every variable and every coordinate, bit for bit.
+    assert sync.keys() == par.keys() and {"t2m", "lat", "lead_time"} <= {
+        k.removeprefix("coord ") for k in sync
+    }
+    for key, value in sync.items():
+        assert value.dtype == par[key].dtype, key
+        np.testing.assert_array_equal(par[key], value, err_msg=key)
+    assert np.abs(sync["t2m"]).sum() > 0
+    if name == "zarr":
+        # The store itself: the same files with the same bytes.
+        def files(root: Path) -> dict[str, bytes]:
+            return {
+                str(f.relative_to(root)): f.read_bytes()
+                for f in sorted(root.rglob("*"))
+                if f.is_file()
+            }
+
+        assert files(sync_dir) == files(par_dir)
+
+
+def test_backends_that_cannot_write_concurrently_keep_one_writer(tmp_path):
+    from earth2studio.io import KVBackend, NetCDF4Backend, ZarrBackend
+
+    nc = NetCDF4Backend(str(tmp_path / "a.nc"), backend_kwargs={"mode": "w"})
+    # Detected: one writer by default; a request for more names the fix.
+    assert OverlappedIO(nc).workers == 1
+    with pytest.raises(ValueError, match="HDF5.*use workers=1"):
+        OverlappedIO(nc, workers=4)
+    with pytest.raises(ValueError, match="not known to take concurrent writes"):
+        OverlappedIO(_Recorder(), workers=2)
+    nc.close()
+
+    class Custom(ZarrBackend):
+        # A subclass that stores its own way must see every store, from one thread.
+        def _write_array(self, name, selection, data):
+            calls.append(threading.get_ident())
+            super()._write_array(name, selection, data)
+
+    calls: list[int] = []
+    custom = Custom()
+    assert OverlappedIO(custom).workers == 1
+    with OverlappedIO(custom) as io:
+        io.add_array({"lead_time": np.array([0, 1])}, ["a", "b"])
+        io.write(
+            [torch.ones(1), torch.ones(1)], {"lead_time": np.array([1])}, ["a", "b"]
+        )
+    assert len(calls) == 2 and len(set(calls)) == 1
+    assert OverlappedIO(KVBackend(), workers=3).workers == 3
+    with pytest.raises(TypeError, match="workers must be an int"):
+        OverlappedIO(KVBackend(), workers=2.0)
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        OverlappedIO(KVBackend(), workers=0)
+
+
+def _zarr_writes(names: list[str], nsteps: int, **kwargs) -> tuple[OverlappedIO, Any]:
+    from earth2studio.io import ZarrBackend
+
+    backend = ZarrBackend()
+    io = OverlappedIO(backend, **kwargs)
+    io.add_array(OrderedDict(lead_time=np.arange(nsteps), x=np.arange(4)), names)
+    return io, backend
+
+
+def _step(i: int, n: int) -> list[torch.Tensor]:
+    return [torch.full((1, 4), float(10 * i + k)) for k in range(n)]
+
+
+def test_parallel_lanes_keep_each_arrays_writes_in_order(monkeypatch):
+    from zarr.core.array import AsyncArray
+
+    seen: list[tuple[int, str, int]] = []
+    setitem = AsyncArray.setitem
+
+    async def recording(self, selection, value, prototype=None):
+        seen.append((threading.get_ident(), self.basename, selection[0].start))
+        time.sleep(0.002)  # lets other lanes interleave
+        return await setitem(self, selection, value, prototype)
+
+    monkeypatch.setattr(AsyncArray, "setitem", recording)
+    names = ["a", "b", "c", "d", "e"]
+    io, backend = _zarr_writes(names, 6, workers=3)
+    for i in range(6):
+        io.write(_step(i, 5), OrderedDict(lead_time=np.array([i])), names)
+    io.close()
+    for k, name in enumerate(names):
+        assert [s for _, n, s in seen if n == name] == list(range(6)), name
+        assert len({t for t, n, _ in seen if n == name}) == 1, name  # one lane each
+        np.testing.assert_array_equal(
+            backend.root[name][:, 0], [10.0 * i + k for i in range(6)]
+        )
+    lanes = {t for t, _, _ in seen}
+    assert len(lanes) == 3 and threading.get_ident() not in lanes
+    assert io.written == 6 and io.dropped == 0
+
+
+@pytest.mark.parametrize("max_pending", [1, 3])
+def test_parallel_host_copies_never_exceed_max_pending_plus_one(
+    max_pending, monkeypatch
+):
+    """The bound holds with several lanes: a step's copies live until all its arrays
+    are stored, and write blocks instead of copying more."""
+    from zarr.core.array import AsyncArray
+
+    live, peak, lock = [0], [0], threading.Lock()
+
+    def gone():
+        with lock:
+            live[0] -= 1
+
+    to_host = OverlappedIO._to_host
+
+    def counting(self, t):
+        copy = to_host(self, t)
+        with lock:
+            live[0] += 1
+            peak[0] = max(peak[0], live[0])
+        weakref.finalize(copy, gone)
+        return copy
+
+    setitem = AsyncArray.setitem
+
+    async def slow(self, selection, value, prototype=None):
+        time.sleep(0.01)  # storage slower than the caller
+        return await setitem(self, selection, value, prototype)
+
+    monkeypatch.setattr(OverlappedIO, "_to_host", counting)
+    monkeypatch.setattr(AsyncArray, "setitem", slow)
+    names = ["a", "b", "c"]
+    io, backend = _zarr_writes(names, 10, max_pending=max_pending, workers=3)
+    for i in range(10):
+        io.write(_step(i, 3), OrderedDict(lead_time=np.array([i])), names)
+    io.close()
+    assert peak[0] == (max_pending + 1) * len(names)
+    assert io.blocked_s > 0 and io.written == 10
+    np.testing.assert_array_equal(
+        backend.root["c"][:, 0], [10.0 * i + 2 for i in range(10)]
+    )
+
+
+def test_a_failed_lane_reaches_the_caller_once_and_nothing_is_lost_silently(
+    monkeypatch, logs
+):
+    from zarr.core.array import AsyncArray
+
+    setitem = AsyncArray.setitem
+    raised: list[BaseException] = []
+
+    async def failing(self, selection, value, prototype=None):
+        if selection[0].start >= 1:
+            raised.append(OSError(f"disk full writing {self.basename} (injected)"))
+            raise raised[-1]
+        return await setitem(self, selection, value, prototype)
+
+    monkeypatch.setattr(AsyncArray, "setitem", failing)
+    names = ["a", "b"]
+    io, backend = _zarr_writes(names, 4, max_pending=4, workers=2)
+    for i in range(4):
+        io.write(_step(i, 2), OrderedDict(lead_time=np.array([i])), names)
+    with pytest.raises(OSError, match="disk full") as caught:
+        io.flush()
+    # The original exception object, the first one raised; a second lane's failure
+    # is logged, not dropped.
+    assert caught.value is raised[0]
+    assert len(messages(logs, "ERROR")) == len(raised) - 1 + 1
+    # Step 0 was written; step 1 failed; steps 2 and 3 were dropped, and said so once.
+    assert io.written == 1 and io.dropped == 2
+    dropped = [m for m in messages(logs, "ERROR") if "were not written" in m]
+    assert len(dropped) == 1 and dropped[0].startswith("OverlappedIO: 2 write(s)")
+    with pytest.raises(RuntimeError, match="earlier write error"):
+        io.write(_step(4, 2), OrderedDict(lead_time=np.array([3])), names)
+    io.close()  # delivered once: not raised again
+    assert [m for m in messages(logs, "ERROR") if "were not written" in m] == dropped
+    np.testing.assert_array_equal(backend.root["a"][0], np.zeros(4))
+
+
+def test_writes_queued_after_a_failure_are_counted_and_logged(logs):
+    backend = _Recorder(delay=0.05, fail_at=1)
+    io = OverlappedIO(backend, max_pending=4)
+    for i in range(4):
+        io.write(torch.full((2,), float(i)), {}, "a")
+    with pytest.raises(OSError, match="disk full"):
+        io.close()
+    assert [v for v, _ in backend.writes] == [0.0]
+    assert io.written == 1 and io.dropped == 2
+    assert [m for m in messages(logs, "ERROR") if "2 write(s) queued" in m]

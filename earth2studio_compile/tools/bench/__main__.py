@@ -11,6 +11,12 @@ GPU, operational sizes, with the JSON and the figure::
 
     python -m earth2studio_compile.tools.bench --models fcn,dlwp,sfno,persistence \\
         --json bench.json --plot bench.png
+
+End to end only, Zarr on local disk, eager vs compiled with one and with parallel
+writers, and compiled in TF32::
+
+    python -m earth2studio_compile.tools.bench --models fcn --skip-rollouts \\
+        --io zarr-disk --e2e-steps 20 --writers auto --precision tf32
 """
 
 from __future__ import annotations
@@ -70,6 +76,14 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="comma-separated IO backends for the end-to-end profile and overlapped "
         f"writing: {', '.join(IO_BACKENDS)} (default: none); one more fresh process "
         "per model, --e2e-steps steps (20 if 0)",
+    )
+    p.add_argument(
+        "--writers",
+        default="auto",
+        help="comma-separated parallel-writing rows of the end-to-end profile: auto "
+        "(OverlappedIO's default for the backend) or worker counts >= 2, each run "
+        "compiled on backends that take parallel writes (default auto); the "
+        "one-writer OverlappedIO row is always measured",
     )
     p.add_argument(
         "--skip-rollouts",
@@ -148,6 +162,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     for backend in args.io_list:
         if backend not in IO_BACKENDS:
             p.error(f"unknown IO backend {backend!r}; use {', '.join(IO_BACKENDS)}")
+    args.writer_list = []
+    for chosen in (w.strip() for w in args.writers.split(",") if w.strip()):
+        if chosen != "auto" and not (chosen.isdigit() and int(chosen) >= 2):
+            p.error(f"--writers takes auto or worker counts >= 2, not {chosen!r}")
+        args.writer_list.append(chosen if chosen == "auto" else int(chosen))
     args.model_list = [m for m in args.models.split(",") if m]
     return args
 
@@ -484,6 +503,8 @@ def main(argv: list[str] | None = None) -> int:
                 "steps": args.e2e_steps or 20,
                 "fp32": args.fp32,
                 "io": args.io_list,
+                "writers": args.writer_list,
+                "precisions": args.precision_list,
             }
             result = _run_one(spec, args.timeout, Path(tmp))
             e2e.append(result)

@@ -1,18 +1,24 @@
 """End to end: where a rollout's wall time goes, and what overlapped writing saves.
 
-Two measurements of upstream's ``earth2studio.run.deterministic`` per IO backend, both
+Measurements of upstream's ``earth2studio.run.deterministic`` per IO backend, all
 after a warm-up run (CUDA context, cuDNN/cuFFT plans, and for compiled runs the
 compile itself, done once by :meth:`CompileSession.warmup` the way a service does it):
 
 ``breakdown``
     One instrumented run: each phase is bracketed by a device synchronization so its
-    time is its own. Phases per step: model compute (the prognostic iterator's
-    ``next``), coordinate mapping (``map_coords`` + ``split_coords``), device-to-host
-    copy, and the backend's ``write`` on host tensors; "other" is the rest of the
-    workflow's wall time (data fetch, array set-up, progress bar, checkpoint).
-``wall``
-    Plain runs, no synchronization added: eager, compiled, and compiled with
-    :class:`~earth2studio_compile.overlap.OverlappedIO`.
+    time is its own. Set-up, once, in seconds: the data source (``fetch_data``),
+    ``add_array`` and the rest before the first step (moving the model, coordinates).
+    Per forecast step, in ms: model compute (the prognostic iterator's ``next``),
+    ``map_coords``, ``split_coords``, the device-to-host copy, the backend's ``write``
+    on host tensors, the progress bar's ``update``, and "loop", the rest of the loop
+    (the checkpoint call, the workflow's own Python). Then the tail: closing the IO.
+``walls``
+    Plain runs, no synchronization added, best of ``repeats``: eager and compiled,
+    each synchronous, with :class:`~earth2studio_compile.overlap.OverlappedIO` and
+    one writer, and with parallel writers (``workers``) where the backend takes them.
+    Each row has its speedup over the synchronous eager run and its ratio to the
+    floor, the set-up plus N x the compiled model step (of the same precision): what
+    a run would take if writing cost nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import contextlib
 import tempfile
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +38,12 @@ from earth2studio_compile.metrics import synchronize
 from earth2studio_compile.tools.bench.runs import TIME, timed_deterministic
 from earth2studio_compile.tools.bench.text import format_table
 
-IO_BACKENDS = ("zarr", "netcdf4", "async-zarr")
-PHASES = ("model", "coords", "d2h", "write", "other")
+IO_BACKENDS = ("zarr", "zarr-disk", "netcdf4", "async-zarr")
+SETUP = ("data", "add_array")
+STEP = ("model", "map_coords", "split_coords", "d2h", "write", "progress", "loop")
+# Writers of a run: None writes synchronously (upstream), 1 is OverlappedIO with one
+# writer, "auto" its default for the backend, an int > 1 that many.
+Writers = int | str | None
 
 
 def make_io(name: str, directory: Path, model: Any, nsteps: int) -> Any:
@@ -42,8 +52,8 @@ def make_io(name: str, directory: Path, model: Any, nsteps: int) -> Any:
     Parameters
     ----------
     name : str
-        ``zarr`` (in-memory store), ``netcdf4`` (file) or ``async-zarr`` (file,
-        non-blocking writes)
+        ``zarr`` (in-memory store), ``zarr-disk`` (a store on local disk),
+        ``netcdf4`` (file) or ``async-zarr`` (file, non-blocking writes)
     directory : Path
         Where file-backed stores go
     model : Any
@@ -61,6 +71,10 @@ def make_io(name: str, directory: Path, model: Any, nsteps: int) -> Any:
     stamp = f"{name}-{time.monotonic_ns()}"
     if name == "zarr":
         return e2s_io.ZarrBackend()
+    if name == "zarr-disk":
+        return e2s_io.ZarrBackend(
+            str(directory / f"{stamp}.zarr"), backend_kwargs={"overwrite": True}
+        )
     if name == "netcdf4":
         return e2s_io.NetCDF4Backend(
             str(directory / f"{stamp}.nc"), backend_kwargs={"mode": "w"}
@@ -81,13 +95,16 @@ def make_io(name: str, directory: Path, model: Any, nsteps: int) -> Any:
 
 
 class _TimedIO:
-    """Splits a backend's ``write`` into the device-to-host copy and the rest."""
+    """Times a backend's ``add_array``, and splits its ``write`` into the
+    device-to-host copy and the rest."""
 
     def __init__(self, io: Any, device: torch.device, totals: dict[str, float]) -> None:
         self.io, self.device, self.totals = io, device, totals
 
     def add_array(self, *args: Any, **kwargs: Any) -> None:
+        start = time.perf_counter()
         self.io.add_array(*args, **kwargs)
+        self.totals["add_array"] += time.perf_counter() - start
 
     def write(self, x: Any, coords: Any, array_name: Any) -> None:
         synchronize(self.device)
@@ -100,19 +117,21 @@ class _TimedIO:
         self.totals["write"] += done - copied
 
     def close(self) -> None:
-        # AsyncZarrBackend writes in the background until closed: that is write time.
+        # AsyncZarrBackend and NetCDF4Backend write until closed: part of the tail.
         close = getattr(self.io, "close", None)
         if callable(close):
-            start = time.perf_counter()
             close()
-            self.totals["write"] += time.perf_counter() - start
 
 
 @contextlib.contextmanager
 def _instrumented(
-    model: Any, device: torch.device, totals: dict[str, float]
+    model: Any, device: torch.device, totals: dict[str, float], marks: dict[str, float]
 ) -> Iterator[None]:
-    """Time the model's iterator and upstream's coordinate helpers, synchronized."""
+    """Time the model's iterator and upstream's helpers, synchronized.
+
+    ``marks["loop"]`` is when the workflow creates the iterator: the set-up ends there.
+    A ``map_coords`` call before it (the initial state's) is set-up, not a step.
+    """
     import earth2studio.run as upstream
 
     def timed(fn: Callable[..., Any], phase: str) -> Callable[..., Any]:
@@ -121,7 +140,8 @@ def _instrumented(
             start = time.perf_counter()
             out = fn(*args, **kwargs)
             synchronize(device)
-            totals[phase] += time.perf_counter() - start
+            if phase in SETUP or "loop" in marks:
+                totals[phase] += time.perf_counter() - start
             return out
 
         return wrapper
@@ -129,6 +149,7 @@ def _instrumented(
     create = model.create_iterator
 
     def create_iterator(x: torch.Tensor, coords: Any) -> Iterator[Any]:
+        marks["loop"] = time.perf_counter()
         iterator = create(x, coords)
         step = timed(lambda: next(iterator), "model")
         while True:
@@ -137,10 +158,20 @@ def _instrumented(
             except StopIteration:
                 return
 
-    saved = {name: getattr(upstream, name) for name in ("map_coords", "split_coords")}
+    class Bar(upstream.tqdm):  # type: ignore[name-defined,misc]
+        def update(self, n: float | None = 1) -> bool | None:
+            start = time.perf_counter()
+            out = super().update(n)
+            totals["progress"] += time.perf_counter() - start
+            return out
+
+    names = ("map_coords", "split_coords", "fetch_data", "tqdm")
+    saved = {name: getattr(upstream, name) for name in names}
     try:
-        for name, fn in saved.items():
-            setattr(upstream, name, timed(fn, "coords"))
+        upstream.map_coords = timed(saved["map_coords"], "map_coords")
+        upstream.split_coords = timed(saved["split_coords"], "split_coords")
+        upstream.fetch_data = timed(saved["fetch_data"], "data")
+        upstream.tqdm = Bar
         model.__dict__["create_iterator"] = create_iterator
         yield
     finally:
@@ -152,13 +183,26 @@ def _instrumented(
 def breakdown(
     model: Any, io_name: str, nsteps: int, device: torch.device, tmp: Path
 ) -> dict[str, float]:
-    """Per-step milliseconds of each phase of one instrumented ``deterministic`` run."""
-    totals = dict.fromkeys(PHASES, 0.0)
+    """Where one instrumented ``deterministic`` run spends its time.
+
+    Returns
+    -------
+    dict[str, float]
+        ``setup_s`` and its parts ``data_s``, ``add_array_s``; ``{phase}_ms`` per
+        forecast step for each of :data:`STEP`; ``tail_s`` (closing the IO);
+        ``wall_s``. They add up: setup + N x steps + tail = wall
+    """
+    totals = dict.fromkeys(SETUP + STEP, 0.0)
+    marks: dict[str, float] = {}
     io = _TimedIO(make_io(io_name, tmp, model, nsteps), device, totals)
-    with _instrumented(model, device, totals):
-        wall = timed_deterministic(model, io, nsteps, device)
-    totals["other"] = wall - sum(totals[p] for p in PHASES if p != "other")
-    out = {f"{p}_ms": 1e3 * totals[p] / nsteps for p in PHASES}
+    with _instrumented(model, device, totals, marks):
+        wall = timed_deterministic(model, io, nsteps, device, marks=marks)
+    loop_s = marks["returned"] - marks["loop"]
+    totals["loop"] = loop_s - sum(totals[p] for p in STEP if p != "loop")
+    out = {f"{p}_ms": 1e3 * totals[p] / nsteps for p in STEP}
+    out.update({f"{p}_s": totals[p] for p in SETUP})
+    out["setup_s"] = marks["loop"] - marks["start"]
+    out["tail_s"] = marks["end"] - marks["returned"]
     out["wall_s"] = wall
     return out
 
@@ -169,14 +213,49 @@ def wall(
     nsteps: int,
     device: torch.device,
     tmp: Path,
-    overlap: bool,
-) -> float:
-    """Seconds of one plain ``deterministic`` run, the IO closed (all data written)."""
+    writers: Writers,
+) -> dict[str, Any]:
+    """One plain ``deterministic`` run, the IO closed (all data written).
+
+    Returns
+    -------
+    dict[str, Any]
+        ``wall_s``; with an :class:`OverlappedIO`, its ``workers`` and ``blocked_s``
+        (seconds the workflow waited for storage)
+    """
     from earth2studio_compile.overlap import OverlappedIO
 
     io = make_io(io_name, tmp, model, nsteps)
-    io = OverlappedIO(io) if overlap else io
-    return timed_deterministic(model, io, nsteps, device)
+    if writers is None:
+        return {"wall_s": timed_deterministic(model, io, nsteps, device)}
+    overlapped = OverlappedIO(io, workers=None if writers == "auto" else int(writers))
+    seconds = timed_deterministic(model, overlapped, nsteps, device)
+    return {
+        "wall_s": seconds,
+        "workers": overlapped.workers,
+        "blocked_s": overlapped.blocked_s,
+    }
+
+
+def parallel_capable(io_name: str, model: Any, tmp: Path) -> bool:
+    """Whether :class:`OverlappedIO` can write this backend with several workers."""
+    from earth2studio_compile.writers import splitter_for
+
+    io = make_io(io_name, tmp, model, 1)
+    try:
+        return splitter_for(io)[0] is not None
+    finally:
+        close = getattr(io, "close", None)
+        if callable(close):
+            close()
+
+
+def _label(run: str, writers: Writers, workers: int | None) -> str:
+    if writers is None:
+        return run
+    if writers == 1:
+        return f"{run}+overlap"
+    return f"{run}+parallel({workers})"
 
 
 def measure_e2e(
@@ -185,65 +264,139 @@ def measure_e2e(
     nsteps: int,
     backends: list[str],
     repeats: int = 2,
+    writers: Sequence[Writers] = ("auto",),
+    precisions: Sequence[str] = (),
+    eager_context: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
 ) -> dict[str, Any]:
     """Breakdowns and wall times, eager and compiled, for each backend.
+
+    Parameters
+    ----------
+    model : Any
+        Prognostic model, on ``device``
+    device : torch.device
+        Where the workflow runs
+    nsteps : int
+        Forecast steps
+    backends : list[str]
+        Names from :data:`IO_BACKENDS`
+    repeats : int, optional
+        Runs per wall time (the best is kept), by default 2
+    writers : Sequence[Writers], optional
+        Parallel rows: ``"auto"`` or worker counts, by default ("auto",); each is
+        measured with the compiled model, on backends that take parallel writes
+    precisions : Sequence[str], optional
+        More compiled rows, one session per precision (``tf32``, ``bf16``, ...)
+    eager_context : Callable | None, optional
+        Context for the eager rows (the fp32 reference under ``--precision``)
 
     Returns
     -------
     dict[str, Any]
-        ``{"compile_s": ..., "backends": {name: {...}}}``; wall times are the best of
-        ``repeats`` runs
+        ``{"nsteps", "compile_s": {run: s}, "backends": {name: {"breakdown": {run:
+        ...}, "rows": [...]}}}``; each row has ``run``, ``wall_s``, ``speedup``,
+        ``floor_s``, ``floor_ratio`` and, with an OverlappedIO, ``workers``,
+        ``blocked_s``
     """
     from earth2studio_compile import CompileSession
 
-    results: dict[str, Any] = {"backends": {}}
+    results: dict[str, Any] = {"nsteps": nsteps, "compile_s": {}, "backends": {}}
     with tempfile.TemporaryDirectory() as directory:
         tmp = Path(directory)
 
-        def best(name: str, overlap: bool) -> float:
-            return min(
-                wall(model, name, nsteps, device, tmp, overlap) for _ in range(repeats)
-            )
+        def best(name: str, writers: Writers) -> dict[str, Any]:
+            runs = [
+                wall(model, name, nsteps, device, tmp, writers) for _ in range(repeats)
+            ]
+            return min(runs, key=lambda r: r["wall_s"])
 
+        def measure(name: str, run: str, parallel: bool) -> None:
+            r = results["backends"][name]
+            r["breakdown"][run] = breakdown(model, name, nsteps, device, tmp)
+            chosen: list[Writers] = [None, 1]
+            if parallel and run != "eager":
+                chosen += [w for w in writers if w != 1]
+            for w in chosen:
+                row = best(name, w)
+                row["run"] = _label(run, w, row.get("workers"))
+                row["model_run"] = run
+                r["rows"].append(row)
+
+        capable = {name: parallel_capable(name, model, tmp) for name in backends}
         # Warm-up: CUDA context, cuDNN and cuFFT plans.
-        wall(model, "zarr", 2, device, tmp, overlap=False)
-        for name in backends:
-            r: dict[str, Any] = {}
-            r["eager"] = breakdown(model, name, nsteps, device, tmp)
-            r["eager_wall_s"] = best(name, overlap=False)
-            r["eager_overlap_wall_s"] = best(name, overlap=True)
-            results["backends"][name] = r
-        with CompileSession(model) as session:
-            start = time.perf_counter()
-            session.warmup()
-            synchronize(device)
-            results["compile_s"] = time.perf_counter() - start
+        wall(model, "zarr", 2, device, tmp, None)
+        with eager_context() if eager_context else contextlib.nullcontext():
             for name in backends:
-                r = results["backends"][name]
-                r["compiled"] = breakdown(model, name, nsteps, device, tmp)
-                r["compiled_wall_s"] = best(name, overlap=False)
-                r["compiled_overlap_wall_s"] = best(name, overlap=True)
-                r["speedup"] = r["eager_wall_s"] / r["compiled_overlap_wall_s"]
-        results["report"] = session.report.to_dict()
+                results["backends"][name] = {"breakdown": {}, "rows": []}
+                measure(name, "eager", capable[name])
+        reports = {}
+        for chosen in [None, *precisions]:
+            run = "compiled" if chosen is None else f"{chosen} compiled"
+            with CompileSession(model, precision=chosen) as session:
+                start = time.perf_counter()
+                session.warmup()
+                synchronize(device)
+                results["compile_s"][run] = time.perf_counter() - start
+                for name in backends:
+                    measure(name, run, capable[name])
+            reports[run] = session.report.to_dict()
+        results["report"] = reports["compiled"]
+        results["reports"] = reports
+    for r in results["backends"].values():
+        _derive_rows(r, nsteps)
     return results
 
 
+def _derive_rows(r: dict[str, Any], nsteps: int) -> None:
+    """Speedup over synchronous eager, floor and ratio to it, per row."""
+    eager = next(row["wall_s"] for row in r["rows"] if row["run"] == "eager")
+    for row in r["rows"]:
+        # The floor of a row: its precision's compiled model; eager rows take the
+        # default compiled one (what compiling could reach).
+        run = row["model_run"] if row["model_run"] != "eager" else "compiled"
+        b = r["breakdown"][run]
+        row["floor_s"] = b["setup_s"] + nsteps * b["model_ms"] / 1e3
+        row["floor_ratio"] = row["wall_s"] / row["floor_s"]
+        row["speedup"] = eager / row["wall_s"]
+
+
 def e2e_table(model: str, e2e: dict[str, Any]) -> str:
-    """Plain-text table of one model's end-to-end results."""
-    header = ["model", "io", "run", *(f"{p} ms" for p in PHASES)]
-    header += ["wall s", "overlap wall s"]
+    """Plain-text tables of one model's end-to-end results: the breakdown per run
+    (set-up in s, steps in ms per step), then the wall times with speedup and floor."""
+    header = ["model", "io", "run", "setup s", "data s", "add_array s"]
+    header += [f"{p} ms" for p in STEP] + ["tail s", "wall s"]
     rows = []
     for name, r in e2e["backends"].items():
-        for run in ("eager", "compiled"):
-            b = r[run]
+        for run, b in r["breakdown"].items():
+            rows.append(
+                [model, name, run]
+                + [f"{b[f'{p}_s']:.2f}" for p in ("setup", *SETUP)]
+                + [f"{b[f'{p}_ms']:.1f}" for p in STEP]
+                + [f"{b['tail_s']:.2f}", f"{b['wall_s']:.2f}"]
+            )
+    text = format_table(header, rows)
+    header = ["model", "io", "run", "wall s", "speedup", "floor s", "wall/floor"]
+    header += ["blocked s"]
+    rows = []
+    for name, r in e2e["backends"].items():
+        for row in r["rows"]:
+            blocked = row.get("blocked_s")
             rows.append(
                 [
                     model,
                     name,
-                    run,
-                    *(f"{b[f'{p}_ms']:.1f}" for p in PHASES),
-                    f"{r[f'{run}_wall_s']:.2f}",
-                    f"{r[f'{run}_overlap_wall_s']:.2f}",
+                    row["run"],
+                    f"{row['wall_s']:.2f}",
+                    f"{row['speedup']:.2f}",
+                    f"{row['floor_s']:.2f}",
+                    f"{row['floor_ratio']:.2f}",
+                    "-" if blocked is None else f"{blocked:.2f}",
                 ]
             )
-    return format_table(header, rows)
+    steps = e2e.get("nsteps")
+    note = (
+        f"\n{steps} steps; floor = set-up + {steps} x the compiled model step "
+        "(breakdown of that run); blocked = seconds the workflow waited in "
+        "OverlappedIO.write for storage"
+    )
+    return text + "\n\n" + format_table(header, rows) + note

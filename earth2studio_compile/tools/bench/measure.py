@@ -252,7 +252,20 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     model = zoo.build(spec["model"], size=spec["size"]).to(device)
     if spec.get("io"):
-        return {**spec, "e2e": measure_e2e(model, device, spec["steps"], spec["io"])}
+        precisions = spec.get("precisions") or []
+        e2e = measure_e2e(
+            model,
+            device,
+            spec["steps"],
+            spec["io"],
+            writers=spec.get("writers") or ["auto"],
+            precisions=precisions,
+            # Under --precision the eager rows are the fp32 reference, TF32 off.
+            eager_context=(lambda: eager_precision(model, "fp32"))
+            if precisions
+            else None,
+        )
+        return {**spec, "e2e": e2e}
     x, coords = initial_state(model, device, seed=0)
     kwargs = compile_kwargs_for(spec["mode"])
     chosen = spec.get("precision")

@@ -60,6 +60,7 @@ def timed_deterministic(
     nsteps: int,
     device: torch.device,
     session: AbstractContextManager[Any] | None = None,
+    marks: dict[str, float] | None = None,
 ) -> float:
     """Wall seconds of upstream's ``deterministic`` on seeded random data.
 
@@ -81,6 +82,9 @@ def timed_deterministic(
         A :class:`~earth2studio_compile.CompileSession` to open around the workflow
         (its set-up and restore are timed); None runs as the caller left the model,
         by default None
+    marks : dict[str, float] | None, optional
+        Filled with ``perf_counter`` readings: ``start``, ``returned`` (the workflow
+        returned) and ``end`` (all written), by default None
 
     Returns
     -------
@@ -94,12 +98,15 @@ def timed_deterministic(
     np.random.seed(0)  # the Random data source draws from numpy's global generator
     torch.manual_seed(0)
     data = zoo.random_source(model)
-    start = time.perf_counter()
+    marks = {} if marks is None else marks
+    start = marks["start"] = time.perf_counter()
     with session if session is not None else nullcontext():
         upstream.deterministic(
             [str(TIME)], nsteps, model, data, io, device=device, verbose=False
         )
+    marks["returned"] = time.perf_counter()
     if callable(getattr(io, "close", None)):
         io.close()
     synchronize(device)
-    return time.perf_counter() - start
+    marks["end"] = time.perf_counter()
+    return marks["end"] - start
