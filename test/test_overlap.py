@@ -171,9 +171,8 @@ def test_close_closes_the_backend_after_a_write_error():
     assert backend.closed and [v for v, _ in backend.writes] == [0.0]
 
 
-@pytest.mark.parametrize("max_pending", [1, 2])
-def test_host_copies_never_exceed_max_pending_plus_one(max_pending, monkeypatch):
-    """The docstring's memory bound: one step being written plus max_pending queued."""
+def count_host_copies(monkeypatch) -> list[int]:
+    """Count live host copies made by OverlappedIO; returns [peak], updated in place."""
     live, peak, lock = [0], [0], threading.Lock()
 
     def gone():
@@ -191,6 +190,13 @@ def test_host_copies_never_exceed_max_pending_plus_one(max_pending, monkeypatch)
         return copy
 
     monkeypatch.setattr(OverlappedIO, "_to_host", counting)
+    return peak
+
+
+@pytest.mark.parametrize("max_pending", [1, 2])
+def test_host_copies_never_exceed_max_pending_plus_one(max_pending, monkeypatch):
+    """The docstring's memory bound: one step being written plus max_pending queued."""
+    peak = count_host_copies(monkeypatch)
     backend = _Recorder(delay=0.05)
     with OverlappedIO(backend, max_pending=max_pending) as io:
         for i in range(8):
@@ -538,21 +544,7 @@ def test_parallel_host_copies_never_exceed_max_pending_plus_one(
     are stored, and write blocks instead of copying more."""
     from zarr.core.array import AsyncArray
 
-    live, peak, lock = [0], [0], threading.Lock()
-
-    def gone():
-        with lock:
-            live[0] -= 1
-
-    to_host = OverlappedIO._to_host
-
-    def counting(self, t):
-        copy = to_host(self, t)
-        with lock:
-            live[0] += 1
-            peak[0] = max(peak[0], live[0])
-        weakref.finalize(copy, gone)
-        return copy
+    peak = count_host_copies(monkeypatch)
 
     setitem = AsyncArray.setitem
 
@@ -560,7 +552,6 @@ def test_parallel_host_copies_never_exceed_max_pending_plus_one(
         time.sleep(0.01)  # storage slower than the caller
         return await setitem(self, selection, value, prototype)
 
-    monkeypatch.setattr(OverlappedIO, "_to_host", counting)
     monkeypatch.setattr(AsyncArray, "setitem", slow)
     names = ["a", "b", "c"]
     io, backend = _zarr_writes(names, 10, max_pending=max_pending, workers=3)
