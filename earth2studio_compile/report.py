@@ -141,7 +141,7 @@ class RegionReport:
 
     @property
     def break_even_text(self) -> str:
-        """``", pays for its compile after 120 calls (this run: 40)"``, or empty."""
+        """E.g. ``", pays for its compile after N calls (this run: M)"``, or empty."""
         if self.compiled_ms is None or not self.eager_ms:
             return ""
         n = self.break_even_calls
