@@ -542,3 +542,244 @@ def reparametrized(
     from torch.nn.utils.stateless import _reparametrize_module
 
     return _reparametrize_module(module, state)
+
+
+# -- fp32 precision flags --------------------------------------------------------------
+# PyTorch >= 2.9 keeps the precision of fp32 matmuls, convolutions and RNNs twice: in
+# the legacy flags (``torch.backends.cuda.matmul.allow_tf32``,
+# ``torch.backends.cudnn.allow_tf32``, ``torch.set_float32_matmul_precision``) and in a
+# tree of per-backend ``fp32_precision`` flags: ``torch.backends`` above
+# ``torch.backends.cudnn`` (all of CUDA) and ``torch.backends.mkldnn``, each above its
+# ``matmul``, ``conv`` and ``rnn``. Measured on torch 2.11 and 2.14.1:
+# - a legacy getter raises ("mix of the legacy and new APIs") once the two disagree,
+#   e.g. after ``torch.backends.cuda.matmul.fp32_precision = "tf32"``;
+# - a per-backend getter returns the inherited value: a flag left at "none" follows its
+#   parent, one set explicitly does not, and reading cannot tell the two apart;
+# - the legacy setters write per-backend flags explicitly (``allow_tf32 = False`` pins
+#   ``cuda.matmul`` at "ieee"), and so does Dynamo when it finishes a compile (it
+#   writes back the value it read for ``cuda.matmul``);
+# - torch 2.14 starts cuDNN's ``conv`` and ``rnn`` at an internal default that reads
+#   "tf32", follows a parent once one is set, and that no setter writes back
+#   ("default" is refused); torch 2.11 starts them at an explicit "tf32".
+# So which flags follow their parent is probed (the parent set to "ieee", then "tf32"),
+# precision is forced through the parents wherever the children follow them, and the
+# flags' stored values, not their readings, are put back.
+_FP32_TREE = (
+    # (public object, backend, op, parent)
+    ("torch.backends", "generic", "all", None),
+    ("torch.backends.cudnn", "cuda", "all", "torch.backends"),
+    ("torch.backends.cuda.matmul", "cuda", "matmul", "torch.backends.cudnn"),
+    ("torch.backends.cudnn.conv", "cuda", "conv", "torch.backends.cudnn"),
+    ("torch.backends.cudnn.rnn", "cuda", "rnn", "torch.backends.cudnn"),
+    ("torch.backends.mkldnn", "mkldnn", "all", "torch.backends"),
+    ("torch.backends.mkldnn.matmul", "mkldnn", "matmul", "torch.backends.mkldnn"),
+    ("torch.backends.mkldnn.conv", "mkldnn", "conv", "torch.backends.mkldnn"),
+    ("torch.backends.mkldnn.rnn", "mkldnn", "rnn", "torch.backends.mkldnn"),
+)
+FP32_ROOT = "torch.backends"
+FP32_CUDA = "torch.backends.cudnn"
+FP32_CPU = "torch.backends.mkldnn"
+INHERIT = "inherit"
+"""Stored value of a per-backend flag that follows its parent."""
+
+
+# The functions behind the public attributes: a precision scope reads and writes the
+# flags some 40 times per call, and the attributes cost 3-8 us a read (2-core CPU).
+_FP32_GET: Callable[[str, str], str] | None = getattr(
+    torch._C, "_get_fp32_precision_getter", None
+)
+_FP32_SET: Callable[[str, str, str], None] | None = getattr(
+    torch._C, "_set_fp32_precision_setter", None
+)
+_Key = tuple[str, str]  # (backend, op), the flag's C++ key
+
+
+@functools.cache
+def fp32_flags() -> dict[str, tuple[str, str, str | None]]:
+    """The per-backend fp32 precision flags of this PyTorch, parents first.
+
+    Returns
+    -------
+    dict[str, tuple[str, str, str | None]]
+        Public name -> (backend, op, parent's name); empty before torch 2.9, which
+        has only the legacy flags
+    """
+    if _FP32_GET is None or _FP32_SET is None:
+        return {}
+    found: dict[str, tuple[str, str, str | None]] = {}
+    for name, backend, op, parent in _FP32_TREE:
+        if parent is not None and parent not in found:
+            continue
+        try:
+            if isinstance(_FP32_GET(backend, op), str):
+                found[name] = (backend, op, parent)
+        except Exception:  # this PyTorch does not know the pair
+            continue
+    return found
+
+
+def fp32_flag(name: str) -> str:
+    """What per-backend flag ``name`` reads now (an inherited value resolved)."""
+    backend, op, _ = fp32_flags()[name]
+    return _get(backend, op)
+
+
+def _get(backend: str, op: str) -> str:
+    assert _FP32_GET is not None
+    return str(_FP32_GET(backend, op))
+
+
+def _set(key: _Key, value: str) -> None:
+    assert _FP32_SET is not None
+    _FP32_SET(key[0], key[1], value)
+
+
+@functools.cache
+def _fp32_children() -> dict[_Key, tuple[_Key, ...]]:
+    """Each per-backend flag's key -> its children's keys."""
+    flags = fp32_flags()
+    return {
+        flags[name][:2]: tuple(f[:2] for f in flags.values() if f[2] == name)
+        for name in flags
+    }
+
+
+def _stored_children(parent: _Key, then: str) -> list[tuple[_Key, str]]:
+    """Stored values of ``parent``'s children: their own, or :data:`INHERIT`.
+
+    Sets ``parent`` to "ieee" and to "tf32" to see which children follow it, then
+    to ``then``.
+    """
+    children = _fp32_children()[parent]
+    try:
+        _set(parent, "ieee")
+        first = [_get(*c) for c in children]
+        _set(parent, "tf32")
+        second = [_get(*c) for c in children]
+    finally:
+        _set(parent, then)
+    return [
+        (c, INHERIT if (a, b) == ("ieee", "tf32") else a)
+        for c, a, b in zip(children, first, second)
+    ]
+
+
+def stored_fp32_flags() -> dict[str, str]:
+    """Every per-backend flag's stored value; :data:`INHERIT` where it follows.
+
+    Reads without raising and leaves every flag as it found it. Empty before
+    torch 2.9.
+    """
+    flags = fp32_flags()
+    if not flags:
+        return {}
+    names = {f[:2]: name for name, f in flags.items()}
+    root_key = flags[FP32_ROOT][:2]
+    root = _get(*root_key)  # no parent: what it reads is what it stores
+    stored = {root_key: root}
+    stored.update(_stored_children(root_key, then=root))
+    for backend in _fp32_children()[root_key]:
+        own = stored[backend]
+        stored.update(_stored_children(backend, "none" if own == INHERIT else own))
+    return {names[key]: value for key, value in stored.items()}
+
+
+class _Fp32Saved:
+    """What :func:`fp32_math` changed, filled in as it changes it."""
+
+    def __init__(self) -> None:
+        self.root: tuple[_Key, str] | None = None  # the root flag, if it was changed
+        # backend's key -> (its own value, its children's stored values)
+        self.backends: dict[_Key, tuple[str, list[tuple[_Key, str]]]] = {}
+        self.matmul_precision: str | None = None
+        self.cudnn_tf32: bool | None = None
+
+
+@contextlib.contextmanager
+def fp32_math(cuda: str, cpu: str) -> Iterator[None]:
+    """Run a block with fp32 math forced; every precision setting put back after.
+
+    Parameters
+    ----------
+    cuda : str
+        ``"ieee"`` or ``"tf32"``: cuBLAS matmuls and cuDNN convolutions and RNNs
+    cpu : str
+        ``"ieee"`` or ``"tf32"``: oneDNN matmuls, convolutions and RNNs
+
+    Inside the block the per-backend flags read ``cuda`` and ``cpu``, and the legacy
+    matmul flags (``torch.get_float32_matmul_precision``, cuBLAS ``allow_tf32``),
+    which Inductor and TunableOp read, agree with them. cuDNN's legacy
+    ``allow_tf32`` is left alone where per-backend flags exist: its setter pins
+    ``conv`` and ``rnn``, which torch 2.14 cannot put back, so inside the block that
+    getter raises where it disagrees. Afterwards every flag, legacy and per-backend,
+    stores what it stored before, also when the block raised.
+    """
+    saved = _Fp32Saved()
+    try:
+        _force_fp32_math(saved, cuda, cpu)
+        yield
+    finally:
+        _restore_fp32_math(saved)
+
+
+def _force_fp32_math(saved: _Fp32Saved, cuda: str, cpu: str) -> None:
+    flags = fp32_flags()
+    if not flags:  # torch < 2.9: the legacy flags are all there is
+        saved.matmul_precision = torch.get_float32_matmul_precision()
+        saved.cudnn_tf32 = torch.backends.cudnn.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = cuda == "tf32"
+        torch.backends.cudnn.allow_tf32 = cuda == "tf32"
+        return
+    root_key = flags[FP32_ROOT][:2]
+    root = _get(*root_key)
+    if root != "none":
+        # With the root at "none", each backend's own flag decides for its children.
+        saved.root = root_key, root
+        _set(root_key, "none")
+    for backend in _fp32_children()[root_key]:
+        own = _get(*backend)  # what it stores: the root is off
+        # Everything in full fp32 first: the legacy matmul precision then reads
+        # without raising, whatever the user mixed.
+        children = _stored_children(backend, then="ieee")
+        saved.backends[backend] = (own, children)
+        for child, value in children:
+            if value not in (INHERIT, "ieee"):
+                _set(child, "ieee")
+    try:
+        saved.matmul_precision = torch.get_float32_matmul_precision()
+    except RuntimeError:  # a check this PyTorch adds: leave the legacy flag alone
+        saved.matmul_precision = None
+    if saved.matmul_precision is not None:
+        # The legacy precision becomes "high" or "highest"; pins cuda.matmul.
+        torch.backends.cuda.matmul.allow_tf32 = cuda == "tf32"
+    targets = {flags[FP32_CUDA][:2]: cuda, flags[FP32_CPU][:2]: cpu}
+    for backend, (_, children) in saved.backends.items():
+        target = targets.get(backend, "ieee")
+        if target != "ieee":
+            _set(backend, target)
+            for child, value in children:
+                if value != INHERIT:
+                    _set(child, target)
+
+
+def _restore_fp32_math(saved: _Fp32Saved) -> None:
+    if saved.cudnn_tf32 is not None:
+        torch.backends.cudnn.allow_tf32 = saved.cudnn_tf32
+    if saved.matmul_precision is not None:
+        # Pins cuda.matmul and mkldnn.matmul: put back below.
+        torch.set_float32_matmul_precision(saved.matmul_precision)
+    for backend, (own, children) in saved.backends.items():
+        now = _get(*backend)
+        for child, value in children:
+            if value != INHERIT:
+                _set(child, value)
+            elif child[1] == "matmul" or _get(*child) != now:
+                # A follower pinned meanwhile (by the legacy setter above, or by
+                # Dynamo, which writes back cuda.matmul after a compile) follows
+                # again. The matmul flags start at "none"; cuDNN's conv and rnn,
+                # which on torch 2.14 start at a default no setter writes, are
+                # written only if something pinned them.
+                _set(child, "none")
+        _set(backend, own)
+    if saved.root is not None:
+        _set(*saved.root)

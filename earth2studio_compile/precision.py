@@ -20,8 +20,12 @@ the workflows' ``compile=True`` choose a precision with the environment variable
 
 The cost in accuracy is measured, not assumed: once per region, the first reduced-
 precision call is repeated in fp32 eager (TF32 off) on copies of its inputs and
-buffers, and the relative L2 of the difference goes into the report, with a WARNING
-above :data:`THRESHOLDS`.
+buffers taken before the call (:class:`Reference`), and the relative L2 of the
+difference goes into the report, with a WARNING above :data:`THRESHOLDS`.
+
+PyTorch's precision flags exist twice, as the legacy ``allow_tf32`` flags and as the
+per-backend ``fp32_precision`` flags of torch >= 2.9; a precision works with either,
+and leaves both as it found them (:func:`scope`, :func:`snapshot`).
 """
 
 from __future__ import annotations
@@ -45,8 +49,10 @@ __all__ = [
     "check_precision",
     "env_precision",
     "KeepFp32",
-    "reference_error",
+    "Reference",
     "scope",
+    "snapshot",
+    "tf32_enabled",
 ]
 
 PRECISIONS = ("fp32", "tf32", "bf16")
@@ -103,6 +109,12 @@ def env_precision() -> str | None:
 def scope(precision: str | None, device: torch.device) -> Iterator[None]:
     """Run a block in ``precision``; every global setting is restored afterwards.
 
+    PyTorch's precision flags are set and put back through
+    :func:`earth2studio_compile._torch.fp32_math`, whichever of PyTorch's two APIs
+    (the legacy ``allow_tf32`` flags or the per-backend ``fp32_precision`` flags)
+    the user set them with: what each flag stores afterwards, not only what it
+    reads, is what it stored before, also when the block raises.
+
     Parameters
     ----------
     precision : str | None
@@ -113,14 +125,9 @@ def scope(precision: str | None, device: torch.device) -> Iterator[None]:
     if precision is None:
         yield
         return
-    matmul, cudnn = (
-        torch.backends.cuda.matmul.allow_tf32,
-        torch.backends.cudnn.allow_tf32,
-    )
-    tf32 = precision == "tf32"
-    try:
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        torch.backends.cudnn.allow_tf32 = tf32
+    # TF32 is a CUDA tensor-core format: oneDNN (CPU) math stays fp32 throughout.
+    cuda = "tf32" if precision == "tf32" else "ieee"
+    with _torch.fp32_math(cuda=cuda, cpu="ieee"):
         if precision == "bf16":
             with torch.autocast(device.type, dtype=torch.bfloat16):
                 yield
@@ -128,9 +135,70 @@ def scope(precision: str | None, device: torch.device) -> Iterator[None]:
             # An enclosing autocast (the user's) would silently lower "fp32".
             with torch.autocast(device.type, enabled=False):
                 yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = matmul
-        torch.backends.cudnn.allow_tf32 = cudnn
+
+
+def tf32_enabled() -> tuple[bool, bool]:
+    """Whether CUDA matmuls and cuDNN convolutions may use TF32 now.
+
+    Read the way PyTorch's kernels read it: from the per-backend flags where this
+    PyTorch has them (the legacy getters raise when the user mixed the two APIs),
+    from the legacy flags otherwise.
+
+    Returns
+    -------
+    tuple[bool, bool]
+        (matmuls, convolutions)
+    """
+    flags = _torch.fp32_flags()
+    if "torch.backends.cuda.matmul" in flags and "torch.backends.cudnn.conv" in flags:
+        return (
+            _torch.fp32_flag("torch.backends.cuda.matmul") == "tf32",
+            _torch.fp32_flag("torch.backends.cudnn.conv") == "tf32",
+        )
+    return (
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+    )
+
+
+# Legacy getters, each of which raises once the legacy and per-backend flags disagree.
+_LEGACY_GETTERS: dict[str, Callable[[], Any]] = {
+    "torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision,
+    "torch.backends.cuda.matmul.allow_tf32": lambda: (
+        torch.backends.cuda.matmul.allow_tf32
+    ),
+    "torch.backends.cudnn.allow_tf32": lambda: torch.backends.cudnn.allow_tf32,
+}
+
+
+def snapshot() -> dict[str, Any]:
+    """PyTorch's precision settings: what a session must leave as it found them.
+
+    Reads every flag without raising and changes none. A legacy getter that raises
+    (the two APIs disagree) is recorded as ``"raises"``; a per-backend flag both by
+    what it stores (:data:`earth2studio_compile._torch.INHERIT` where it follows its
+    parent) and by what it reads; autocast per device type.
+
+    Returns
+    -------
+    dict[str, Any]
+        Setting -> value; equal dictionaries mean equal settings
+    """
+    state: dict[str, Any] = {}
+    for name, getter in _LEGACY_GETTERS.items():
+        try:
+            state[name] = getter()
+        except RuntimeError:
+            state[name] = "raises"
+    for name, value in _torch.stored_fp32_flags().items():
+        state[f"{name}.fp32_precision"] = value
+        state[f"{name}.fp32_precision reads"] = _torch.fp32_flag(name)
+    for device in ("cpu", "cuda"):
+        state[f"autocast {device}"] = (
+            torch.is_autocast_enabled(device),
+            torch.get_autocast_dtype(device),
+        )
+    return state
 
 
 def restore_dtype(out: Any, precision: str | None, args: Any) -> Any:
@@ -239,40 +307,77 @@ def _device_type(args: Any) -> str:
     return "cpu"
 
 
-def reference_error(
-    module: torch.nn.Module,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    out: Any,
-    device: torch.device,
-) -> float | None:
-    """Relative L2 of ``out`` against the same call in fp32 eager, TF32 off.
+class Reference:
+    """The fp32 eager reference for one call, taken from the state before the call.
 
-    The reference runs on copies of the arguments and of the module's buffers, and
-    through ``_call_impl`` (not the region's slot), so a core that updates its
-    inputs or buffers in place is not updated twice.
+    :meth:`before` copies the call's arguments and the module's buffers before the
+    call runs, so a core that updates its inputs or buffers in place (a counter, a
+    recurrent state) is measured from the state the call started from, and is not
+    updated twice: the reference runs on the copies, through ``_call_impl`` (not
+    the region's slot).
 
-    Returns
-    -------
-    float | None
-        The largest relative L2 over the floating outputs; None if there are none
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The core
+    args : tuple
+        Copies of the call's positional arguments
+    kwargs : dict
+        Copies of its keyword arguments
+    buffers : dict[str, torch.Tensor]
+        Copies of the module's buffers
     """
-    copies = tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, args)
-    kw = tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, kwargs)
-    state = {
-        **dict(module.named_parameters()),
-        **{k: b.clone() for k, b in module.named_buffers()},
-    }
-    with torch.no_grad(), scope("fp32", device), _torch.reparametrized(module, state):
-        ref = module._call_impl(*copies, **kw)
-    got = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-    want = [t for t in tree_flatten(ref)[0] if isinstance(t, torch.Tensor)]
-    errors = [
-        rel_l2(g.float(), w.float())
-        for g, w in zip(got, want)
-        if w.is_floating_point() and g.shape == w.shape
-    ]
-    return max(errors) if errors else None
+
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        buffers: dict[str, torch.Tensor],
+    ) -> None:
+        self.module = module
+        self.args = args
+        self.kwargs = kwargs
+        self.buffers = buffers
+
+    @classmethod
+    def before(
+        cls, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Reference:
+        """Copy a call's arguments and ``module``'s buffers; call before the call."""
+        args, kwargs = tree_map(_clone, (args, kwargs))
+        buffers = {k: b.clone() for k, b in module.named_buffers()}
+        return cls(module, args, kwargs, buffers)
+
+    def error(self, out: Any, device: torch.device) -> float | None:
+        """Relative L2 of ``out`` against the same call in fp32 eager, TF32 off.
+
+        Runs the reference once, on the copies (the copies are used up).
+
+        Returns
+        -------
+        float | None
+            The largest relative L2 over the floating outputs; None if there are none
+        """
+        state = {**dict(self.module.named_parameters()), **self.buffers}
+        with (
+            torch.no_grad(),
+            scope("fp32", device),
+            _torch.reparametrized(self.module, state),
+        ):
+            ref = self.module._call_impl(*self.args, **self.kwargs)
+        got = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        want = [t for t in tree_flatten(ref)[0] if isinstance(t, torch.Tensor)]
+        errors = [
+            rel_l2(g.float(), w.float())
+            for g, w in zip(got, want)
+            if w.is_floating_point() and g.shape == w.shape
+        ]
+        return max(errors) if errors else None
+
+
+def _clone(t: Any) -> Any:
+    return t.clone() if isinstance(t, torch.Tensor) else t
 
 
 def log_error(label: str, precision: str, error: float | None) -> None:

@@ -311,18 +311,14 @@ class CompiledRegion:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         r = self.report
         r.calls += 1
-        measure = self.precision in ("tf32", "bf16") and r.calls == 1
-        if measure:
-            # Copies taken before the call: the core may update its inputs.
-            before = tree_map(
-                lambda t: t.clone() if isinstance(t, torch.Tensor) else t,
-                (args, kwargs),
-            )
+        reference = None
+        if self.precision in ("tf32", "bf16") and r.calls == 1:
+            # Inputs and buffers copied before the call, which may update them.
+            reference = precision.Reference.before(self.module, args, kwargs)
         out = self._dispatch(args, kwargs)
-        if measure:
-            before_args, before_kwargs = before
+        if reference is not None:
             start = time.perf_counter()
-            self._measure_precision(before_args, before_kwargs, out)
+            self._measure_precision(reference, _first_device(args, kwargs), out)
             r.phases["precision_reference"] = time.perf_counter() - start
         return out
 
@@ -490,14 +486,12 @@ class CompiledRegion:
         )
 
     def _measure_precision(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+        self, reference: precision.Reference, device: torch.device, out: Any
     ) -> None:
         r = self.report
         assert self.precision is not None
         try:
-            r.precision_error = precision.reference_error(
-                self.module, args, kwargs, out, _first_device(args, kwargs)
-            )
+            r.precision_error = reference.error(out, device)
         except Exception as err:  # a measurement must not end a forecast
             logger.debug(f"No fp32 reference for {r.label}: {describe(err)}")
             return

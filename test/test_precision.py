@@ -6,6 +6,10 @@ here; the speed and the GPU thresholds are the benchmark's and the GPU tests' jo
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from collections.abc import Callable
+
 import pytest
 import torch
 from conftest import TIME, FailingBackend, eager_backend, messages
@@ -13,7 +17,7 @@ from conftest import TIME, FailingBackend, eager_backend, messages
 from earth2studio_compile import CompileSession, register_model
 from earth2studio_compile.metrics import rel_l2
 from earth2studio_compile.models import MODEL_TABLE
-from earth2studio_compile.precision import ENV, THRESHOLDS
+from earth2studio_compile.precision import ENV, THRESHOLDS, tf32_enabled
 from earth2studio_compile.tools import zoo
 
 
@@ -36,7 +40,7 @@ def test_precision_is_scoped_and_outputs_keep_their_dtype(precision):
     forward = model.model.net.forward
 
     def spy(*args):
-        seen.append((torch.is_autocast_enabled("cpu"), torch.backends.cudnn.allow_tf32))
+        seen.append((torch.is_autocast_enabled("cpu"), tf32_enabled()))
         return forward(*args)
 
     model.model.net.forward = spy
@@ -48,7 +52,8 @@ def test_precision_is_scoped_and_outputs_keep_their_dtype(precision):
         assert global_state() == before
     del model.model.net.forward
     assert out.dtype == torch.float32
-    assert seen and seen[0] == (precision == "bf16", precision == "tf32")
+    tf32 = precision == "tf32"
+    assert seen and seen[0] == (precision == "bf16", (tf32, tf32))
     region = session.report.regions[0]
     assert region.status == "compiled" and region.precision == precision
     if precision == "fp32":
@@ -176,3 +181,204 @@ def test_a_refused_precision_is_reported_once_per_model(logs):
         del MODEL_TABLE[f"{TwoCores.__module__}.{TwoCores.__qualname__}"]
     assert [r.precision for r in s.report.regions] == [None, None]
     assert sum("does not run in tf32" in w for w in messages(logs, "WARNING")) == 1
+
+
+# -- PyTorch's precision settings: left as found, whichever API set them ---------------
+# The per-backend flags of torch >= 2.9 (``torch.backends.fp32_precision`` and below);
+# "" is the global one. All of them are settable and readable on a CPU build.
+FP32_FLAGS = (
+    "",
+    "cuda.matmul",
+    "cudnn",
+    "cudnn.conv",
+    "cudnn.rnn",
+    "mkldnn",
+    "mkldnn.matmul",
+    "mkldnn.conv",
+    "mkldnn.rnn",
+)
+
+
+def _flag(path: str):
+    obj = torch.backends
+    for part in filter(None, path.split(".")):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _has_flag(path: str) -> bool:
+    try:
+        return isinstance(_flag(path).fp32_precision, str)
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def _set_flag(path: str, value: str) -> None:
+    if not _has_flag(path):
+        pytest.skip(f"this PyTorch has no torch.backends.{path}.fp32_precision")
+    _flag(path).fp32_precision = value
+
+
+def observed() -> dict:
+    """What a user's code sees of the precision settings, read without raising.
+
+    The legacy getters raise once the legacy and per-backend flags disagree: that
+    outcome is part of the state. Inherited flags must keep inheriting, so the
+    per-backend flags are also read with the global flag set (and put back: it has no
+    parent, so its value is all there is to it).
+    """
+    state: dict = {}
+    legacy: dict[str, Callable] = {
+        "get_float32_matmul_precision": torch.get_float32_matmul_precision,
+        "cuda.matmul.allow_tf32": lambda: torch.backends.cuda.matmul.allow_tf32,
+        "cudnn.allow_tf32": lambda: torch.backends.cudnn.allow_tf32,
+    }
+    for name, read in legacy.items():
+        try:
+            state[name] = read()
+        except RuntimeError:
+            state[name] = "raises"
+    flags = [path for path in FP32_FLAGS if _has_flag(path)]
+    state["fp32_precision"] = {path: _flag(path).fp32_precision for path in flags}
+    if flags:
+        own = torch.backends.fp32_precision
+        for probe in ("ieee", "tf32"):
+            torch.backends.fp32_precision = probe
+            state[f"global={probe}"] = {p: _flag(p).fp32_precision for p in flags}
+        torch.backends.fp32_precision = own
+    state["autocast"] = [
+        (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d))
+        for d in ("cpu", "cuda")
+    ]
+    return state
+
+
+@pytest.fixture
+def pytorch_precision_defaults():
+    """Back to PyTorch's default precision settings after the test (as far as the
+    public API can write them: torch 2.14's cuDNN flags start at a default no setter
+    writes back, which the subprocess test below covers)."""
+    yield
+    torch.set_float32_matmul_precision("highest")
+    for path in ("", "cudnn", "cuda.matmul", "mkldnn", *FP32_FLAGS[-3:]):
+        if _has_flag(path):
+            _flag(path).fp32_precision = "none"
+    torch.backends.cudnn.allow_tf32 = True
+
+
+# Ways a user's process sets precision before a session: PyTorch's defaults, the
+# legacy flags, the per-backend flags at each level, set_float32_matmul_precision.
+USER_SETTINGS: dict[str, Callable[[], None]] = {
+    "defaults": lambda: None,
+    "legacy allow_tf32": lambda: (
+        setattr(torch.backends.cuda.matmul, "allow_tf32", True),
+        setattr(torch.backends.cudnn, "allow_tf32", False),
+    ),
+    "new global": lambda: _set_flag("", "tf32"),
+    "new cuda.matmul": lambda: _set_flag("cuda.matmul", "tf32"),
+    "new cudnn": lambda: _set_flag("cudnn", "ieee"),
+    "new cudnn.conv": lambda: _set_flag("cudnn.conv", "ieee"),
+    "new cudnn.rnn": lambda: _set_flag("cudnn.rnn", "ieee"),
+    "new mkldnn": lambda: _set_flag("mkldnn", "bf16"),
+    "new mkldnn.matmul": lambda: _set_flag("mkldnn.matmul", "bf16"),
+    "matmul high": lambda: torch.set_float32_matmul_precision("high"),
+    "matmul medium": lambda: torch.set_float32_matmul_precision("medium"),
+    "matmul highest": lambda: torch.set_float32_matmul_precision("highest"),
+}
+
+
+class LinearCore(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Linear(4, 4)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16"])
+@pytest.mark.parametrize("user", list(USER_SETTINGS))
+def test_a_session_leaves_precision_settings_as_it_found_them(
+    user, precision, pytorch_precision_defaults
+):
+    USER_SETTINGS[user]()
+    before = observed()
+    model = LinearCore()
+    x = torch.randn(2, 4)
+    with CompileSession(
+        model, regions=("net",), backend=eager_backend, precision=precision
+    ) as session:
+        with torch.no_grad():
+            out = model.net(x)
+            assert observed() == before  # between calls too
+            with pytest.raises(RuntimeError):
+                model.net(torch.randn(2, 3))  # the caller's error, inside the scope
+            assert observed() == before
+    assert observed() == before
+    assert out.dtype == torch.float32
+    region = session.report.regions[0]
+    assert region.precision == precision and region.calls == 2
+
+
+def test_inherited_flags_still_inherit_from_pytorchs_defaults():
+    """A fresh process: the state no other test has touched (on torch 2.14 cuDNN's
+    flags start at an internal default that follows its parents and that no setter
+    can write back, so a session must never write them)."""
+    script = """
+import torch
+from earth2studio_compile import CompileSession
+
+def reads(value):
+    torch.backends.fp32_precision = value
+    flags = (torch.backends.cuda.matmul, torch.backends.cudnn.conv,
+             torch.backends.cudnn.rnn, torch.backends.mkldnn.matmul)
+    out = [f.fp32_precision for f in flags]
+    torch.backends.fp32_precision = "none"
+    return out
+
+if not hasattr(torch.backends, "fp32_precision"):
+    print("no per-backend flags"); raise SystemExit
+expected = {v: reads(v) for v in ("none", "ieee", "tf32")}
+legacy = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+net = torch.nn.Sequential(torch.nn.Linear(4, 4))
+for precision in ("fp32", "tf32", "bf16"):
+    with CompileSession(net, regions=("0",), backend="eager", precision=precision):
+        with torch.no_grad():
+            net[0](torch.randn(2, 4))
+    got = {v: reads(v) for v in ("none", "ieee", "tf32")}
+    assert got == expected, (precision, got, expected)
+    now = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    assert now == legacy, (precision, now, legacy)
+print("inherit ok")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ok" in done.stdout or "no per-backend" in done.stdout
+
+
+def test_a_stateful_core_is_measured_from_its_state_before_the_call(logs):
+    class Counter(torch.nn.Module):
+        """Counts its calls in a buffer; its output depends on the count."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("calls", torch.zeros(1))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.calls.add_(1)
+            return x * self.calls
+
+    class Holder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.core = Counter()
+
+    model, x = Holder(), torch.randn(8)
+    with CompileSession(
+        model, regions=("core",), backend=eager_backend, precision="tf32"
+    ) as session:
+        with torch.no_grad():
+            out = model.core(x)
+    torch.testing.assert_close(out, x)
+    assert model.core.calls.item() == 1  # the reference ran on a copy
+    assert session.report.regions[0].precision_error == 0.0
+    assert not messages(logs, "WARNING")
