@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch.nn.parameter import is_lazy
 
+from earth2studio_compile.precision import tf32_enabled
+
 __all__ = [
     "MODEL_TABLE",
     "ModelSpec",
@@ -228,8 +230,9 @@ def sfno_inductor_options(device: torch.device) -> dict[str, bool]:
         Inductor options
     """
     options = {"layout_optimization": False}
-    matmul_tf32 = torch.get_float32_matmul_precision() != "highest"
-    if device.type == "cuda" and torch.backends.cudnn.allow_tf32 == matmul_tf32:
+    # Read without raising: legacy getters raise for users of the per-backend flags.
+    matmul_tf32, conv_tf32 = tf32_enabled()
+    if device.type == "cuda" and conv_tf32 == matmul_tf32:
         options["conv_1x1_as_mm"] = True
     return options
 

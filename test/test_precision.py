@@ -382,3 +382,13 @@ def test_a_stateful_core_is_measured_from_its_state_before_the_call(logs):
     assert model.core.calls.item() == 1  # the reference ran on a copy
     assert session.report.regions[0].precision_error == 0.0
     assert not messages(logs, "WARNING")
+
+
+def test_sfno_options_read_tf32_set_through_the_per_backend_flags(
+    pytorch_precision_defaults,
+):
+    from earth2studio_compile.models import sfno_inductor_options
+
+    _set_flag("cuda.matmul", "tf32")  # cuDNN's convolutions default to TF32 too
+    options = sfno_inductor_options(torch.device("cuda"))
+    assert options["conv_1x1_as_mm"] is True
