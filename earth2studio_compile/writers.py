@@ -4,11 +4,12 @@ the other arrays (of this step and the next), in order per array.
 
 - ``ZarrBackend``: upstream's ``write`` runs unchanged except for its storage step,
   ``_write_array`` (upstream's seam for it), whose assignments are collected and then
-  stored through Zarr's async API on one event loop, as in Earth2Studio's
-  ``AsyncZarrBackend`` (futures from ``asyncio.run_coroutine_threadsafe``). Encoding
-  and storing run on the loop's ``workers`` threads, not on Zarr's one loop thread.
-- ``KVBackend``: each array is an upstream ``write`` of that one variable, on a
-  single-thread executor chosen per array.
+  stored through Zarr's async API, each on its array's lane: a single-thread executor
+  with its own event loop, one ``setitem`` at a time. Measured against one shared loop
+  with a future per array (``asyncio.run_coroutine_threadsafe``, as Earth2Studio's
+  ``AsyncZarrBackend`` does), the lanes were faster on a writing-bound CPU rollout.
+- ``KVBackend``: each array is an upstream ``write`` of that one variable, on its
+  array's lane.
 - Everything else keeps one writer: ``NetCDF4Backend`` (HDF5 takes one thread at a
   time), ``AsyncZarrBackend`` (it writes concurrently itself), subclasses that
   override the storage methods, and any backend not listed here.
@@ -64,7 +65,10 @@ def _store(go: Callable[[], bool], fn: Callable[..., Any], args: list) -> bool:
         args.clear()
 
 
-class _KVWriter(ParallelWriter):
+class _Lanes(ParallelWriter):
+    """One single-thread executor per lane; each array always goes to the same one,
+    so its writes keep their order."""
+
     def __init__(self, io: Any, workers: int, name: str) -> None:
         super().__init__(io, workers, name)
         self._lanes = [
@@ -73,6 +77,16 @@ class _KVWriter(ParallelWriter):
         ]
         self._lane_of: dict[str, ThreadPoolExecutor] = {}
 
+    def _lane(self, name: str) -> ThreadPoolExecutor:
+        lanes = self._lanes
+        return self._lane_of.setdefault(name, lanes[len(self._lane_of) % len(lanes)])
+
+    def close(self) -> None:
+        for lane in self._lanes:
+            lane.shutdown()
+
+
+class _KVWriter(_Lanes):
     def submit(
         self, x: list[Any], coords: Any, names: list[str], go: Callable[[], bool]
     ) -> list[Future]:
@@ -83,17 +97,10 @@ class _KVWriter(ParallelWriter):
             done: Future = Future()
             done.set_result(_store(go, self.io.write, [x, coords, names]))
             return [done]
-        lanes = self._lanes
         return [
-            self._lane_of.setdefault(
-                name, lanes[len(self._lane_of) % len(lanes)]
-            ).submit(_store, go, self.io.write, [xi, coords, name])
+            self._lane(name).submit(_store, go, self.io.write, [xi, coords, name])
             for xi, name in zip(x, names)
         ]
-
-    def close(self) -> None:
-        for lane in self._lanes:
-            lane.shutdown()
 
 
 class _Collector:
@@ -111,21 +118,11 @@ class _Collector:
         self.stores.append([name, selection, data])
 
 
-class _ZarrWriter(ParallelWriter):
+class _ZarrWriter(_Lanes):
     def __init__(self, io: Any, workers: int, name: str) -> None:
         super().__init__(io, workers, name)
-        self._loop = asyncio.new_event_loop()
-        # Zarr encodes and stores in the loop's default executor: its size is the
-        # parallelism, and its threads carry this writer's name.
-        pool = ThreadPoolExecutor(workers, thread_name_prefix=f"{name} store")
-        self._loop.set_default_executor(pool)
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name=f"{name} loop", daemon=True
-        )
-        self._thread.start()
-        # Touched on the loop's thread only: the last task per array, open arrays.
-        self._last: dict[str, asyncio.Future] = {}
-        self._arrays: dict[str, Any] = {}
+        # Each lane's own event loop and opened arrays, used by that lane alone.
+        self._local = threading.local()
 
     def submit(
         self, x: list[Any], coords: Any, names: list[str], go: Callable[[], bool]
@@ -135,50 +132,39 @@ class _ZarrWriter(ParallelWriter):
         collector = _Collector(self.io)
         type(self.io).write(collector, x, coords, names)
         return [
-            asyncio.run_coroutine_threadsafe(self._store(go, store), self._loop)
+            self._lane(store[0]).submit(_store, go, self._setitem, store)
             for store in collector.stores
         ]
 
-    async def _store(self, go: Callable[[], bool], store: list) -> bool:
-        previous = self._last.get(store[0])
-        self._last[store[0]] = asyncio.current_task()  # type: ignore[assignment]
-        try:
-            if previous is not None:
-                await asyncio.wait([previous])  # one array's writes in order
-            if not go():
-                return False
-            await self._setitem(*store)
-            return True
-        finally:
-            store.clear()
-
-    async def _setitem(self, name: str, selection: tuple, data: np.ndarray) -> None:
+    def _setitem(self, name: str, selection: tuple, data: np.ndarray) -> None:
         import zarr
 
-        io = self.io
+        io, local = self.io, self._local
         if not all(isinstance(s, (slice, int, np.integer)) for s in selection):
             # Zarr's async API takes basic selections only; upstream's storage
             # step handles the rest through Zarr's synchronous API.
-            write = type(io)._write_array
-            await self._loop.run_in_executor(None, write, io, name, selection, data)
+            type(io)._write_array(io, name, selection, data)
             return
-        if name not in self._arrays:
+        if not hasattr(local, "loop"):
+            local.loop, local.arrays = asyncio.new_event_loop(), {}
+        if name not in local.arrays:
             path = f"{io.root.path}/{name}" if io.root.path else name
-            self._arrays[name] = await zarr.api.asynchronous.open_array(
-                store=io.root.store, path=path, mode="r+"
+            local.arrays[name] = local.loop.run_until_complete(
+                zarr.api.asynchronous.open_array(
+                    store=io.root.store, path=path, mode="r+"
+                )
             )
-        await self._arrays[name].setitem(selection, data)
+        local.loop.run_until_complete(local.arrays[name].setitem(selection, data))
 
     def close(self) -> None:
-        async def drain() -> None:
-            if self._last:
-                await asyncio.wait(list(self._last.values()))
-            await self._loop.shutdown_default_executor()
+        def close_loop() -> None:
+            loop = getattr(self._local, "loop", None)
+            if loop is not None:
+                loop.run_until_complete(loop.shutdown_default_executor())
+                loop.close()
 
-        asyncio.run_coroutine_threadsafe(drain(), self._loop).result()
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+        wait([lane.submit(close_loop) for lane in self._lanes])
+        super().close()
 
 
 def _overrides(io: Any, base: type, methods: tuple[str, ...]) -> bool:
