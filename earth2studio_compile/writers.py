@@ -1,151 +1,170 @@
-"""Which IO backends :class:`~earth2studio_compile.overlap.OverlappedIO` may write in
-parallel, and how one ``write`` call is split into parts that store concurrently.
+"""Which IO backends :class:`~earth2studio_compile.overlap.OverlappedIO` writes in
+parallel, and how: a ``write`` becomes one future per array, stored concurrently with
+the other arrays (of this step and the next), in order per array.
 
-A write is split per array: each part stores one variable, and every part of one array
-runs on the same lane (thread) in the order the workflow wrote them, so two writes to
-one array, or to one Zarr chunk, never race. Different arrays store concurrently.
-
-- ``ZarrBackend``: upstream's ``write`` runs once per call on the dispatching thread
-  (its coordinate checks and index selection, unchanged); only its storage step,
-  ``_write_array``, is taken over: each array's assignment runs through Zarr's async
-  API on a lane's own event loop, so encoding and storing run on several cores
-  instead of Zarr's one event-loop thread.
-- ``KVBackend``: each array is an upstream ``write`` of that one variable; writes to
-  different tensors do not touch each other.
+- ``ZarrBackend``: upstream's ``write`` runs unchanged except for its storage step,
+  ``_write_array`` (upstream's seam for it), whose assignments are collected and then
+  stored through Zarr's async API, each on its array's lane: a single-thread executor
+  with its own event loop, one ``setitem`` at a time. Measured against one shared loop
+  with a future per array (``asyncio.run_coroutine_threadsafe``, as Earth2Studio's
+  ``AsyncZarrBackend`` does), the lanes were faster on a writing-bound CPU rollout.
+- ``KVBackend``: each array is an upstream ``write`` of that one variable, on its
+  array's lane.
 - Everything else keeps one writer: ``NetCDF4Backend`` (HDF5 takes one thread at a
-  time), ``AsyncZarrBackend`` (it already writes concurrently itself), subclasses that
+  time), ``AsyncZarrBackend`` (it writes concurrently itself), subclasses that
   override the storage methods, and any backend not listed here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import numpy as np
-import torch
 
-__all__ = ["Lane", "Part", "Splitter", "splitter_for"]
+__all__ = ["ParallelWriter", "parallel_writer"]
 
 
-class Lane:
-    """What one storage thread owns: an event loop for Zarr's async API, opened arrays.
+class ParallelWriter:
+    """Stores the arrays of each write concurrently, in order per array.
 
-    Only its own thread uses it, so nothing here needs a lock.
+    Parameters
+    ----------
+    io : Any
+        The wrapped backend
+    workers : int
+        Arrays that store at once
+    name : str
+        Prefix of its threads' names
     """
 
-    __slots__ = ("_loop", "arrays")
+    def __init__(self, io: Any, workers: int, name: str) -> None:
+        self.io, self.workers, self.name = io, workers, name
 
-    def __init__(self) -> None:
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self.arrays: dict[str, Any] = {}
-
-    def run(self, coroutine: Any) -> Any:
-        """Run ``coroutine`` to completion on this lane's event loop."""
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(coroutine)
+    def submit(
+        self, x: list[Any], coords: Any, names: list[str], go: Callable[[], bool]
+    ) -> list[Future]:
+        """Start storing one write (host tensors, ready to read), one future per
+        array: True once stored, False if ``go()`` said to skip it, or the error."""
+        raise NotImplementedError
 
     def close(self) -> None:
-        """Close the event loop and its thread pool, if one was made."""
-        loop, self._loop = self._loop, None
-        if loop is not None:
-            loop.run_until_complete(loop.shutdown_default_executor())
-            loop.close()
-        self.arrays.clear()
-
-
-# One array's part of a write: its name (the lane key) and what stores it.
-Part = tuple[str, Callable[[Lane], None]]
-
-
-class Splitter:
-    """Splits one ``write`` into per-array parts for a backend that takes them."""
-
-    def split(
-        self, io: Any, x: list[torch.Tensor], coords: Any, names: list[str]
-    ) -> list[Part] | None:
-        """The parts of a write, or None to write it whole after everything before.
-
-        Parameters
-        ----------
-        io : Any
-            The wrapped backend
-        x : list[torch.Tensor]
-            Host tensors, one per array
-        coords : Any
-            Their coordinates
-        names : list[str]
-            Array names
-
-        Returns
-        -------
-        list[Part] | None
-            One part per array; None where the write must not overlap any other
-        """
+        """Wait for every array submitted, then stop every thread this started."""
         raise NotImplementedError
 
 
-class _KVSplitter(Splitter):
-    def split(
-        self, io: Any, x: list[torch.Tensor], coords: Any, names: list[str]
-    ) -> list[Part] | None:
-        # Upstream's write creates a missing array (and mutates the store's dict) in
-        # place: such a write runs alone.
-        if not all(name in io.root for name in names):
-            return None
-
-        def part(xi: torch.Tensor, name: str) -> Part:
-            return name, lambda lane: io.write(xi, coords, name)
-
-        return [part(xi, name) for xi, name in zip(x, names)]
+def _store(go: Callable[[], bool], fn: Callable[..., Any], args: list) -> bool:
+    # Emptied before the future resolves: a waiter on it may then copy a new step,
+    # and both host copies must not exist at once.
+    try:
+        return go() and fn(*args) is None
+    finally:
+        args.clear()
 
 
-class _ZarrSplitter(Splitter):
-    def split(
-        self, io: Any, x: list[torch.Tensor], coords: Any, names: list[str]
-    ) -> list[Part] | None:
-        stores: list[tuple[str, tuple, np.ndarray]] = []
+class _Lanes(ParallelWriter):
+    """One single-thread executor per lane; each array always goes to the same one,
+    so its writes keep their order."""
 
-        def collect(name: str, selection: tuple, data: np.ndarray) -> None:
-            stores.append((name, selection, data))
+    def __init__(self, io: Any, workers: int, name: str) -> None:
+        super().__init__(io, workers, name)
+        self._lanes = [
+            ThreadPoolExecutor(1, thread_name_prefix=f"{name} lane {i}")
+            for i in range(workers)
+        ]
+        self._lane_of: dict[str, ThreadPoolExecutor] = {}
 
-        # Upstream's write, with its storage step collected instead of run: the
-        # coordinate checks, a missing array's creation and the index selection stay
-        # upstream's, in order, on this thread.
-        io.__dict__["_write_array"] = collect
-        try:
-            io.write(x, coords, names)
-        finally:
-            io.__dict__.pop("_write_array", None)
-        return [_zarr_part(io, *store) for store in stores]
+    def _lane(self, name: str) -> ThreadPoolExecutor:
+        lanes = self._lanes
+        return self._lane_of.setdefault(name, lanes[len(self._lane_of) % len(lanes)])
+
+    def close(self) -> None:
+        for lane in self._lanes:
+            lane.shutdown()
 
 
-def _zarr_part(io: Any, name: str, selection: tuple, data: np.ndarray) -> Part:
-    import zarr
+class _KVWriter(_Lanes):
+    def submit(
+        self, x: list[Any], coords: Any, names: list[str], go: Callable[[], bool]
+    ) -> list[Future]:
+        if not all(name in self.io.root for name in names):
+            # Upstream's write then creates the array, replacing the store's dict
+            # entries: it runs alone, after everything before it.
+            wait([lane.submit(int) for lane in self._lanes])
+            done: Future = Future()
+            done.set_result(_store(go, self.io.write, [x, coords, names]))
+            return [done]
+        return [
+            self._lane(name).submit(_store, go, self.io.write, [xi, coords, name])
+            for xi, name in zip(x, names)
+        ]
 
-    basic = isinstance(selection, tuple) and all(
-        isinstance(s, (slice, int, np.integer)) for s in selection
-    )
 
-    def store(lane: Lane) -> None:
-        if not basic:
-            # Zarr's async API takes basic selections only; upstream's storage step
-            # handles the rest through Zarr's synchronous API.
+class _Collector:
+    """Stands in for a ``ZarrBackend`` in upstream's ``write``: all is the backend's
+    but the storage step, which is collected instead of run."""
+
+    def __init__(self, io: Any) -> None:
+        self._io = io
+        self.stores: list[list[Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._io, name)
+
+    def _write_array(self, name: str, selection: tuple, data: np.ndarray) -> None:
+        self.stores.append([name, selection, data])
+
+
+class _ZarrWriter(_Lanes):
+    def __init__(self, io: Any, workers: int, name: str) -> None:
+        super().__init__(io, workers, name)
+        # Each lane's own event loop and opened arrays, used by that lane alone.
+        self._local = threading.local()
+
+    def submit(
+        self, x: list[Any], coords: Any, names: list[str], go: Callable[[], bool]
+    ) -> list[Future]:
+        # Upstream's write on a stand-in, not a patched instance: the user's
+        # backend stays untouched, also while its write runs here.
+        collector = _Collector(self.io)
+        type(self.io).write(collector, x, coords, names)
+        return [
+            self._lane(store[0]).submit(_store, go, self._setitem, store)
+            for store in collector.stores
+        ]
+
+    def _setitem(self, name: str, selection: tuple, data: np.ndarray) -> None:
+        import zarr
+
+        io, local = self.io, self._local
+        if not all(isinstance(s, (slice, int, np.integer)) for s in selection):
+            # Zarr's async API takes basic selections only; upstream's storage
+            # step handles the rest through Zarr's synchronous API.
             type(io)._write_array(io, name, selection, data)
             return
-        array = lane.arrays.get(name)
-        if array is None:
-            root = io.root
-            path = f"{root.path}/{name}" if root.path else name
-            array = lane.run(
-                zarr.api.asynchronous.open_array(store=root.store, path=path, mode="r+")
+        if not hasattr(local, "loop"):
+            local.loop, local.arrays = asyncio.new_event_loop(), {}
+        if name not in local.arrays:
+            path = f"{io.root.path}/{name}" if io.root.path else name
+            local.arrays[name] = local.loop.run_until_complete(
+                zarr.api.asynchronous.open_array(
+                    store=io.root.store, path=path, mode="r+"
+                )
             )
-            lane.arrays[name] = array
-        lane.run(array.setitem(selection, data))
+        local.loop.run_until_complete(local.arrays[name].setitem(selection, data))
 
-    return name, store
+    def close(self) -> None:
+        def close_loop() -> None:
+            loop = getattr(self._local, "loop", None)
+            if loop is not None:
+                loop.run_until_complete(loop.shutdown_default_executor())
+                loop.close()
+
+        wait([lane.submit(close_loop) for lane in self._lanes])
+        super().close()
 
 
 def _overrides(io: Any, base: type, methods: tuple[str, ...]) -> bool:
@@ -154,7 +173,7 @@ def _overrides(io: Any, base: type, methods: tuple[str, ...]) -> bool:
     )
 
 
-def splitter_for(io: Any) -> tuple[Splitter | None, str]:
+def parallel_writer(io: Any) -> tuple[type[ParallelWriter] | None, str]:
     """How ``io`` may be written in parallel.
 
     Parameters
@@ -164,8 +183,8 @@ def splitter_for(io: Any) -> tuple[Splitter | None, str]:
 
     Returns
     -------
-    tuple[Splitter | None, str]
-        The splitter, or None where the backend keeps one writer, and why not
+    tuple[type[ParallelWriter] | None, str]
+        The writer class, or None where the backend keeps one writer, and why
     """
     from earth2studio.io import AsyncZarrBackend, KVBackend, NetCDF4Backend, ZarrBackend
 
@@ -177,9 +196,9 @@ def splitter_for(io: Any) -> tuple[Splitter | None, str]:
     if isinstance(io, ZarrBackend):
         if _overrides(io, ZarrBackend, ("write", "_write_array")):
             return None, f"{kind} overrides ZarrBackend's write or _write_array"
-        return _ZarrSplitter(), ""
+        return _ZarrWriter, ""
     if isinstance(io, KVBackend):
         if _overrides(io, KVBackend, ("write", "add_array")):
             return None, f"{kind} overrides KVBackend's write or add_array"
-        return _KVSplitter(), ""
+        return _KVWriter, ""
     return None, f"{kind} is not known to take concurrent writes"

@@ -171,38 +171,44 @@ def test_close_closes_the_backend_after_a_write_error():
     assert backend.closed and [v for v, _ in backend.writes] == [0.0]
 
 
-def count_host_copies(monkeypatch) -> list[int]:
-    """Count live host copies made by OverlappedIO; returns [peak], updated in place."""
-    live, peak, lock = [0], [0], threading.Lock()
+class _Copies:
+    """Host copies alive: made (one per array of each returned ``write``) minus
+    freed (a finalizer on each copy the backend is handed)."""
 
-    def gone():
-        with lock:
-            live[0] -= 1
+    def __init__(self) -> None:
+        self.made = self.freed = self.peak = 0
+        self.lock = threading.Lock()
 
-    to_host = OverlappedIO._to_host
+    def seen(self, copy: Any) -> None:
+        weakref.finalize(copy, self._gone)
 
-    def counting(self, t):
-        copy = to_host(self, t)
-        with lock:
-            live[0] += 1
-            peak[0] = max(peak[0], live[0])
-        weakref.finalize(copy, gone)
-        return copy
+    def _gone(self) -> None:
+        with self.lock:
+            self.freed += 1
 
-    monkeypatch.setattr(OverlappedIO, "_to_host", counting)
-    return peak
+    def wrote(self, n: int) -> None:
+        with self.lock:
+            self.made += n
+            self.peak = max(self.peak, self.made - self.freed)
 
 
 @pytest.mark.parametrize("max_pending", [1, 2])
-def test_host_copies_never_exceed_max_pending_plus_one(max_pending, monkeypatch):
+def test_host_copies_never_exceed_max_pending_plus_one(max_pending):
     """The docstring's memory bound: one step being written plus max_pending queued."""
-    peak = count_host_copies(monkeypatch)
-    backend = _Recorder(delay=0.05)
+    copies = _Copies()
+
+    class Counting(_Recorder):
+        def write(self, x, coords, array_name):
+            copies.seen(x)
+            super().write(x, coords, array_name)
+
+    backend = Counting(delay=0.05)
     with OverlappedIO(backend, max_pending=max_pending) as io:
         for i in range(8):
             io.write(torch.full((4,), float(i)), {}, "a")
+            copies.wrote(1)
     assert [v for v, _ in backend.writes] == [float(i) for i in range(8)]
-    assert peak[0] == max_pending + 1
+    assert copies.peak == max_pending + 1 and io.blocked_s > 0
 
 
 def test_a_write_error_reaches_the_caller_once(logs):
@@ -281,7 +287,7 @@ def test_workflow_returns_only_after_every_write():
     out = run.deterministic(
         TIME, NSTEPS, model, zoo.random_source(model), io, verbose=False
     )
-    assert out is io and io._queue.unfinished_tasks == 0
+    assert out is io and not _threads()
     # Every lead time was written: no slice of the preallocated arrays is left at zero.
     t2m = backend.root["t2m"]
     assert all(t2m[0, i].abs().sum() > 0 for i in range(NSTEPS + 1))
@@ -381,23 +387,27 @@ def test_an_unclosed_writer_is_flushed_at_exit(tmp_path):
             io.write(torch.full((2,), float(i)), {{}}, "a")
         """
     )
-    # The child imports this checkout, wherever the package is installed from.
-    root = str(Path(earth2studio_compile.__file__).parents[1])
-    path = [root, *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    done = _run_child(script)
     assert done.returncode == 0, done.stderr
     assert out.read_text().split() == ["0.0", "1.0", "2.0", "3.0"], done.stderr
     assert "WARNING" in done.stderr
     assert "OverlappedIO around FileBackend was not closed" in done.stderr, done.stderr
     assert "pending" in done.stderr
+
+
+def _run_child(script: str) -> subprocess.CompletedProcess:
+    # The child imports this checkout, wherever the package is installed from.
+    root = str(Path(earth2studio_compile.__file__).parents[1])
+    path = [root, *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
 
 
 # -- parallel writing ------------------------------------------------------------------
@@ -495,10 +505,13 @@ def test_backends_that_cannot_write_concurrently_keep_one_writer(tmp_path):
         OverlappedIO(KVBackend(), workers=0)
 
 
-def _zarr_writes(names: list[str], nsteps: int, **kwargs) -> tuple[OverlappedIO, Any]:
+def _zarr_writes(
+    names: list[str], nsteps: int, path: Path | None = None, **kwargs
+) -> tuple[OverlappedIO, Any]:
     from earth2studio.io import ZarrBackend
 
-    backend = ZarrBackend()
+    # On disk where copies are counted: a memory store keeps views of what it stores.
+    backend = ZarrBackend(None if path is None else str(path))
     io = OverlappedIO(backend, **kwargs)
     io.add_array(OrderedDict(lead_time=np.arange(nsteps), x=np.arange(4)), names)
     return io, backend
@@ -508,15 +521,21 @@ def _step(i: int, n: int) -> list[torch.Tensor]:
     return [torch.full((1, 4), float(10 * i + k)) for k in range(n)]
 
 
-def test_parallel_lanes_keep_each_arrays_writes_in_order(monkeypatch):
+def test_parallel_writes_keep_each_arrays_order_and_overlap(monkeypatch):
+    import asyncio
+
     from zarr.core.array import AsyncArray
 
-    seen: list[tuple[int, str, int]] = []
+    seen: list[tuple[str, int]] = []
+    active, peak = [0], [0]
     setitem = AsyncArray.setitem
 
     async def recording(self, selection, value, prototype=None):
-        seen.append((threading.get_ident(), self.basename, selection[0].start))
-        time.sleep(0.002)  # lets other lanes interleave
+        seen.append((self.basename, selection[0].start))
+        active[0] += 1
+        peak[0] = max(peak[0], active[0])
+        await asyncio.sleep(0.002)  # lets other arrays interleave
+        active[0] -= 1
         return await setitem(self, selection, value, prototype)
 
     monkeypatch.setattr(AsyncArray, "setitem", recording)
@@ -526,39 +545,40 @@ def test_parallel_lanes_keep_each_arrays_writes_in_order(monkeypatch):
         io.write(_step(i, 5), OrderedDict(lead_time=np.array([i])), names)
     io.close()
     for k, name in enumerate(names):
-        assert [s for _, n, s in seen if n == name] == list(range(6)), name
-        assert len({t for t, n, _ in seen if n == name}) == 1, name  # one lane each
+        assert [s for n, s in seen if n == name] == list(range(6)), name
         np.testing.assert_array_equal(
             backend.root[name][:, 0], [10.0 * i + k for i in range(6)]
         )
-    lanes = {t for t, _, _ in seen}
-    assert len(lanes) == 3 and threading.get_ident() not in lanes
-    assert io.written == 6 and io.dropped == 0
+    assert peak[0] > 1  # arrays stored concurrently
+    assert io.written == 6 and io.dropped == 0 and not _threads()
 
 
 @pytest.mark.parametrize("max_pending", [1, 3])
 def test_parallel_host_copies_never_exceed_max_pending_plus_one(
-    max_pending, monkeypatch
+    max_pending, monkeypatch, tmp_path
 ):
-    """The bound holds with several lanes: a step's copies live until all its arrays
-    are stored, and write blocks instead of copying more."""
+    """The bound holds with several workers: a step's copies live until all its
+    arrays are stored, and write blocks instead of copying more."""
     from zarr.core.array import AsyncArray
 
-    peak = count_host_copies(monkeypatch)
-
+    copies = _Copies()
     setitem = AsyncArray.setitem
 
     async def slow(self, selection, value, prototype=None):
+        copies.seen(value)
         time.sleep(0.01)  # storage slower than the caller
         return await setitem(self, selection, value, prototype)
 
     monkeypatch.setattr(AsyncArray, "setitem", slow)
     names = ["a", "b", "c"]
-    io, backend = _zarr_writes(names, 10, max_pending=max_pending, workers=3)
+    io, backend = _zarr_writes(
+        names, 10, tmp_path / "out.zarr", max_pending=max_pending, workers=3
+    )
     for i in range(10):
         io.write(_step(i, 3), OrderedDict(lead_time=np.array([i])), names)
+        copies.wrote(len(names))
     io.close()
-    assert peak[0] == (max_pending + 1) * len(names)
+    assert copies.peak == (max_pending + 1) * len(names)
     assert io.blocked_s > 0 and io.written == 10
     np.testing.assert_array_equal(
         backend.root["c"][:, 0], [10.0 * i + 2 for i in range(10)]
@@ -611,3 +631,204 @@ def test_writes_queued_after_a_failure_are_counted_and_logged(logs):
     assert [v for v, _ in backend.writes] == [0.0]
     assert io.written == 1 and io.dropped == 2
     assert [m for m in messages(logs, "ERROR") if "2 write(s) queued" in m]
+
+
+# -- issue 21: nothing lost, nothing leaked ------------------------------------------
+
+
+def _threads() -> list[str]:
+    """Threads of this package still alive, after a short grace to finish exiting."""
+    deadline = time.monotonic() + 10
+    while True:
+        names = [
+            t.name for t in threading.enumerate() if t.name.startswith("OverlappedIO")
+        ]
+        if not names or time.monotonic() > deadline:
+            return names
+        time.sleep(0.01)
+
+
+def test_a_failing_backend_never_lets_the_workflow_return():
+    from earth2studio.io import KVBackend
+
+    class Failing(KVBackend):
+        def __init__(self):
+            super().__init__()
+            self.count, self.error = 0, None
+
+        def write(self, x, coords, array_name):
+            self.count += 1
+            if self.count == 3:
+                self.error = OSError("disk full (injected)")
+                raise self.error
+            super().write(x, coords, array_name)
+
+    backend = Failing()
+    io = OverlappedIO(backend, max_pending=1)
+    model = zoo.build("persistence")
+    with pytest.raises(OSError, match="disk full") as raised:
+        run.deterministic(
+            TIME, 6, model, zoo.random_source(model), io, verbose=False, compile=False
+        )
+    assert raised.value is backend.error and backend.count == 3
+    # Raised once: later writes are refused with the original as their cause.
+    with pytest.raises(RuntimeError, match="earlier write error") as refused:
+        io.write(torch.zeros(1), {}, "t2m")
+    assert refused.value.__cause__ is backend.error
+    io.close()
+    assert not _threads()
+
+
+def test_a_failed_array_loses_no_write_queued_before_it(monkeypatch):
+    """Only writes queued after the failed one are skipped, on every array."""
+    from earth2studio.io import KVBackend
+
+    write = KVBackend.write
+
+    def uneven(self, x, coords, array_name):
+        step = int(coords["lead_time"][0])
+        if array_name == "a":
+            time.sleep(0.2)  # a lags: the other arrays run ahead of it
+        if array_name == "b" and step == 1:
+            raise OSError("disk full (injected)")
+        write(self, x, coords, array_name)
+
+    monkeypatch.setattr(KVBackend, "write", uneven)
+    names = ["a", "b", "c"]
+    backend = KVBackend()
+    io = OverlappedIO(backend, workers=2, max_pending=4)
+    io.add_array(OrderedDict(lead_time=np.arange(4), x=np.arange(2)), names)
+    for i in range(4):
+        io.write(
+            [torch.full((1, 2), 1.0 + i) for _ in names],
+            OrderedDict(lead_time=np.array([i]), x=np.arange(2)),
+            names,
+        )
+    with pytest.raises(OSError, match="disk full"):
+        io.close()
+    stored = {name: backend.root[name][:, 0].tolist() for name in names}
+    # Step 0 is whole on every array; nothing after step 1 is stored.
+    assert [stored[name][0] for name in names] == [1.0, 1.0, 1.0], stored
+    assert all(stored[name][2:] == [0.0, 0.0] for name in names), stored
+    assert io.dropped == 2 and not _threads()
+
+
+def test_two_threads_may_write_at_once():
+    class Exclusive(_Recorder):
+        """Fails if it is ever called from two threads at once."""
+
+        def __init__(self):
+            super().__init__(delay=0.002)
+            self.inside = threading.Lock()
+
+        def write(self, x, coords, array_name):
+            assert self.inside.acquire(blocking=False), "called concurrently"
+            try:
+                super().write(x, coords, array_name)
+            finally:
+                self.inside.release()
+
+    backend = Exclusive()
+    io = OverlappedIO(backend, max_pending=1)
+    start = threading.Barrier(2)
+
+    def writer(name: str) -> None:
+        start.wait()
+        for i in range(20):
+            io.write(torch.full((2,), float(i)), {}, name)
+
+    users = [threading.Thread(target=writer, args=(n,)) for n in ("x", "y")]
+    for user in users:
+        user.start()
+    for user in users:
+        user.join(30)
+    closing = threading.Thread(target=io.close)
+    closing.start()
+    closing.join(30)
+    assert not closing.is_alive() and backend.closed  # close() did not hang
+    for name in ("x", "y"):
+        assert [v for v, n in backend.writes if n == name] == [
+            float(i) for i in range(20)
+        ]
+    assert not _threads()
+
+
+@pytest.mark.parametrize("how", ["close", "collected", "exception"])
+def test_no_thread_outlives_its_writer(how, tmp_path):
+    from earth2studio.io import ZarrBackend
+
+    names = ["a", "b"]
+    backend = ZarrBackend(str(tmp_path / "out.zarr"))
+    io = OverlappedIO(backend, workers=2)
+    io.add_array(OrderedDict(lead_time=np.arange(3), x=np.arange(4)), names)
+
+    def write() -> None:
+        for i in range(3):
+            io.write(_step(i, 2), OrderedDict(lead_time=np.array([i])), names)
+
+    if how == "close":
+        write()
+        io.close()
+    elif how == "collected":
+        write()
+        del io
+        gc.collect()
+    else:
+        with pytest.raises(KeyError), io:
+            write()
+            raise KeyError("the caller's own error")
+    assert not _threads()
+    np.testing.assert_array_equal(backend.root["b"][:, 0], [1.0, 11.0, 21.0])
+
+
+def test_hasattr_does_not_wait_for_pending_writes():
+    released = threading.Event()
+
+    class Blocked(_Recorder):
+        def write(self, x, coords, array_name):
+            released.wait(30)
+            super().write(x, coords, array_name)
+
+    backend = Blocked()
+    io = OverlappedIO(backend)
+    io.write(torch.zeros(2), {}, "a")
+    assert not hasattr(io, "no_such_attribute")
+    assert not backend.writes  # answered while the write was still pending
+    released.set()
+    assert io.closed is False  # the backend's own attribute, after a flush
+    assert backend.writes
+    io.close()
+
+
+@pytest.mark.parametrize("workers", [1, 4])
+def test_an_unclosed_zarr_writer_loses_nothing_at_exit(workers, tmp_path):
+    path = tmp_path / "out.zarr"
+    script = textwrap.dedent(
+        f"""
+        from collections import OrderedDict
+
+        import numpy as np
+        import torch
+        from earth2studio.io import ZarrBackend
+
+        from earth2studio_compile.overlap import OverlappedIO
+
+        names = ["a", "b", "c", "d"]
+        io = OverlappedIO(ZarrBackend({str(path)!r}), max_pending=8, workers={workers})
+        io.add_array(OrderedDict(lead_time=np.arange(8), x=np.arange(64)), names)
+        for i in range(8):
+            io.write(
+                [torch.full((1, 64), 1.0 + i) for _ in names],
+                OrderedDict(lead_time=np.array([i]), x=np.arange(64)),
+                names,
+            )
+        """
+    )
+    done = _run_child(script)
+    assert done.returncode == 0, done.stderr
+    import zarr
+
+    group = zarr.open_group(str(path), mode="r")
+    for name in ["a", "b", "c", "d"]:
+        assert group[name][:, 0].tolist() == [1.0 + i for i in range(8)], done.stderr
+    assert "was not closed before exit" in done.stderr

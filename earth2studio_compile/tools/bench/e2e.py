@@ -239,11 +239,11 @@ def wall(
 
 def parallel_capable(io_name: str, model: Any, tmp: Path) -> bool:
     """Whether :class:`OverlappedIO` can write this backend with several workers."""
-    from earth2studio_compile.writers import splitter_for
+    from earth2studio_compile.writers import parallel_writer
 
     io = make_io(io_name, tmp, model, 1)
     try:
-        return splitter_for(io)[0] is not None
+        return parallel_writer(io)[0] is not None
     finally:
         close = getattr(io, "close", None)
         if callable(close):
