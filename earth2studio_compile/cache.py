@@ -130,7 +130,7 @@ def use_local_cache(root: Path) -> Path:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = _SET_HERE = str(local)
     if current is not None and current != str(local):
         _forget(Path(current), local)
-    logger.debug(f"Inductor cache: {local}")
+    logger.trace(f"Inductor cache: {local}")
     return local
 
 
@@ -309,7 +309,7 @@ class ArtifactCache:
                 "disable the cache."
             )
             return f"ignored: {reason}"
-        logger.debug(f"Loaded compile cache bundle {self.path}")
+        logger.trace(f"Loaded compile cache bundle {self.path}")
         return "loaded"
 
     def _verified(self) -> tuple[list[tuple[Path, bytes, int]], bytes | None]:
@@ -435,7 +435,7 @@ class ArtifactCache:
         except Exception as err:  # a full disk must not break a forecast
             logger.warning(f"Could not write compile cache bundle {self.path}: {err}")
             return False
-        logger.debug(f"Saved compile cache bundle {self.path} ({len(members)} members)")
+        logger.trace(f"Saved compile cache bundle {self.path} ({len(members)} members)")
         return True
 
 
@@ -472,15 +472,15 @@ def local_cache_source(local: str) -> str:
     Returns
     -------
     str
-        E.g. ``"cache (this package's, ~/.cache/earth2studio/compile/inductor)"``
+        E.g. ``"this package's cache (~/.cache/earth2studio/compile/inductor)"``
     """
     path = os.path.abspath(local)
     root = cache_root()
     if root is not None and path == os.path.abspath(root / "inductor"):
-        return f"cache (this package's, {path})"
+        return f"this package's cache ({path})"
     if path == _torch.default_inductor_cache_dir():
-        return f"cache (PyTorch's default, {path}; not this package's)"
-    return f"cache (TORCHINDUCTOR_CACHE_DIR, {path})"
+        return f"PyTorch's default cache ({path}), not this package's"
+    return f"your cache (TORCHINDUCTOR_CACHE_DIR, {path})"
 
 
 class RegionBundle:
@@ -533,7 +533,7 @@ class RegionBundle:
                 self.owner, self.region, self.module, args, kwargs, options, device
             )
         except Exception as err:  # an odd argument must not stop the compile
-            logger.debug(f"No compile cache key for {self.owner}.{self.region}: {err}")
+            logger.trace(f"No compile cache key for {self.owner}.{self.region}: {err}")
             return None
         self.cache = ArtifactCache(
             self.directory, Path(_torch.inductor_cache_dir()), fields

@@ -58,6 +58,9 @@ class RegionReport:
     precision : str | None
         ``"fp32"``, ``"tf32"`` or ``"bf16"`` inside the region's calls (compiled or
         eager after a fallback), or None for PyTorch's global settings
+    device : str | None
+        Device type of the region's first call (``"cuda"``, ``"cpu"``), once known;
+        the summary says that TF32 has no effect off CUDA
     precision_error : float | None
         Relative L2 of the region's first reduced-precision call against the same
         call in fp32 eager (TF32 off); None in fp32 or without a floating output
@@ -93,6 +96,7 @@ class RegionReport:
     compiled_ms: float | None = None
     eager_ms: float | None = None
     precision: str | None = None
+    device: str | None = None
     precision_error: float | None = None
     phases: dict[str, float] = field(default_factory=dict)
     reason: str | None = None
@@ -132,9 +136,16 @@ class RegionReport:
 
     @property
     def precision_text(self) -> str:
-        """``", bf16 (rel. L2 4.3e-03 vs fp32 eager)"``; empty without a precision."""
+        """``", bf16 (rel. L2 4.3e-03 vs fp32 eager)"``; empty without a precision.
+
+        ``", tf32 (no effect on cpu)"`` for TF32 off CUDA.
+        """
         if self.precision is None:
             return ""
+        if self.precision == "tf32" and self.device not in (None, "cuda"):
+            # TF32 is a CUDA tensor-core format: elsewhere the flags change nothing,
+            # and a rel. L2 beside it would only measure compiled vs eager fp32.
+            return f", tf32 (no effect on {self.device})"
         if self.precision_error is None:
             return f", {self.precision}"
         return f", {self.precision} (rel. L2 {self.precision_error:.1e} vs fp32 eager)"
@@ -154,6 +165,21 @@ class RegionReport:
     def label(self) -> str:
         """``Model.region`` (just ``Model`` for a model with no region)."""
         return f"{self.model}.{self.region}" if self.region else self.model
+
+
+_CACHE_STATES = {
+    "cold": "cold: nothing cached yet in {}",
+    "warm": "warm: compiled code reused from {}",
+    "partial": "partly warm: some compiled code reused from {}",
+}
+
+
+def _cache_text(state: str, source: str | None) -> str:
+    """The local cache at a first compile in plain words, e.g. ``"cold: nothing
+    cached yet in this package's cache (~/.cache/earth2studio/compile/inductor)"``."""
+    return _CACHE_STATES.get(state, state + " {}").format(
+        source or "Inductor's local cache"
+    )
 
 
 @dataclass
@@ -198,12 +224,10 @@ class CompileReport:
         parts = []
         for r in self.regions:
             if r.status == "compiled":
-                cache = f", {r.cache} cache" if r.cache else ""
-                if r.cache and r.cache_source:
-                    cache = f", {r.cache} {r.cache_source}"
+                cache = f", {_cache_text(r.cache, r.cache_source)}" if r.cache else ""
                 text = (
-                    f"{r.label}: compiled ({r.mode}{cache}) in "
-                    f"{r.compile_seconds:.1f} s, {r.calls} calls, {r.graphs} graph(s), "
+                    f"{r.label}: compiled ({r.mode}) in {r.compile_seconds:.1f} s"
+                    f"{cache}, {r.calls} calls, {r.graphs} graph(s), "
                     f"{r.graph_breaks} break(s), "
                     f"{r.recompiles} recompile(s)"
                 )

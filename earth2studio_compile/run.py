@@ -19,8 +19,10 @@ session yourself::
 
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +30,7 @@ import numpy as np
 
 from earth2studio_compile._imports import quiet_imports
 from earth2studio_compile.overlap import drain
-from earth2studio_compile.precision import env_precision
+from earth2studio_compile.precision import ENV, PRECISIONS
 from earth2studio_compile.report import CompileReport
 from earth2studio_compile.session import CompileSession
 
@@ -97,6 +99,36 @@ def check_compile_flag(value: Any, workflow: str = "the workflow") -> bool:
     )
 
 
+def _env_precision() -> str | None:
+    """The precision ``EARTH2STUDIO_COMPILE_PRECISION`` asks for (unset or empty: None).
+
+    Checked by every workflow call, ``compile=False`` included: a mistyped value
+    is an error whether or not this call compiles, rather than silently ignored.
+
+    Returns
+    -------
+    str | None
+        ``"fp32"``, ``"tf32"``, ``"bf16"``, or None for PyTorch's own settings
+
+    Raises
+    ------
+    ValueError
+        The variable names no precision; the message suggests the closest one
+    """
+    raw = os.environ.get(ENV, "")
+    value = raw.strip().lower()
+    if value in ("", "none", "default"):
+        return None
+    if value in PRECISIONS:
+        return value
+    close = difflib.get_close_matches(value, PRECISIONS, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise ValueError(
+        f"{ENV}={raw!r} is not a precision.{hint} Set it to one of "
+        f"{', '.join(PRECISIONS)}, or unset it to keep PyTorch's own settings."
+    )
+
+
 def _with_compile(
     upstream: Callable[..., Any], models: tuple[str, ...]
 ) -> Callable[..., Any]:
@@ -121,11 +153,11 @@ def _with_compile(
             bound.arguments.pop("compile", False), upstream.__name__
         )
         ios = [bound.arguments["io"]] if "io" in bound.arguments else []
+        chosen = _env_precision()  # also with compile=False: a typo is never ignored
         try:
             if not enabled:
                 result = upstream(*bound.args, **bound.kwargs)
             else:
-                chosen = env_precision()
                 with CompileSession(
                     *(bound.arguments[name] for name in models), precision=chosen
                 ) as session:

@@ -14,11 +14,29 @@ import pytest
 ROOT = Path(__file__).parents[1]
 
 
-def _demo(*args: str, **env: str) -> subprocess.CompletedProcess:
+# A loaded machine, simulated: the session's per-call speed probe, if the demo ran
+# it, would time every compiled call 100x slower and log "runs slower compiled".
+_SLOW_PROBE = """
+import sys
+from earth2studio_compile.region import SpeedProbe
+record = SpeedProbe.record
+def slow(self, kind, seconds, call):
+    record(self, kind, seconds * (100 if kind == "compiled" else 1), call)
+SpeedProbe.record = slow
+from earth2studio_compile.tools.demo import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _demo(
+    *args: str, slow_probe: bool = False, **env: str
+) -> subprocess.CompletedProcess:
     """The README's demo command on the toy model, in a fresh process."""
+    command = (
+        ["-c", _SLOW_PROBE] if slow_probe else ["-m", "earth2studio_compile.tools.demo"]
+    )
     proc = subprocess.run(
-        [sys.executable, "-m", "earth2studio_compile.tools.demo", "--model", "toy"]
-        + ["--device", "cpu", *args],
+        [sys.executable, *command, "--model", "toy"] + ["--device", "cpu", *args],
         cwd=ROOT,
         env={**os.environ, **env},
         capture_output=True,
@@ -34,7 +52,9 @@ def demo() -> subprocess.CompletedProcess:
     # 8 steps: the session's per-call speed probe needs calls 3 to 7. The precision
     # rows are the GPU demo's (fp32 and a fast precision side by side); bf16 autocast
     # also runs on a CPU.
-    return _demo("--steps", "8", "--repeats", "2", "--precision", "fp32,bf16")
+    return _demo(
+        "--steps", "8", "--repeats", "2", "--precision", "fp32,bf16", slow_probe=True
+    )
 
 
 def test_speedup_is_a_result_only_outside_the_spread():
@@ -52,7 +72,7 @@ def test_demo_labels_what_each_figure_measures(demo):
     out = demo.stdout
     assert "Time per whole forecast step (core network and coordinate code)" in out
     assert "median of steps 2..8 in each rollout" in out
-    assert "Core network alone, per call (the session's INFO line" in out
+    assert "The speedup is the whole step's, from these rollouts" in out
     # Each timing row shows its spread over the 2 rollouts.
     for name in ("eager fp32", "compiled fp32", "eager bf16", "compiled bf16"):
         assert re.search(
@@ -66,6 +86,89 @@ def test_demo_labels_what_each_figure_measures(demo):
             r"|\d+\.\d+x \(\d+\.\d+-\d+\.\d+x over 2 rollouts\)",
             speedup.group(1),
         ), speedup.group(1)
+
+
+def test_demo_gives_one_verdict(demo):
+    # The probe saw compiled calls 100x slower (injected): had the demo run it, its
+    # WARNING and per-call figures would sit beside the table's own verdict.
+    out = demo.stdout + demo.stderr
+    verdicts = re.findall(r"^  speedup \S+ +(.*)$", demo.stdout, re.MULTILINE)
+    assert verdicts and all(
+        v.startswith("no measurable difference") or re.match(r"\d+\.\d+x", v)
+        for v in verdicts
+    ), verdicts
+    for contradiction in ("slower", "does not pay", "per call"):
+        assert contradiction not in out, out
+
+
+def test_demo_prints_no_colour_codes_into_a_file(demo):
+    assert "\x1b[" not in demo.stdout + demo.stderr
+
+
+def test_demo_colours_only_on_a_terminal(monkeypatch):
+    import io
+
+    from loguru import logger
+
+    from earth2studio_compile.tools.demo import show_logs
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for stream, coloured in ((Terminal(), True), (io.StringIO(), False)):
+        monkeypatch.setattr(sys, "stdout", stream)
+        handler = show_logs("INFO")
+        try:
+            logger.info("hello")
+        finally:
+            logger.remove(handler)
+        # Earth2Studio's own handler (installed at its import) may write here too,
+        # always in colour: the demo removes it; only a plain line tells ours apart.
+        lines = [line for line in stream.getvalue().splitlines() if "hello" in line]
+        assert lines
+        plain = [line for line in lines if "\x1b[" not in line]
+        assert bool(plain) != coloured, lines
+
+
+def test_banner_comes_before_earth2studio_is_imported():
+    # The first import of Earth2Studio takes a minute on a small machine: the demo
+    # says so first. Stop the demo at that import and look at what it printed.
+    script = """
+import builtins, sys
+from earth2studio_compile.tools import demo
+assert not any(m.split(".")[0] == "earth2studio" for m in sys.modules), "too early"
+real = builtins.__import__
+def guard(name, *args, **kwargs):
+    if name.split(".")[0] == "earth2studio":
+        print("IMPORTING earth2studio", flush=True)
+        sys.exit(0)
+    return real(name, *args, **kwargs)
+builtins.__import__ = guard
+demo.main(["--model", "toy", "--device", "cpu"])
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    banner = proc.stdout.find("first import takes")
+    assert 0 <= banner < proc.stdout.index("IMPORTING earth2studio"), proc.stdout
+
+
+def test_help_texts_are_plain_text(capsys):
+    from earth2studio_compile.tools.bench.__main__ import _parse
+    from earth2studio_compile.tools.demo import main
+
+    for parse in (main, _parse):
+        with pytest.raises(SystemExit):
+            parse(["--help"])
+        out = capsys.readouterr().out
+        assert "usage:" in out
+        assert "`" not in out, out
 
 
 def test_demo_leads_with_the_relative_error(demo):
