@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import filelock
+import numpy as np
 import pytest
 import torch
 from conftest import messages
@@ -102,9 +103,7 @@ def _held(lock_file: Path) -> bool:
 def test_concurrent_start_compiles_once_and_the_other_loads(tmp_path):
     """Two processes, empty local Inductor caches, one shared root."""
     root = tmp_path / "shared"
-    procs = [
-        _start(tmp_path, f"p{i}", root, tmp_path / f"local-{i}") for i in range(2)
-    ]
+    procs = [_start(tmp_path, f"p{i}", root, tmp_path / f"local-{i}") for i in range(2)]
     results = [_result(p) for p in procs]
     artifacts = sorted(r["region"]["artifact"] for r in results)
     assert artifacts[1] == "saved", artifacts
@@ -171,7 +170,8 @@ def root(tmp_path, monkeypatch):
 
 def _bundle(module: torch.nn.Module, directory: Path) -> cache.RegionBundle:
     bundle = cache.RegionBundle(directory, "m.Model", "model", module)
-    assert bundle.load((torch.zeros(1, 4, 8, 16),), {}, torch.device("cpu"), "o") is None
+    x = torch.zeros(1, 4, 8, 16)
+    assert bundle.load((x,), {}, torch.device("cpu"), "options") is None
     return bundle
 
 
@@ -290,3 +290,51 @@ def test_an_untrusted_local_inductor_cache_is_not_used(root, monkeypatch, logs):
     assert os.environ.get("TORCHINDUCTOR_CACHE_DIR") != str(root / "inductor")
     (warning,) = messages(logs, "WARNING")
     assert "is writable by others" in warning
+
+
+def test_torchrun_recipe_compiles_once_and_matches_eager(tmp_path):
+    """The user guide's recipe: 2 ranks (gloo), one shared root, one store each."""
+    import zarr
+
+    from earth2studio_compile.tools.recipes import ensemble_torchrun as recipe
+
+    out, root = tmp_path / "compiled", tmp_path / "shared"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "-m",
+            recipe.__name__,
+            "--out",
+            str(out),
+            "--nensemble",
+            "3",
+            "--nsteps",
+            "2",
+        ],
+        env={**os.environ, cache.ENV: str(root)},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-5000:]
+    ranks = json.loads((out / "ranks.json").read_text())
+    artifacts = sorted(a["artifact"] for r in ranks for a in r["regions"].values())
+    assert len(artifacts) == 2 and artifacts[1] == "saved", artifacts
+    assert artifacts[0].startswith("loaded"), artifacts
+    assert len(list((root / "artifacts").glob("*.tar"))) == 1
+    for rank in (0, 1):
+        recipe.run_rank(rank, 2, tmp_path / "eager", 3, 2, compile=False)
+        compiled = zarr.open(str(out / f"rank{rank}.zarr"), mode="r")
+        eager = zarr.open(str(tmp_path / "eager" / f"rank{rank}.zarr"), mode="r")
+        assert sorted(compiled.array_keys()) == sorted(eager.array_keys())
+        for name in eager.array_keys():
+            a, b = compiled[name][:], eager[name][:]
+            if np.issubdtype(b.dtype, np.floating):
+                np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4, err_msg=name)
+            else:
+                np.testing.assert_array_equal(a, b, err_msg=name)
