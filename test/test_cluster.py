@@ -59,10 +59,19 @@ WORKER = textwrap.dedent(
 )
 
 
+# Child processes import the package this test imported, wherever it lies.
+_ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join(
+        [str(Path(cache.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]
+    ),
+}
+
+
 def _start(tmp_path: Path, name: str, root: Path, local: Path | None, **env: str):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    full = {**os.environ, cache.ENV: str(root), **env}
+    full = {**_ENV, cache.ENV: str(root), **env}
     if local is not None:
         full["TORCHINDUCTOR_CACHE_DIR"] = str(local)
         full["TRITON_CACHE_DIR"] = str(local / "triton")
@@ -320,7 +329,7 @@ def test_torchrun_recipe_compiles_once_and_matches_eager(tmp_path):
             "--nsteps",
             "2",
         ],
-        env={**os.environ, cache.ENV: str(root)},
+        env={**_ENV, cache.ENV: str(root)},
         capture_output=True,
         text=True,
         timeout=900,
