@@ -27,10 +27,27 @@ is written, because Inductor trusts the files in its local cache by name and a
 damaged kernel planted there would break every later compile on that cache. Kernel
 files are written under temporary names and renamed only when all are written, and
 never replace a file already there.
+
+Many processes, one compile. When several processes (``torchrun`` ranks, job-array
+tasks) share a root and reach the same region together, the first takes a lock per
+bundle key (``artifacts/<key>.lock``, an OS lock from :mod:`filelock`, freed by the
+kernel if its holder dies), compiles and saves the bundle; the others wait for the
+lock, up to ``EARTH2STUDIO_COMPILE_LOCK_TIMEOUT`` seconds (default 300), and load what
+it saved. A waiter that times out compiles itself with one WARNING. Bundles are
+written under temporary names and renamed, so a reader never sees half of one.
+
+A bundle is code (compiled kernels and generated Python): whoever can write to the
+root can run code in every process that loads from it. Like ssh with its keys,
+nothing is loaded, and Inductor's local cache is not pointed at ``inductor/``, unless
+the root and every directory and file below it on the way are owned by this user and
+writable by no one else, or the root is named in ``EARTH2STUDIO_COMPILE_TRUSTED_ROOT``
+(paths separated by ``os.pathsep``). Directories this package creates are private
+(``0o700``).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
@@ -39,11 +56,13 @@ import platform
 import sys
 import tarfile
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import filelock
 import torch
 from loguru import logger
 
@@ -64,6 +83,110 @@ _FILES = "local/"
 _TMP = ".e2sc-"  # prefix of files being written; never part of a bundle
 # The local cache directory use_local_cache last set, so a later call may move it.
 _SET_HERE: str | None = None
+LOCK_TIMEOUT_ENV = "EARTH2STUDIO_COMPILE_LOCK_TIMEOUT"
+TRUSTED_ENV = "EARTH2STUDIO_COMPILE_TRUSTED_ROOT"
+_LOCK_TIMEOUT = 300.0
+# Roots already warned about in this process: one WARNING per root and cause, not
+# one per region.
+_WARNED: set[tuple[str, str]] = set()
+
+
+def _uid() -> int:
+    """The user whose files may be loaded (tests substitute another)."""
+    return os.geteuid()
+
+
+def _warn_once(root: Path, cause: str, message: str) -> None:
+    key = (str(root), cause)
+    if key in _WARNED:
+        logger.debug(message)
+        return
+    _WARNED.add(key)
+    logger.warning(message)
+
+
+def _trusted_roots() -> list[Path]:
+    value = os.environ.get(TRUSTED_ENV, "")
+    return [Path(p).expanduser().resolve() for p in value.split(os.pathsep) if p]
+
+
+def untrusted(root: Path, *below: str) -> str | None:
+    """Why code under ``root`` must not be loaded, or None when it may be.
+
+    ``root`` and each path below it down to ``root/below[0]/below[1]/...`` must be
+    owned by this user and writable by no one else (the rule ssh applies to its
+    keys): anyone who can write there can put code into every process that loads
+    from it. A root named in ``EARTH2STUDIO_COMPILE_TRUSTED_ROOT`` (or below one) is
+    trusted as it is. Paths that do not exist yet pass: there is nothing to load.
+
+    Parameters
+    ----------
+    root : Path
+        The package cache root
+    *below : str
+        Path components under the root, e.g. ``"artifacts", "<key>.tar"``
+
+    Returns
+    -------
+    str | None
+        E.g. ``"/shared/cache is writable by its group"``
+    """
+    path = root.expanduser().resolve()
+    if any(path == t or t in path.parents for t in _trusted_roots()):
+        return None
+    uid = _uid()
+    for part in (None, *below):
+        if part is not None:
+            path = path / part
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return None
+        if st.st_uid != uid:
+            return f"{path} is owned by uid {st.st_uid}, not by you (uid {uid})"
+        if st.st_mode & 0o022:
+            who = "others" if st.st_mode & 0o002 else "its group"
+            return f"{path} is writable by {who}"
+    return None
+
+
+def _refuse(root: Path, reason: str) -> None:
+    _warn_once(
+        root,
+        "untrusted",
+        f"Not loading compiled code from the compile cache at {root}: {reason}. "
+        "Compiled kernels run as code in every process that loads them, so this "
+        "process compiles its own. Fix: `chmod go-w` it (and own it), use a cache "
+        f"root only you can write (EARTH2STUDIO_COMPILE_CACHE), or, if everyone who "
+        f"can write there is trusted, set {TRUSTED_ENV}={root}.",
+    )
+
+
+def _private_dir(path: Path) -> None:
+    """Create ``path`` (and missing parents) readable and writable by this user only."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for p in reversed(missing):
+        p.mkdir(mode=0o700, exist_ok=True)
+
+
+def lock_timeout() -> float:
+    """Seconds a process waits for another's compile of the same region.
+
+    Returns
+    -------
+    float
+        ``$EARTH2STUDIO_COMPILE_LOCK_TIMEOUT`` if set, else 300
+    """
+    value = os.environ.get(LOCK_TIMEOUT_ENV)
+    if value:
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            logger.warning(
+                f"Ignoring {LOCK_TIMEOUT_ENV}={value!r} (not a number of seconds); "
+                f"waiting up to {_LOCK_TIMEOUT:.0f} s."
+            )
+    return _LOCK_TIMEOUT
 
 
 def cache_root() -> Path | None:
@@ -126,12 +249,48 @@ def use_local_cache(root: Path) -> Path:
     ):
         return Path(value)  # type: ignore[arg-type]
     local = (root / "inductor").expanduser().absolute()
-    local.mkdir(parents=True, exist_ok=True)
+    # Inductor trusts the files in its local cache by name: the same rule as for
+    # bundles decides whether it may use the one under this root.
+    reason = untrusted(root, "inductor")
+    if reason is not None:
+        _refuse(root, reason)
+    else:
+        try:
+            _private_dir(local)
+            writable = os.access(local, os.W_OK)
+        except OSError:
+            writable = False
+        if not writable:
+            _read_only(root)
+            reason = "read-only"
+    if reason is not None:
+        if current is not None and current == _SET_HERE:
+            # Set here for an earlier root: back to Inductor's own default.
+            default = _torch.default_inductor_cache_dir()
+            if default is None:
+                del os.environ["TORCHINDUCTOR_CACHE_DIR"]
+            else:
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = default
+                _forget(Path(current), Path(default))
+            _SET_HERE = None
+        return Path(_torch.inductor_cache_dir())
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = _SET_HERE = str(local)
     if current is not None and current != str(local):
         _forget(Path(current), local)
     logger.trace(f"Inductor cache: {local}")
     return local
+
+
+def _read_only(root: Path) -> None:
+    _warn_once(
+        root,
+        "read-only",
+        f"The compile cache at {root} is read-only for this process: bundles "
+        "already there are loaded, but nothing new is saved and processes cannot "
+        "agree who compiles, so each one compiles the regions it lacks. Fix: make "
+        "it writable (it holds the lock files that let one process compile for "
+        "all), or fill it once from one process before starting the others.",
+    )
 
 
 def _forget(old: Path, new: Path) -> None:
@@ -418,7 +577,7 @@ class ArtifactCache:
                     )
             sums = {n: hashlib.sha256(d).hexdigest() for n, (d, _) in members.items()}
             meta = {"fields": self.fields, "sha256": sums}
-            self.directory.mkdir(parents=True, exist_ok=True)
+            _private_dir(self.directory)
             buffer = io.BytesIO()
             with tarfile.open(fileobj=buffer, mode="w") as tar:
                 _add_bytes(tar, _META, json.dumps(meta, default=str, indent=1).encode())
@@ -486,6 +645,11 @@ def local_cache_source(local: str) -> str:
 class RegionBundle:
     """One region's bundle around its first compile: load before, save after.
 
+    Across processes that share the cache root, one compiles and the others load:
+    :meth:`load` takes the key's lock when there is no bundle to load, and
+    :meth:`finish` (or :meth:`release`, for a region that does not finish) lets it
+    go once the bundle is saved.
+
     Parameters
     ----------
     directory : Path
@@ -506,6 +670,10 @@ class RegionBundle:
         self.region = region
         self.module = module
         self.cache: ArtifactCache | None = None
+        #: Seconds this process waited for another's compile of the same key.
+        self.waited: float | None = None
+        self._lock: filelock.BaseFileLock | None = None
+        self._save = True  # False where nothing may be written (read-only, untrusted)
 
     @property
     def path(self) -> Path | None:
@@ -520,6 +688,11 @@ class RegionBundle:
         options: str,
     ) -> str | None:
         """Key the bundle on the first call and unpack it if there is one.
+
+        Without a usable bundle, this process takes the key's lock and holds it
+        until :meth:`finish` or :meth:`release`. If another process holds it, this
+        one waits (``EARTH2STUDIO_COMPILE_LOCK_TIMEOUT``) and loads the bundle that
+        process saved; if it died without saving, this one compiles.
 
         Returns
         -------
@@ -538,10 +711,103 @@ class RegionBundle:
         self.cache = ArtifactCache(
             self.directory, Path(_torch.inductor_cache_dir()), fields
         )
+        seen = _identity(self.cache.path)
+        status = self._load_trusted()
+        if status == "loaded" or not self._save:
+            return status
+        if not self._lock_or_wait(seen):
+            return status
+        # Another process saved the bundle while this one looked or waited.
+        status = self._load_trusted()
+        if status != "loaded":
+            self.waited = None
+        return status
+
+    def _load_trusted(self) -> str | None:
+        assert self.cache is not None
+        root = self.directory.parent
+        reason = untrusted(root, self.directory.name, self.cache.path.name)
+        if reason is not None:
+            _refuse(root, reason)
+            self._save = False
+            return f"ignored: not trusted ({reason})"
         return self.cache.load()
+
+    def _lock_or_wait(self, seen: tuple[int, ...] | None) -> bool:
+        """Hold the key's lock for this process's compile, waiting for a holder.
+
+        Parameters
+        ----------
+        seen : tuple[int, ...] | None
+            :func:`_identity` of the bundle file before :meth:`load` read it
+
+        Returns
+        -------
+        bool
+            True when a bundle other than ``seen`` is there now (another process
+            saved it; the lock is not held), False when this process compiles
+        """
+        assert self.cache is not None
+        root = self.directory.parent
+        label = f"{self.owner}.{self.region}"
+        try:
+            _private_dir(self.directory)
+            lock = filelock.FileLock(
+                self.cache.path.with_suffix(".lock"),
+                thread_local=False,
+                **_LOCK_OPTIONS,
+            )
+            try:
+                lock.acquire(timeout=0)
+            except filelock.Timeout:
+                timeout = lock_timeout()
+                logger.info(
+                    f"Another process is compiling {label}; waiting up to "
+                    f"{timeout:.0f} s to load its bundle ({lock.lock_file})"
+                )
+                start = time.perf_counter()
+                try:
+                    lock.acquire(timeout=timeout, poll_interval=0.1)
+                except filelock.Timeout:
+                    logger.warning(
+                        f"Waited {timeout:.0f} s for another process to compile "
+                        f"{label} (lock {lock.lock_file}); compiling it here too. "
+                        f"Raise {LOCK_TIMEOUT_ENV} if its compile takes longer, or "
+                        "end that process if it hangs."
+                    )
+                    return False
+                self.waited = time.perf_counter() - start
+        except OSError as err:  # read-only root, or no flock on its file system
+            if err.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+                _read_only(root)
+                self._save = False
+            else:
+                _warn_once(
+                    root,
+                    "lock",
+                    f"Cannot lock {self.directory} ({err}): processes sharing this "
+                    "compile cache each compile the regions they lack. Fix: a cache "
+                    "root on a file system with flock (local disk, NFS; Lustre "
+                    "mounted with -o flock).",
+                )
+            return False
+        if _identity(self.cache.path) != seen:
+            lock.release()
+            return True
+        if self.waited is not None:
+            logger.info(
+                f"The process compiling {label} ended without saving a bundle; "
+                "compiling it here"
+            )
+            self.waited = None
+        self._lock = lock
+        return False
 
     def finish(self, misses: int, artifact: str | None) -> str | None:
         """Save a bundle after a compile that built something; the new status.
+
+        Releases the key's lock, so processes waiting for this compile load the
+        bundle.
 
         Parameters
         ----------
@@ -549,9 +815,51 @@ class RegionBundle:
             FX-graph cache misses of the first compile
         artifact : str | None
             The status :meth:`load` returned
+
+        Returns
+        -------
+        str | None
+            ``"saved"``, ``"<artifact>; re-saved"``, ``"loaded after waiting N s"``
+            (loaded what another process compiled meanwhile) or ``artifact``
         """
-        if self.cache is None or not (misses or artifact != "loaded"):
-            return artifact
-        if not self.cache.save():
-            return artifact
-        return f"{artifact}; re-saved" if artifact else "saved"
+        try:
+            if self.cache is None or not (misses or artifact != "loaded"):
+                if artifact == "loaded" and self.waited is not None:
+                    return f"loaded after waiting {self.waited:.1f} s"
+                return artifact
+            if not self._save or not self.cache.save():
+                return artifact
+            return f"{artifact}; re-saved" if artifact else "saved"
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        """Let the key's lock go without saving (the region fell back to eager).
+
+        Processes waiting for this one's compile then take over. Safe to call more
+        than once, and when no lock is held.
+        """
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release(force=True)
+
+
+def _identity(path: Path) -> tuple[int, ...] | None:
+    """What tells one file at ``path`` from the next (a rename replaces it)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_dev, st.st_mtime_ns, st.st_size)
+
+
+def _lock_options() -> dict[str, Any]:
+    import inspect
+
+    # Fail closed where the file system has no flock: filelock's fallback, a lock
+    # file whose existence is the lock, outlives a holder that dies.
+    params = inspect.signature(filelock.BaseFileLock.__init__).parameters
+    return {"fallback_to_soft": False} if "fallback_to_soft" in params else {}
+
+
+_LOCK_OPTIONS = _lock_options()

@@ -607,6 +607,8 @@ class CompiledRegion:
             stage += f" after {r.phases['before_fallback']:.1f} s"
         r.status = "eager"
         r.reason = reason
+        if self.bundle is not None:
+            self.bundle.release()  # processes waiting for this compile take over
         self._compiled = None
         self._backend = None
         what = (

@@ -50,8 +50,10 @@ class RegionReport:
         (~/.cache/earth2studio/compile/inductor)"`` or ``"PyTorch's default cache
         (/tmp/torchinductor_me), not this package's"``
     artifact : str | None
-        Portable cache bundle: ``"loaded"``, ``"saved"``, ``"ignored: <why>"`` or
-        None (cache disabled or no bundle yet)
+        Portable cache bundle: ``"loaded"``, ``"loaded after waiting N s"`` (another
+        process sharing the cache root compiled it meanwhile), ``"saved"`` (this
+        process compiled it), ``"ignored: <why>"`` or None (cache disabled or no
+        bundle yet)
     compiled_ms, eager_ms : float | None
         Fastest of a few synchronized compiled calls (3-5) and eager calls (6-7),
         timed once to tell whether compiling pays off; None in shorter sessions

@@ -1,0 +1,1 @@
+"""Runnable recipes: multi-process workflows with earth2studio-compile."""
