@@ -283,6 +283,8 @@ def test_ensemble_plan_has_every_row_once():
     cpu = plan_rows(cli._parse([*argv, "--device", "cpu", "--no-warm"]))
     assert {s["run"] for s in cpu} == {"eager", "compiled"}
     assert not any(s.get("prime") for s in cpu)
+    lean = plan_rows(cli._parse([*argv, "--device", "cuda", "--no-precision-eager"]))
+    assert "eager-tf32" not in {s["run"] for s in lean}
 
 
 def _row(run, b, rate, precision=None, io="zarr-disk", **extra):
@@ -393,3 +395,16 @@ def test_ensemble_mode_measures_small_fcn(tmp_path):
     assert rows[2]["report"]["regions"][0]["status"] == "compiled"
     # Same seeded data and perturbation at the same batch size as the reference.
     assert rows[2]["rel_l2_first"] < 1e-5
+
+
+def test_render_merges_ensemble_runs(tmp_path, capsys):
+    env = {"torch": "x", "triton": "y", "date": "d", "gpu": "G", "driver": "1"}
+    rows = {"zarr-disk": 10.0, "async-zarr": 15.0}
+    for io, rate in rows.items():
+        row = _row("eager", 16, rate, io=io)
+        row |= {"steady_member_steps_per_s": rate, "first_step_s": 0.1, "wall_s": 9.0}
+        payload = {"environment": env, "ensemble": [row]}
+        (tmp_path / f"{io}.json").write_text(json.dumps(payload))
+    paths = [str(tmp_path / f"{io}.json") for io in rows]
+    assert cli.main(["--render", *paths]) == 0
+    assert "1.50" in capsys.readouterr().out  # async-zarr over its zarr-disk twin

@@ -429,10 +429,16 @@ def warm_lines(results: list[dict[str, Any]]) -> list[str]:
 def render(paths: list[Path], plot_path: Path | None) -> int:
     """Print (and plot) the merged results of earlier ``--json`` files."""
     runs = [json.loads(p.read_text()) for p in paths]
-    results = [r for run in runs for r in run["results"]]
-    print(table(results))
-    print("\n".join(warm_lines(results)))
-    print(forecast_totals(results))
+    results = [r for run in runs for r in run.get("results", [])]
+    ensemble = [r for run in runs for r in run.get("ensemble", [])]
+    if results:
+        print(table(results))
+        print("\n".join(warm_lines(results)))
+        print(forecast_totals(results))
+    if ensemble:  # --ensemble runs, merged: the summary compares across files
+        from earth2studio_compile.tools.bench.ensemble import tables
+
+        print(tables(ensemble))
     for p, run in zip(paths, runs):
         env = run["environment"]
         print(

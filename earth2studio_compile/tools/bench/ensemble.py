@@ -74,7 +74,7 @@ STEP = (
 )
 NOISE = 0.05
 #: Steps of the instrumented breakdown run (one batch).
-BREAKDOWN_STEPS = 10
+BREAKDOWN_STEPS = 6
 
 
 def output_coords(model: Any, outputs: str) -> OrderedDict:
@@ -485,12 +485,13 @@ def label(r: dict[str, Any]) -> str:
 
 def plan_rows(args: Any) -> list[dict[str, Any]]:
     """One spec per row, in order: per model and IO backend, each batch size's
-    eager, eager TF32 (CUDA) and compiled rows (a cold prime then the warm row, or
-    one cold row with ``--no-warm``), then the all-variables rows (``--all-variables``:
-    eager and the last precision compiled, at the largest batch size)."""
+    eager, eager TF32 (CUDA, unless ``--no-precision-eager``) and compiled rows (a
+    cold prime then the warm row, or one cold row with ``--no-warm``), then the
+    all-variables rows (``--all-variables``: eager and the last precision compiled,
+    at the largest batch size)."""
     size = "small" if args.small else "full"
     runs: list[tuple[str, str | None]] = [(EAGER, None)]
-    if args.device == "cuda":
+    if args.device == "cuda" and args.precision_eager:
         runs.append((EAGER_TF32, None))
     runs += [(COMPILED, p) for p in args.precision_list or ["fp32", "tf32", "bf16"]]
     specs = []
