@@ -165,14 +165,15 @@ def test_diagnostic_model_with_a_network_is_compiled_too():
 
 @pytest.mark.parametrize(
     "name, batch_size",
-    [("fcn", 2), ("fcn", 3), ("dlwp", 3)],
+    [("fcn", 3), ("fcn", 2), ("dlwp", 2)],
     ids=["fcn-divides", "fcn-padded", "dlwp-padded"],
 )
 def test_compiled_ensemble_equals_eager_member_by_member(name, batch_size):
-    """4 members, a few variables selected with ``output_coords`` and written to a
+    """3 members, a few variables selected with ``output_coords`` and written to a
     Zarr store: each member compiled (fp32) equals the same member eager, from the
-    same seeded data and ``Gaussian`` perturbation; a batch size of 3 leaves a
-    padded last batch of 1."""
+    same seeded data and ``Gaussian`` perturbation; a batch size of 2 leaves a
+    padded last batch of 1. (Batch shapes of the other ensemble tests: the compile
+    cache serves them.)"""
     from collections import OrderedDict
 
     import numpy as np
@@ -180,7 +181,7 @@ def test_compiled_ensemble_equals_eager_member_by_member(name, batch_size):
     from earth2studio.perturbation import Gaussian
 
     model = zoo.build(name)
-    nsteps = 2
+    nsteps, nensemble = 2, 3
     variables = [str(v) for v in model.input_coords()["variable"]][:2]
 
     def once(compile):
@@ -190,7 +191,7 @@ def test_compiled_ensemble_equals_eager_member_by_member(name, batch_size):
         run.ensemble(
             ["2024-01-01"],
             nsteps,
-            4,
+            nensemble,
             model,
             zoo.random_source(model),
             io,
@@ -209,10 +210,10 @@ def test_compiled_ensemble_equals_eager_member_by_member(name, batch_size):
         compiled = once(True)
     assert sorted(eager) == variables
     for v in variables:
-        assert eager[v].shape[:3] == (4, 1, nsteps + 1), v  # ensemble, time, lead
-        for member in range(4):
+        assert eager[v].shape[:3] == (nensemble, 1, nsteps + 1), v
+        for member in range(nensemble):
             assert_close({v: compiled[v][member]}, {v: eager[v][member]})
     (region,) = run.last_report().regions
     assert region.status == "compiled" and region.recompiles == 0
     assert region.precision == "fp32"
-    assert (region.padded_calls > 0) == (4 % batch_size != 0)
+    assert (region.padded_calls > 0) == (nensemble % batch_size != 0)
