@@ -235,3 +235,176 @@ def test_e2e_breakdown_attributes_the_time_outside_the_model(monkeypatch, tmp_pa
     assert total == pytest.approx(b["wall_s"], rel=1e-6)
     # What the instrumentation replaced is back.
     assert upstream.split_coords is slow_split and upstream.tqdm is SlowBar
+
+
+# -- Ensemble mode (tools/bench/ensemble.py) ------------------------------------------
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--ensemble", "4", "--batch-size", "2,x"], "--batch-size takes positive"),
+        (["--ensemble", "4", "--io", "netcdf4"], "--ensemble writes to"),
+        (["--ensemble", "4", "--precision", "fp16"], "unknown precision 'fp16'"),
+        (["--ensemble", "2", "--steps", "0"], "--ensemble and --steps must be >= 1"),
+    ],
+)
+def test_ensemble_bad_arguments_name_the_fix(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        cli._parse(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_ensemble_plan_has_every_row_once():
+    from earth2studio_compile.tools.bench.ensemble import plan_rows
+
+    argv = ["--ensemble", "16", "--batch-size", "32,4", "--steps", "3"]
+    argv += ["--models", "dlwp", "--precision", "tf32,bf16", "--all-variables"]
+    args = cli._parse([*argv, "--device", "cuda"])
+    assert args.batch_list == [4, 16]  # sorted, capped at the ensemble size
+    specs = plan_rows(args)
+    few = [s for s in specs if s["outputs"] == "few"]
+    # Per batch size: eager, eager TF32, then per precision a prime and a warm row.
+    assert [(s["run"], s["precision"], s["cache"]) for s in few[:6]] == [
+        ("eager", None, None),
+        ("eager-tf32", None, None),
+        ("compiled", "tf32", "cold"),
+        ("compiled", "tf32", "warm"),
+        ("compiled", "bf16", "cold"),
+        ("compiled", "bf16", "warm"),
+    ]
+    assert len(few) == 12 and few[2]["prime"] and not few[3].get("prime")
+    assert few[2]["tag"] == few[3]["tag"] != few[4]["tag"]  # warm reads its prime
+    every = [s for s in specs if s["outputs"] == "all"]
+    assert [(s["run"], s["batch_size"]) for s in every] == [
+        ("eager", 16),
+        ("compiled", 16),
+        ("compiled", 16),
+    ]
+    # On the CPU TF32 does nothing: no eager TF32 row; --no-warm: no prime.
+    cpu = plan_rows(cli._parse([*argv, "--device", "cpu", "--no-warm"]))
+    assert {s["run"] for s in cpu} == {"eager", "compiled"}
+    assert not any(s.get("prime") for s in cpu)
+    lean = plan_rows(cli._parse([*argv, "--device", "cuda", "--no-precision-eager"]))
+    assert "eager-tf32" not in {s["run"] for s in lean}
+
+
+def _row(run, b, rate, precision=None, io="zarr-disk", **extra):
+    return {
+        "model": "fcn",
+        "io": io,
+        "outputs": "few",
+        "run": run,
+        "precision": precision,
+        "batch_size": b,
+        "member_steps_per_s": rate,
+        **extra,
+    }
+
+
+def test_ensemble_summary_compares_with_upstreams_best_batch():
+    from earth2studio_compile.tools.bench.ensemble import summarize, tables
+
+    rows = [
+        _row("eager", 4, 10.0),
+        _row("eager", 16, 12.0),  # upstream's best batch size
+        _row("eager-tf32", 16, 20.0),
+        _row("compiled", 4, 30.0, "tf32"),
+        _row("compiled", 16, 48.0, "tf32"),
+        _row("compiled", 32, None, "tf32", oom=True, error="out of memory: x"),
+        _row("compiled", 16, 60.0, "tf32", io="async-zarr"),
+        _row("compiled", 16, 1.0, "tf32", prime=True),
+    ]
+    del rows[5]["member_steps_per_s"], rows[-1]["member_steps_per_s"]
+    s = summarize(rows)
+    by = {(e["io"], e["run"], e["batch_size"]): e for e in s["rows"]}
+    e = by[("zarr-disk", "compiled", 16)]
+    assert e["vs_eager"] == pytest.approx(4.0) and e["vs_eager_batch"] == 16
+    assert e["vs_eager_tf32"] == pytest.approx(2.4)
+    assert by[("async-zarr", "compiled", 16)]["async_vs_zarr"] == pytest.approx(1.25)
+    # no eager rows on async-zarr: nothing to compare with there
+    assert by[("async-zarr", "compiled", 16)]["vs_eager"] is None
+    assert len(s["rows"]) == 6  # the OOM and the prime rows have no throughput
+    fits = s["largest_batch"]["fcn zarr-disk few compiled tf32"]
+    assert fits == {"fits": 16, "oom_at": 32}
+    for r in rows:
+        r.setdefault("steady_member_steps_per_s", 1.0)
+        r.update(first_step_s=0.5, wall_s=2.0)
+    text = tables(rows)
+    assert "OOM: out of memory" in text and "4.00 (B=16)" in text
+    assert "out of memory at 32" in text
+
+
+def test_ensemble_cli_writes_json_after_every_row_and_skips_past_oom(
+    monkeypatch, tmp_path, capsys
+):
+    calls = []
+
+    def fake(spec, timeout, workdir):
+        calls.append(spec)
+        if spec["run"] == "compiled" and spec["batch_size"] == 2:
+            return {**spec, "oom": True, "error": "out of memory: CUDA"}
+        rate = 10.0 * spec["batch_size"]
+        row = {**spec, "member_steps_per_s": rate, "steady_member_steps_per_s": rate}
+        return row | {"first_step_s": 0.1, "wall_s": 1.0}
+
+    monkeypatch.setattr(cli, "_run_one", fake)
+    out = tmp_path / "ens.json"
+    argv = ["--ensemble", "4", "--batch-size", "1,2,4", "--models", "fcn"]
+    argv += ["--precision", "fp32", "--no-warm", "--device", "cpu", "--json", str(out)]
+    assert cli.main(argv) == 0  # running out of memory is a result, not a failure
+    rows = json.loads(out.read_text())["ensemble"]
+    assert [(r["run"], r["batch_size"]) for r in rows] == [
+        ("eager", 1),
+        ("compiled", 1),
+        ("eager", 2),
+        ("compiled", 2),
+        ("eager", 4),
+        ("compiled", 4),
+    ]
+    assert rows[-1]["skipped"] == "skipped: batch 2 ran out of memory"
+    assert len(calls) == 5  # the skipped row started no process
+    assert "largest batch run 1, out of memory at 2" in capsys.readouterr().out
+
+
+def test_ensemble_mode_measures_small_fcn(tmp_path):
+    """One eager and one compiled row of small FCN in this process: every field
+    present and sane (nothing timed against a figure)."""
+    from earth2studio_compile.tools.bench.ensemble import STEP, measure_ensemble
+
+    ref = tmp_path / "ref.pt"
+    base = {"model": "fcn", "mode": "ensemble", "size": "small", "device": "cpu"}
+    base |= {"nensemble": 3, "steps": 2, "io": "zarr-disk", "outputs": "few"}
+    base |= {"reference": str(ref), "workdir": str(tmp_path)}
+    rows = []
+    for run, b in (("eager", 2), ("eager", 3), ("compiled", 2)):
+        spec = base | {"run": run, "batch_size": b, "save_reference": run == "eager"}
+        if run == "compiled":
+            spec |= {"precision": "fp32"}
+        rows.append(measure_ensemble(spec))
+    for r in rows:
+        assert "error" not in r, r.get("error")
+        assert r["member_steps"] == 6 and r["member_steps_per_s"] > 0
+        assert 0 < r["first_step_s"] < r["wall_s"]
+        assert r["steady_member_steps_per_s"] > 0
+        assert r["peak_gpu_bytes"] is None and r["peak_gpu_bytes_per_member"] is None
+        # 3 members x 3 lead times x 3 variables x 16 x 32 float32, plus metadata
+        assert r["store_bytes_expected"] == 4 * 3 * 3 * 3 * 16 * 32
+        assert r["store_bytes"] >= r["store_bytes_expected"] // 2
+        b = r["breakdown"]
+        assert b["steps"] == 2 and all(b[f"{p}_ms"] >= 0 for p in STEP if p != "loop")
+        assert b["core_ms"] > 0 and b["write_ms"] > 0 and b["perturb_ms"] > 0
+    assert rows[2]["report"]["regions"][0]["status"] == "compiled"
+    # Same seeded data and perturbation at the same batch size as the reference.
+    assert rows[2]["rel_l2_first"] < 1e-5
+
+
+def test_render_merges_ensemble_runs(tmp_path, capsys):
+    env = {"torch": "x", "triton": "y", "date": "d", "gpu": "G", "driver": "1"}
+    rows = {"zarr-disk": 10.0, "async-zarr": 15.0}
+    for io, rate in rows.items():
+        row = _row("eager", 16, rate, io=io)
+        row |= {"steady_member_steps_per_s": rate, "first_step_s": 0.1, "wall_s": 9.0}
+        payload = {"environment": env, "ensemble": [row]}
+        (tmp_path / f"{io}.json").write_text(json.dumps(payload))
+    paths = [str(tmp_path / f"{io}.json") for io in rows]
+    assert cli.main(["--render", *paths]) == 0
+    assert "1.50" in capsys.readouterr().out  # async-zarr over its zarr-disk twin

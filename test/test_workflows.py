@@ -161,3 +161,59 @@ def test_diagnostic_model_with_a_network_is_compiled_too():
     assert_close(compiled, eager)
     labels = {r.label: r.status for r in run.last_report().regions}
     assert labels == {"GridPrognostic.model": "compiled", "Scale.net": "compiled"}
+
+
+@pytest.mark.parametrize(
+    "name, batch_size",
+    [("fcn", 3), ("fcn", 2), ("dlwp", 2)],
+    ids=["fcn-divides", "fcn-padded", "dlwp-padded"],
+)
+def test_compiled_ensemble_equals_eager_member_by_member(name, batch_size):
+    """3 members, a few variables selected with ``output_coords`` and written to a
+    Zarr store: each member compiled (fp32) equals the same member eager, from the
+    same seeded data and ``Gaussian`` perturbation; a batch size of 2 leaves a
+    padded last batch of 1. (Batch shapes of the other ensemble tests: the compile
+    cache serves them.)"""
+    from collections import OrderedDict
+
+    import numpy as np
+    from earth2studio.io import ZarrBackend
+    from earth2studio.perturbation import Gaussian
+
+    model = zoo.build(name)
+    nsteps, nensemble = 2, 3
+    variables = [str(v) for v in model.input_coords()["variable"]][:2]
+
+    def once(compile):
+        np.random.seed(0)
+        torch.manual_seed(0)
+        io = ZarrBackend()
+        run.ensemble(
+            ["2024-01-01"],
+            nsteps,
+            nensemble,
+            model,
+            zoo.random_source(model),
+            io,
+            Gaussian(noise_amplitude=0.05, seed=0),
+            batch_size=batch_size,
+            output_coords=OrderedDict({"variable": np.array(variables)}),
+            device=torch.device("cpu"),
+            verbose=False,
+            compile=compile,
+        )
+        return {v: torch.as_tensor(np.asarray(io.root[v][:])) for v in variables}
+
+    eager = once(False)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EARTH2STUDIO_COMPILE_PRECISION", "fp32")
+        compiled = once(True)
+    assert sorted(eager) == variables
+    for v in variables:
+        assert eager[v].shape[:3] == (nensemble, 1, nsteps + 1), v
+        for member in range(nensemble):
+            assert_close({v: compiled[v][member]}, {v: eager[v][member]})
+    (region,) = run.last_report().regions
+    assert region.status == "compiled" and region.recompiles == 0
+    assert region.precision == "fp32"
+    assert (region.padded_calls > 0) == (nensemble % batch_size != 0)

@@ -121,6 +121,23 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--device", default=None, help="cuda or cpu (default: cuda if available)"
     )
+    p.add_argument(
+        "--ensemble",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run upstream's ensemble workflow with N members instead (ensemble.py)",
+    )
+    p.add_argument(
+        "--batch-size",
+        default="",
+        help="with --ensemble: comma-separated members per batch (default N)",
+    )
+    p.add_argument(
+        "--all-variables",
+        action="store_true",
+        help="with --ensemble: also write every variable at the largest batch size",
+    )
     p.add_argument("--json", type=Path, default=None, help="write every figure here")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG figure here")
     p.add_argument("--timeout", type=int, default=900, help="seconds per measurement")
@@ -133,6 +150,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="measure nothing: merge these --json files into one table (and --plot)",
     )
     args = p.parse_args(argv)
+    if args.ensemble:
+        return _parse_ensemble(p, args)
     if args.steps < 11:
         p.error("--steps must be >= 11 (the median of >= 10 steady-state steps)")
     if args.device is None:
@@ -167,6 +186,37 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         if chosen != "auto" and not (chosen.isdigit() and int(chosen) >= 2):
             p.error(f"--writers takes auto or worker counts >= 2, not {chosen!r}")
         args.writer_list.append(chosen if chosen == "auto" else int(chosen))
+    args.model_list = [m for m in args.models.split(",") if m]
+    return args
+
+
+def _parse_ensemble(
+    p: argparse.ArgumentParser, args: argparse.Namespace
+) -> argparse.Namespace:
+    """The arguments of ``--ensemble`` (see :mod:`.ensemble`)."""
+    from earth2studio_compile.precision import PRECISIONS
+    from earth2studio_compile.tools.bench.ensemble import IO_CHOICES
+
+    if args.ensemble < 1 or args.steps < 1:
+        p.error("--ensemble and --steps must be >= 1")
+    if args.device is None:
+        import torch
+
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    sizes = [b.strip() for b in args.batch_size.split(",") if b.strip()]
+    if not all(b.isdigit() and int(b) >= 1 for b in sizes):
+        p.error(f"--batch-size takes positive integers, not {args.batch_size!r}")
+    args.batch_list = sorted({min(int(b), args.ensemble) for b in sizes}) or [
+        args.ensemble
+    ]
+    args.precision_list = [x for x in args.precision.split(",") if x]
+    for chosen in args.precision_list:
+        if chosen not in PRECISIONS:
+            p.error(f"unknown precision {chosen!r}; use {', '.join(PRECISIONS)}")
+    args.io_list = [b for b in args.io.split(",") if b]
+    for backend in args.io_list:
+        if backend not in IO_CHOICES:
+            p.error(f"--ensemble writes to {', '.join(IO_CHOICES)}, not {backend!r}")
     args.model_list = [m for m in args.models.split(",") if m]
     return args
 
@@ -215,7 +265,7 @@ def _run_one(spec: dict[str, Any], timeout: int, workdir: Path) -> dict[str, Any
     by the cold run (which writes them) and the warm run (which only reads them):
     that is a warm start on a fresh machine with an empty local cache.
     """
-    tag = f"{spec['model'].replace(':', '_')}-{spec['mode']}"
+    tag = spec.get("tag") or f"{spec['model'].replace(':', '_')}-{spec['mode']}"
     local = workdir / f"local-{tag}-{spec.get('cache') or 'eager'}"
     env = {
         **os.environ,
@@ -379,10 +429,16 @@ def warm_lines(results: list[dict[str, Any]]) -> list[str]:
 def render(paths: list[Path], plot_path: Path | None) -> int:
     """Print (and plot) the merged results of earlier ``--json`` files."""
     runs = [json.loads(p.read_text()) for p in paths]
-    results = [r for run in runs for r in run["results"]]
-    print(table(results))
-    print("\n".join(warm_lines(results)))
-    print(forecast_totals(results))
+    results = [r for run in runs for r in run.get("results", [])]
+    ensemble = [r for run in runs for r in run.get("ensemble", [])]
+    if results:
+        print(table(results))
+        print("\n".join(warm_lines(results)))
+        print(forecast_totals(results))
+    if ensemble:  # --ensemble runs, merged: the summary compares across files
+        from earth2studio_compile.tools.bench.ensemble import tables
+
+        print(tables(ensemble))
     for p, run in zip(paths, runs):
         env = run["environment"]
         print(
@@ -426,6 +482,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     if args.render:
         return render(args.render, args.plot)
+    if args.ensemble:
+        from earth2studio_compile.tools.bench.ensemble import run_rows
+
+        return run_rows(args, environment(args.device), _run_one)
     size = "small" if args.small else "full"
     results: list[dict[str, Any]] = []
     caches = ["cold", "warm"] if args.warm else ["cold"]
