@@ -52,7 +52,8 @@ from typing import Any
 import torch
 from loguru import logger
 
-from earth2studio_compile import _torch, precision as _precision
+from earth2studio_compile import _torch
+from earth2studio_compile import precision as _precision
 from earth2studio_compile._torch import MODULE_SLOT, tree_flatten, tree_map
 from earth2studio_compile.cache import (
     artifact_key,
@@ -682,9 +683,10 @@ def _differences(fields: Mapping[str, Any], directory: Path) -> str:
             other = _read_meta(meta_path.parent)["fields"]
         except Exception:  # an unreadable neighbour says nothing
             continue
-        if other.get("model") != fields["model"] or other.get("region") != fields[
-            "region"
-        ]:
+        if (
+            other.get("model") != fields["model"]
+            or other.get("region") != fields["region"]
+        ):
             continue
         diffs.update(k for k in fields if other.get(k) != fields[k])
     if not diffs:
@@ -774,7 +776,9 @@ def load_runner(
         loader = _torch.aoti_loader(str(path / _PACKAGE), index)
         names = list(loader.get_constant_fqns())
     except Exception as err:  # a damaged or foreign library
-        return f"damaged artifact {path}: could not load it ({type(err).__name__}: {err})"
+        return (
+            f"damaged artifact {path}: could not load it ({type(err).__name__}: {err})"
+        )
     phases["aot_load"] = time.perf_counter() - start
     if cudagraphs is None:
         wants = {**(_torch.mode_options(mode) if mode else {}), **(options or {})}

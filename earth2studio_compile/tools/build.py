@@ -34,10 +34,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("model", nargs="?", choices=zoo.MODELS, help="a zoo model")
     p.add_argument("--module", help="pkg.mod:factory returning your model")
     p.add_argument("--size", choices=zoo.SIZES, default="full", help="zoo size")
-    p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: cuda if available)")
+    p.add_argument(
+        "--device", default=None, help="cuda, cuda:1, cpu (default: cuda if available)"
+    )
     p.add_argument("--precision", choices=PRECISIONS, default=None)
     p.add_argument("--batch-size", type=int, default=1)
-    p.add_argument("--mode", default=None, help="Inductor mode (default: as compile=True)")
+    p.add_argument(
+        "--mode", default=None, help="Inductor mode (default: as compile=True)"
+    )
     p.add_argument("--force", action="store_true", help="rebuild existing artifacts")
     a = p.parse_args(argv)
     if (a.model is None) == (a.module is None):
