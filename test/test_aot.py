@@ -274,3 +274,29 @@ def test_a_fresh_process_loads_and_matches(built, tmp_path):
         f"build {build_seconds:.1f} s "
         f"({100 * result['seconds'] / build_seconds:.1f}%), phases {result['phases']}"
     )
+
+
+@pytest.mark.gpu
+def test_cuda_graph_runner_keeps_held_outputs(tmp_path):
+    """On CUDA the runner captures its own graph at call 2 and clones outputs."""
+    from earth2studio_compile import example_input
+    from earth2studio_compile.precision import scope
+    from earth2studio_compile.tools import zoo
+
+    device = torch.device("cuda")
+    model = zoo.build("fcn", size="small").to(device)
+    core = model.model
+    x, coords = example_input(model)
+    args, kwargs = aot._capture(model, [core], x, coords)[id(core)]
+    owner = f"{type(model).__module__}.{type(model).__qualname__}"
+    common = dict(precision="fp32", mode="reduce-overhead", owner=owner, region="model")
+    aot.build_region(core, args, kwargs, root=tmp_path, **common)
+    runner = aot.load_runner(core, args, kwargs, device, root=tmp_path, **common)
+    assert isinstance(runner, aot.AotRunner), runner
+    assert runner.cudagraphs
+    inputs = [torch.randn_like(args[0]) for _ in range(3)]
+    outs = [runner(i) for i in inputs]
+    assert runner.phases["cudagraph_capture"] >= 0.0
+    for i, out in zip(inputs, outs):
+        with torch.no_grad(), scope("fp32", device):
+            assert aot.verify(out, core(i), "fp32") is None
