@@ -8,6 +8,7 @@ The workflows live in :mod:`earth2studio_compile.run` (imported on demand: impor
 """
 
 from earth2studio_compile import _torch
+from earth2studio_compile.aot import build
 from earth2studio_compile.cache import cache_root
 from earth2studio_compile.models import MODEL_TABLE, ModelSpec, plan, register_model
 from earth2studio_compile.options import CompileOptions
@@ -29,6 +30,7 @@ __all__ = [
     "ModelSpec",
     "OverlappedIO",
     "RegionReport",
+    "build",
     "cache_root",
     "example_input",
     "plan",

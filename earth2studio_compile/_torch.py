@@ -783,3 +783,93 @@ def _restore_fp32_math(saved: _Fp32Saved) -> None:
         _set(backend, own)
     if saved.root is not None:
         _set(*saved.root)
+
+
+# -- ahead-of-time compiled regions (AOTInductor) --------------------------------------
+def _probe_aoti_compile() -> None:
+    from torch._inductor import aoti_compile_and_package  # noqa: F401
+
+    if not callable(getattr(torch.export, "export", None)):
+        raise AttributeError("torch.export has no export")
+
+
+def _probe_aoti_loader() -> None:
+    loader = torch._C._aoti.AOTIModelPackageLoader
+    for name in ("boxed_run", "get_call_spec", "get_constant_fqns", "load_constants"):
+        if not hasattr(loader, name):
+            raise AttributeError(f"AOTIModelPackageLoader has no {name}")
+    from torch.utils._pytree import treespec_loads  # noqa: F401
+
+
+FEATURES["aoti_compile"] = (
+    "building ahead-of-time compiled regions (AOTInductor)",
+    _probe_aoti_compile,
+)
+FEATURES["aoti_loader"] = (
+    "loading ahead-of-time compiled regions (AOTInductor's package loader)",
+    _probe_aoti_loader,
+)
+
+
+def aoti_compile(program: Any, path: str, configs: Mapping[str, Any]) -> str:
+    """``torch._inductor.aoti_compile_and_package`` of an exported program.
+
+    Parameters
+    ----------
+    program : torch.export.ExportedProgram
+        The exported region
+    path : str
+        Where the ``.pt2`` package goes
+    configs : Mapping[str, Any]
+        Inductor settings for the compile
+
+    Returns
+    -------
+    str
+        The package's path
+    """
+    from torch._inductor import aoti_compile_and_package
+
+    return aoti_compile_and_package(
+        program, package_path=path, inductor_configs=dict(configs)
+    )
+
+
+def aoti_loader(path: str, device_index: int) -> Any:
+    """AOTInductor's package loader for ``path``, without ``aoti_load_package``.
+
+    ``torch._inductor.aoti_load_package`` goes through ``load_pt2``, which imports
+    Inductor's compile machinery and probes the CPU's vector ISA by compiling test
+    programs (5.8 s on a 2-core CPU, 13-58 s on an H100 host with an empty Inductor
+    cache; pytorch issue #191715). The loader itself only unpacks and ``dlopen``s
+    the compiled library (~0.01 s on CPU). ``run_single_threaded``: the runner
+    skips its own thread synchronisation, which CUDA-graph capture needs; a region
+    calls it from one thread.
+
+    Parameters
+    ----------
+    path : str
+        The ``.pt2`` package
+    device_index : int
+        CUDA device index (-1: the current device)
+
+    Returns
+    -------
+    torch._C._aoti.AOTIModelPackageLoader
+        The loaded model
+    """
+    return torch._C._aoti.AOTIModelPackageLoader(path, "model", True, 1, device_index)
+
+
+def treespec_loads(text: str) -> Any:
+    """A pytree spec from its serialised form (the package's call spec)."""
+    from torch.utils._pytree import treespec_loads as loads
+
+    return loads(text)
+
+
+def tree_unflatten(leaves: list[Any], spec: Any) -> Any:
+    """The pytree ``spec`` describes, filled with ``leaves``."""
+    from torch.utils._pytree import tree_unflatten as unflatten
+
+    return unflatten(leaves, spec)

@@ -1,0 +1,302 @@
+"""Ahead-of-time compiled regions (earth2studio_compile.aot) on CPU.
+
+Two real AOTInductor builds per session (each 25-90 s on 2 cores): the small FCN
+core through ``earth2studio_compile.build`` (module fixture), and a cheap core with
+another ``forward`` planted under the FCN core's key. Key changes are checked by
+changing the inputs of ``key_for``, without rebuilding.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from earth2studio_compile import aot
+from earth2studio_compile.metrics import rel_l2
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The small FCN's core built ahead of time in a fresh cache root."""
+    from earth2studio_compile import build, example_input
+    from earth2studio_compile.tools import zoo
+
+    root = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EARTH2STUDIO_COMPILE_CACHE", str(root))
+        model = zoo.build("fcn", size="small")
+        [result] = build(model, precision="fp32")
+        x, coords = example_input(model)
+        core = model.model
+        args, kwargs = aot._capture(model, [core], x, coords)[id(core)]
+        yield SimpleNamespace(
+            root=root,
+            model=model,
+            core=core,
+            args=(torch.randn_like(args[0]),),
+            kwargs=kwargs,
+            owner=f"{type(model).__module__}.{type(model).__qualname__}",
+            result=result,
+        )
+
+
+def _load(b, module=None, args=None, root=None, **changes):
+    settings = dict(precision="fp32", mode=None, owner=b.owner, region="model")
+    settings.update(changes)
+    return aot.load_runner(
+        module if module is not None else b.core,
+        args if args is not None else b.args,
+        b.kwargs,
+        CPU,
+        root=root if root is not None else b.root,
+        **settings,
+    )
+
+
+def _eager(core, args):
+    with torch.no_grad():
+        return core(*args)
+
+
+def test_build_writes_an_artifact_that_matches_eager(built):
+    assert built.result.status == "built", built.result
+    assert built.result.path.parent == built.root / "aot"
+    meta = json.loads((built.result.path / "meta.json").read_text())
+    assert set(meta["sha256"]) == {"model.pt2"}
+    runner = _load(built)
+    assert isinstance(runner, aot.AotRunner), runner
+    out = runner(*built.args)
+    ref = _eager(built.core, built.args)
+    assert rel_l2(out, ref) <= 1e-5
+    assert aot.verify(out, ref, "fp32") is None
+    # Each phase measured, none a remainder.
+    for phase in ("key", "checksum", "aot_load", "bind", "first_run"):
+        assert runner.phases[phase] >= 0.0, phase
+
+
+def test_outputs_follow_weight_changes(built):
+    runner = _load(built)
+    assert isinstance(runner, aot.AotRunner), runner
+    before = runner(*built.args)
+    weight = built.core.head.weight
+    saved = weight.detach().clone()
+    try:
+        with torch.no_grad():
+            weight.mul_(1.5)  # in place: the bound tensor itself
+        changed = runner(*built.args)
+        assert rel_l2(changed, before) > 1e-3
+        assert rel_l2(changed, _eager(built.core, built.args)) <= 1e-5
+        # A replaced parameter (not updated in place) is rebound, never stale.
+        built.core.head.weight = torch.nn.Parameter(saved * 0.5)
+        replaced = runner(*built.args)
+        assert rel_l2(replaced, _eager(built.core, built.args)) <= 1e-5
+    finally:
+        built.core.head.weight = weight
+        with torch.no_grad():
+            weight.copy_(saved)
+    assert rel_l2(runner(*built.args), before) == 0.0
+
+
+def test_another_input_shape_is_refused_by_the_runner(built):
+    runner = _load(built)
+    assert isinstance(runner, aot.AotRunner), runner
+    with pytest.raises(aot.SignatureMismatch):
+        runner(torch.cat([built.args[0]] * 2))
+
+
+def test_build_again_finds_the_artifact(built, monkeypatch):
+    from earth2studio_compile import build
+
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(built.root))
+    [again] = build(built.model, precision="fp32")
+    assert again.status == "present"
+    assert again.path == built.result.path
+
+
+def test_cli_finds_the_artifact(built, monkeypatch, capsys):
+    from earth2studio_compile.tools import build as cli
+
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(built.root))
+    code = cli.main(
+        ["fcn", "--size", "small", "--device", "cpu", "--precision", "fp32"]
+    )
+    assert code == 0
+    assert f"present: {built.result.path}" in capsys.readouterr().out
+
+
+def _patched_filter_forward(self, x):
+    return x
+
+
+@pytest.mark.parametrize(
+    "change", ["structure", "source", "precision", "shape", "torch_version"]
+)
+def test_each_key_change_declines(built, monkeypatch, change):
+    base, _ = aot.key_for(
+        built.core, built.args, built.kwargs, CPU, "fp32", None, built.owner, "model"
+    )
+    module, args, precision = built.core, built.args, "fp32"
+    if change == "structure":
+        module = copy.deepcopy(built.core)
+        module.register_buffer("extra", torch.zeros(1))
+    elif change == "source":
+        filter_cls = type(built.core.blocks[0].filter)
+        monkeypatch.setattr(filter_cls, "forward", _patched_filter_forward)
+    elif change == "precision":
+        precision = "tf32"
+    elif change == "shape":
+        args = (torch.cat([built.args[0]] * 2),)
+    else:
+        monkeypatch.setattr(torch, "__version__", "9.9.9")
+    key, _ = aot.key_for(
+        module, args, built.kwargs, CPU, precision, None, built.owner, "model"
+    )
+    assert key != base
+    reason = _load(built, module=module, args=args, precision=precision)
+    assert isinstance(reason, str)
+    assert "no artifact" in reason
+
+
+def _copy_artifact(built, root: Path) -> Path:
+    target = root / "aot" / built.result.path.name
+    shutil.copytree(built.result.path, target)
+    return target
+
+
+def test_a_damaged_artifact_declines(built, tmp_path):
+    target = _copy_artifact(built, tmp_path)
+    package = target / "model.pt2"
+    data = bytearray(package.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    package.write_bytes(bytes(data))
+    reason = _load(built, root=tmp_path)
+    assert isinstance(reason, str) and "checksum" in reason
+
+
+class _Shifted(torch.nn.Module):
+    """Another forward over the same parameters: a wrong graph for the FCN core."""
+
+    def forward(self, x):
+        return x + self.head.weight.sum()
+
+
+def test_an_artifact_with_another_answer_is_caught_by_verify(built, tmp_path):
+    other = copy.deepcopy(built.core)
+    other.__class__ = type("Shifted", (_Shifted, type(built.core)), {})
+    built_other = aot.build_region(
+        other, built.args, {}, "fp32", owner=built.owner, region="model", root=tmp_path
+    )
+    # Planted under the FCN core's own key, with that key's fields.
+    key, fields = aot.key_for(
+        built.core, built.args, built.kwargs, CPU, "fp32", None, built.owner, "model"
+    )
+    planted = tmp_path / "plant" / "aot" / key
+    shutil.copytree(built_other, planted)
+    meta = json.loads((planted / "meta.json").read_text())
+    meta["fields"] = fields
+    (planted / "meta.json").write_text(json.dumps(meta))
+    runner = _load(built, root=tmp_path / "plant")
+    assert isinstance(runner, aot.AotRunner), runner
+    reason = aot.verify(runner(*built.args), _eager(built.core, built.args), "fp32")
+    assert reason is not None and "rel. L2" in reason
+
+
+def test_verify_reasons():
+    a = torch.ones(2, 3)
+    assert aot.verify(a, a.clone(), "fp32") is None
+    assert "structure" in aot.verify((a,), a, "fp32")
+    assert "[3, 2]" in aot.verify(a.T.contiguous(), a, "fp32")
+    nan = a.clone()
+    nan[0, 0] = float("nan")
+    assert "NaN" in aot.verify(nan, a, "fp32")
+    assert aot.verify(nan, nan.clone(), "fp32") is None
+    assert aot.verify(a * (1 + 1e-3), a, "bf16") is None
+    assert "rel. L2" in aot.verify(a * (1 + 1e-3), a, "fp32")
+
+
+def test_a_fresh_process_loads_and_matches(built, tmp_path):
+    """A new process (empty Inductor cache) loads the artifact; its first call
+    is reported against the build time, not asserted."""
+    script = textwrap.dedent(
+        f"""
+        import json, os, time
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = {str(tmp_path / "inductor")!r}
+        import torch
+        from earth2studio_compile import aot, example_input
+        from earth2studio_compile.metrics import rel_l2
+        from earth2studio_compile.tools import zoo
+        model = zoo.build("fcn", size="small")
+        core = model.model
+        x, coords = example_input(model)
+        args, kwargs = aot._capture(model, [core], x, coords)[id(core)]
+        args = (torch.randn_like(args[0]),)
+        start = time.perf_counter()
+        runner = aot.load_runner(core, args, kwargs, torch.device("cpu"), "fp32",
+                                 None, {built.owner!r}, "model",
+                                 root=__import__("pathlib").Path({str(built.root)!r}))
+        out = runner(*args)
+        seconds = time.perf_counter() - start
+        with torch.no_grad():
+            err = rel_l2(out, core(*args))
+        print(json.dumps({{"seconds": seconds, "error": err, "phases": runner.phases}}))
+        """
+    )
+    env = {**os.environ, "EARTH2STUDIO_COMPILE_CACHE": "off"}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["error"] <= 1e-5
+    build_seconds = sum(
+        json.loads((built.result.path / "meta.json").read_text())[
+            "build_seconds"
+        ].values()
+    )
+    print(
+        f"fresh process: load + first call {result['seconds']:.3f} s, "
+        f"build {build_seconds:.1f} s "
+        f"({100 * result['seconds'] / build_seconds:.1f}%), phases {result['phases']}"
+    )
+
+
+@pytest.mark.gpu
+def test_cuda_graph_runner_keeps_held_outputs(tmp_path):
+    """On CUDA the runner captures its own graph at call 2 and clones outputs."""
+    from earth2studio_compile import example_input
+    from earth2studio_compile.precision import scope
+    from earth2studio_compile.tools import zoo
+
+    device = torch.device("cuda")
+    model = zoo.build("fcn", size="small").to(device)
+    core = model.model
+    x, coords = example_input(model)
+    args, kwargs = aot._capture(model, [core], x, coords)[id(core)]
+    owner = f"{type(model).__module__}.{type(model).__qualname__}"
+    common = dict(precision="fp32", mode="reduce-overhead", owner=owner, region="model")
+    aot.build_region(core, args, kwargs, root=tmp_path, **common)
+    runner = aot.load_runner(core, args, kwargs, device, root=tmp_path, **common)
+    assert isinstance(runner, aot.AotRunner), runner
+    assert runner.cudagraphs
+    inputs = [torch.randn_like(args[0]) for _ in range(3)]
+    outs = [runner(i) for i in inputs]
+    assert runner.phases["cudagraph_capture"] >= 0.0
+    for i, out in zip(inputs, outs):
+        with torch.no_grad(), scope("fp32", device):
+            assert aot.verify(out, core(i), "fp32") is None
