@@ -142,16 +142,8 @@ class DynamoExecutor:
         self.cudagraphs = target.policy.cudagraphs
         self.source: str | None = None
         self.not_compiled: str | None = None
-        policy = target.policy
-        self.backend = _torch.CountingBackend(
-            policy.backend, policy.mode, policy.options, policy.dynamic
-        )
-        self.compiled = _torch.compile_region(
-            target.module,
-            target.report.label,
-            self.backend,
-            fullgraph=policy.fullgraph,
-            dynamic=policy.dynamic,
+        self.compiled, self.backend = _torch.compile_region(
+            target.module, target.report.label, **target.policy.torch_kwargs()
         )
         self.bundle = (
             RegionBundle(

@@ -372,10 +372,9 @@ class CompiledRegion:
         Where the region records what happened
     options : CompileOptions
         The user's ``torch.compile`` arguments
-    spec : ModelSpec, optional
-        The model table's entry for the owning model: batch padding, opaque and
-        fp32 submodules, CUDA graphs and Inductor options, by default the generic
-        entry
+    spec : ModelSpec
+        The model table's entry for the owning model (or the generic path's):
+        batch padding, opaque and fp32 submodules, CUDA graphs, Inductor options
     precision : str | None, optional
         Precision inside the region's calls (:mod:`earth2studio_compile.precision`),
         by default None (PyTorch's global settings)
@@ -393,7 +392,7 @@ class CompiledRegion:
         module: torch.nn.Module,
         report: RegionReport,
         options: CompileOptions,
-        spec: ModelSpec | None = None,
+        spec: ModelSpec,
         precision: str | None = None,
         artifacts: Path | None = None,
         owner: str | None = None,
@@ -402,7 +401,7 @@ class CompiledRegion:
         self.module = module
         self.report = report
         self.options = options
-        self.spec = spec if spec is not None else ModelSpec()
+        self.spec = spec
         self.precision = precision
         report.precision = precision
         self.artifacts = artifacts
@@ -543,9 +542,7 @@ class CompiledRegion:
 
     def _choose(self, device: torch.device) -> Executor | str:
         """The region's policy on ``device``, and the executor :func:`choose` picks."""
-        policy = CompilePolicy.resolve(
-            self.options, device, self.spec.cudagraphs, self.spec.inductor_options
-        )
+        policy = CompilePolicy.resolve(self.options, device, self.spec)
         target = Target(
             self.module,
             self.report,
