@@ -403,11 +403,17 @@ def _code_name(label: str) -> str:
 def compile_region(
     module: torch.nn.Module,
     label: str,
-    backend: CountingBackend,
-    fullgraph: bool,
-    dynamic: bool | None,
-) -> Callable[..., Any]:
+    *,
+    backend: str | Callable[..., Any],
+    fullgraph: bool = False,
+    dynamic: bool | None = None,
+    mode: str | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> tuple[Callable[..., Any], CountingBackend]:
     """``torch.compile`` of ``module``'s call, with a code object of its own.
+
+    Takes :func:`torch.compile`'s own keyword arguments and does what it does with
+    them, with the backend wrapped in a :class:`CountingBackend` (returned too).
 
     Dynamo keeps compiled code, the recompile limit and automatic-dynamic shape
     state per *code object*. ``nn.Module.compile()`` compiles ``Module._call_impl``,
@@ -427,7 +433,12 @@ def compile_region(
         replace["co_qualname"] = name
     entry.__code__ = entry.__code__.replace(**replace)
     entry.__name__ = entry.__qualname__ = name
-    return torch.compile(entry, backend=backend, fullgraph=fullgraph, dynamic=dynamic)
+    # torch.compile hands `dynamic` to the backend it builds as well.
+    counter = CountingBackend(backend, mode, options, dynamic)
+    compiled = torch.compile(
+        entry, backend=counter, fullgraph=fullgraph, dynamic=dynamic
+    )
+    return compiled, counter
 
 
 @contextlib.contextmanager

@@ -1008,8 +1008,7 @@ def build(
         policy = CompilePolicy.resolve(
             CompileOptions(mode=mode, options=options),
             dev,
-            p.spec.cudagraphs,
-            p.spec.inductor_options,
+            p.spec,
         )
         common: dict[str, Any] = dict(
             precision=chosen,

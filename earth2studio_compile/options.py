@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -146,6 +146,20 @@ class CompileOptions:
 TableOptions = Mapping[str, Any] | Callable[[torch.device], Mapping[str, Any]] | None
 
 
+class TableChoices(Protocol):
+    """What the model table decides about compiling a model (a ``ModelSpec``)."""
+
+    @property
+    def cudagraphs(self) -> bool:
+        """Whether ``mode=None`` means CUDA graphs on CUDA for this model."""
+        ...
+
+    @property
+    def inductor_options(self) -> TableOptions:
+        """Inductor options for the model, or a function of the device."""
+        ...
+
+
 def _autotune_extras(
     inductor: bool,
     mode: str | None,
@@ -210,8 +224,7 @@ class CompilePolicy:
         cls,
         options: CompileOptions,
         device: torch.device,
-        table_cudagraphs: bool = True,
-        table_options: TableOptions = None,
+        table: TableChoices | None = None,
     ) -> CompilePolicy:
         """Resolve the policy for ``device``.
 
@@ -221,12 +234,11 @@ class CompilePolicy:
             The user's options
         device : torch.device
             Device of the region's first input
-        table_cudagraphs : bool, optional
-            Whether ``mode=None`` means CUDA graphs on CUDA for this model, by
-            default True
-        table_options : Mapping | Callable[[torch.device], Mapping] | None, optional
-            The model table's Inductor options (or a function of the device),
-            used only when the user chose neither ``mode`` nor ``options``
+        table : TableChoices | None, optional
+            The model table's entry for the model (a ``ModelSpec``): whether
+            ``mode=None`` means CUDA graphs on CUDA, and Inductor options (or a
+            function of the device) used only when the user chose neither
+            ``mode`` nor ``options``; by default CUDA graphs and no options
 
         Returns
         -------
@@ -234,6 +246,8 @@ class CompilePolicy:
             The resolved policy
         """
         inductor = options.backend == "inductor"
+        table_cudagraphs = table.cudagraphs if table is not None else True
+        table_options = table.inductor_options if table is not None else None
         mode = options.mode
         if (
             mode is None
@@ -243,16 +257,16 @@ class CompilePolicy:
             and table_cudagraphs
         ):
             mode = "reduce-overhead"
-        table: dict[str, Any] = {}
+        chosen: dict[str, Any] = {}
         if options.mode is None and not options.options and inductor:
-            chosen = table_options(device) if callable(table_options) else table_options
-            table = dict(chosen or {})
+            found = table_options(device) if callable(table_options) else table_options
+            chosen = dict(found or {})
         torch_options: dict[str, Any] | None = None
         torch_mode = mode
-        if table:
+        if chosen:
             # torch.compile takes a mode or options, not both; a mode is a preset
             # of options, so the table's options carry the mode's own settings.
-            torch_options = {**(_torch.mode_options(mode) if mode else {}), **table}
+            torch_options = {**(_torch.mode_options(mode) if mode else {}), **chosen}
             torch_mode = None
         if options.options:
             torch_options = dict(options.options)
@@ -277,7 +291,7 @@ class CompilePolicy:
         )
         label = f"{name}/{mode or 'default'}"
         shown = {
-            **table,
+            **chosen,
             **{k: v for k, v in extra.items() if k not in _torch.QUIET_AUTOTUNE_KEYS},
         }
         if shown:

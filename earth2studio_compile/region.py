@@ -6,19 +6,23 @@ own code (coordinate handling, numpy, datetimes) keeps running eagerly around it
 ``torch.compile`` is lazy: errors appear at the first call, not at the wrap, so the
 region catches them there, re-runs that call eagerly and stays eager.
 
-A call goes through three states: *pending* (nothing compiled yet: set up, maybe
-load a cache bundle, compile), *compiled* (run compiled code; count recompiles), and
-*eager* (fallen back, for good). The collaborators each do one job:
-:class:`StagedCall` (the arguments compiled code sees, and the mutations it makes,
-handed back), :class:`SpeedProbe` (does compiling pay off?) and the bundle layer of
-:mod:`earth2studio_compile.cache`.
+A region is a small state machine (:class:`RegionState`): *pending* until its first
+call picks an executor (:mod:`earth2studio_compile.executors`) from
+:data:`CANDIDATES` and runs it, *compiled* while that executor runs its calls, and
+*eager* once it has fallen back, for good. The call path
+(:meth:`CompiledRegion._dispatch` to :meth:`CompiledRegion._run`) is the same for
+every compiled executor: :class:`StagedCall` (the arguments compiled code sees,
+and the mutations it makes, handed back), precision, CUDA-graph step marks and
+output clones. :class:`SpeedProbe` and the phases only observe.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,23 +31,55 @@ from loguru import logger
 
 from earth2studio_compile import _torch, precision
 from earth2studio_compile._torch import MODULE_SLOT, tree_flatten, tree_map
-from earth2studio_compile.cache import RegionBundle, cache_state, local_cache_source
+from earth2studio_compile.executors import (
+    RECOMPILE_LIMIT,
+    DynamoExecutor,
+    EagerExecutor,
+    Executor,
+    Target,
+    recompile_limit,
+)
 from earth2studio_compile.metrics import synchronize
+from earth2studio_compile.models import ModelSpec
 from earth2studio_compile.opaque import OpaqueSubmodule, find_opaque
-from earth2studio_compile.options import CompileOptions, CompilePolicy, TableOptions
+from earth2studio_compile.options import CompileOptions, CompilePolicy
 from earth2studio_compile.precision import KeepFp32
 from earth2studio_compile.report import RegionReport
 
-# Compiled variants a region may hold before it is declared a storm. Legitimate
-# shape changes settle quickly: a smaller last ensemble batch needs 2 variants, many
-# batch sizes 3 (static, dynamic, and batch 1, which Dynamo specializes), batch and
-# grid changing together 4 (measured on CPU with torch 2.14, see docs/user-guide.md,
-# "Recompile storms"). A storm is caught at its 4th recompile instead of Dynamo's 8th.
-RECOMPILE_LIMIT = 4
+__all__ = ["CANDIDATES", "RECOMPILE_LIMIT", "CompiledRegion", "RegionState"]
+
 _TORCH_LOGS_HINT = (
     "Set TORCH_LOGS='+dynamo,graph_breaks,recompiles' (and TORCHDYNAMO_VERBOSE=1) "
     "to see more."
 )
+
+#: Executors a region tries at its first call, in order: each returns an executor
+#: for the :class:`~earth2studio_compile.executors.Target`, or a reason to decline
+#: (then the next is tried; the last reason is the fallback's).
+CANDIDATES: list[Callable[[Target], Executor | str]] = [DynamoExecutor.build]
+
+
+def choose(target: Target) -> Executor | str:
+    """The first of :data:`CANDIDATES` that takes ``target``, or why none did."""
+    if target.policy.cudagraphs and _torch.missing("cudagraph_step"):
+        # The region marks CUDA-graph steps for every compiled executor.
+        return str(_torch.missing("cudagraph_step"))
+    reason = "no executor was offered"
+    for candidate in CANDIDATES:
+        chosen = candidate(target)
+        if not isinstance(chosen, str):
+            target.report.mode = target.policy.label
+            return chosen
+        reason = chosen
+    return reason
+
+
+class RegionState(enum.Enum):
+    """Where a region is; its value is the report's ``status``."""
+
+    PENDING = "pending"
+    COMPILED = "compiled"
+    EAGER = "eager"
 
 
 def _first_device(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.device:
@@ -52,6 +88,25 @@ def _first_device(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.device
         if isinstance(leaf, torch.Tensor):
             return leaf.device
     return torch.device("cpu")
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call's arguments, with what the region derives from them once."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    device: torch.device
+    batch: int | None
+
+    @classmethod
+    def of(cls, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call:
+        """The call, its device (first tensor's) and batch size (dim 0)."""
+        return cls(args, kwargs, _first_device(args, kwargs), _batch_size(args))
+
+
+def _clone(t: Any) -> Any:
+    return t.clone() if isinstance(t, torch.Tensor) else t
 
 
 def _no_grad() -> contextlib.AbstractContextManager[Any]:
@@ -99,13 +154,20 @@ class StagedCall:
     pad_to : int | None
         Pad every positional tensor's dim 0 up to this size (repeating the first
         sample keeps padded rows inside the model's valid input range)
+    batch : int | None
+        The caller's batch (dim 0), which outputs of a padded call are cut back to
     """
 
     def __init__(
-        self, args: tuple[Any, ...], copy_normal: bool, pad_to: int | None = None
+        self,
+        args: tuple[Any, ...],
+        copy_normal: bool,
+        pad_to: int | None = None,
+        batch: int | None = None,
     ) -> None:
         self.originals = args
         self.pad_to = pad_to
+        self.batch = batch
         work: list[Any] = []
         for a in args:
             w = a
@@ -124,16 +186,13 @@ class StagedCall:
             for a, w in zip(args, self.args)
         ]
 
-    @property
-    def padded(self) -> bool:
-        """Whether any argument was padded."""
-        return self.pad_to is not None and any(
-            isinstance(a, torch.Tensor) and a.ndim and a.shape[0] < self.pad_to
-            for a in self.originals
-        )
-
     def finish(self, out: Any) -> Any:
-        """Hand mutations of copies back to the caller's tensors; map outputs back."""
+        """Hand mutations of copies back to the caller's tensors; map outputs back.
+
+        Outputs of a padded call are cut back to the caller's batch first.
+        """
+        if self.pad_to is not None:
+            out = tree_map(self._unpad, out)
         for a, w, version in zip(self.originals, self.args, self._versions):
             if version is None:
                 continue
@@ -150,6 +209,39 @@ class StagedCall:
         return tree_map(
             lambda t: copies.get(id(t), t) if isinstance(t, torch.Tensor) else t, out
         )
+
+    def _unpad(self, t: Any) -> Any:
+        if isinstance(t, torch.Tensor) and t.ndim and t.shape[0] == self.pad_to:
+            return t[: self.batch]
+        return t
+
+
+class BatchPadding:
+    """Pads a smaller batch (dim 0) up to the first call's instead of recompiling.
+
+    Only for cores whose samples do not interact (the table's ``pad_batch``).
+
+    Parameters
+    ----------
+    enabled : bool
+        Whether the region pads at all
+    """
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.size: int | None = None
+
+    def pad_to(self, batch: int | None) -> int | None:
+        """The size to pad a call of ``batch`` samples to; None to run it as is."""
+        if not self.enabled or batch is None:
+            return None
+        if self.size is None:
+            self.size = batch
+        return self.size if batch < self.size else None
+
+    def needed(self, batch: int | None) -> bool:
+        """Whether a call of ``batch`` samples differs from the compiled batch."""
+        return self.enabled and self.size is not None and batch not in (None, self.size)
 
 
 class SpeedProbe:
@@ -170,6 +262,15 @@ class SpeedProbe:
         self.report = report
         self.enabled = enabled
         self.timings: dict[str, list[float]] = {"compiled": [], "eager": []}
+
+    def time(self, kind: str, call: Call, run: Callable[[], Any]) -> Any:
+        """``run()``, timed on the call's device as a ``kind`` probe."""
+        synchronize(call.device)
+        start = time.perf_counter()
+        out = run()
+        synchronize(call.device)
+        self.record(kind, time.perf_counter() - start, self.report.calls)
+        return out
 
     def wants_eager(self, call: int) -> bool:
         """Whether call number ``call`` is one of the eager probes."""
@@ -198,6 +299,68 @@ class SpeedProbe:
             )
 
 
+class Hooks:
+    """What a region changes on its module while installed, and puts back.
+
+    The module's call slot (the one ``nn.Module.compile()`` fills), and submodules
+    wrapped inside it: fp32 islands under bf16, opaque operators.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The region's module
+    label : str
+        The region's label, which names its opaque operators
+    spec : ModelSpec
+        The table entry that names the submodules' classes
+    precision : str | None
+        The region's precision: fp32 islands exist only under ``"bf16"``
+    """
+
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        label: str,
+        spec: ModelSpec,
+        precision: str | None,
+    ) -> None:
+        self.module = module
+        self.installed = False
+        self.opaque = [
+            OpaqueSubmodule(m, f"{label}.{path}")
+            for path, m in find_opaque(module, spec.opaque)
+        ]
+        self.fp32 = (
+            [KeepFp32(m) for _, m in find_opaque(module, spec.fp32_modules)]
+            if precision == "bf16"
+            else []
+        )
+
+    def install(self, call: Callable[..., Any]) -> None:
+        """Route the module's calls to ``call``; wrap the submodules."""
+        # Set through __dict__: nn.Module.__setattr__ would be fine for a plain
+        # callable too, but this makes the single touched key explicit.
+        self.module.__dict__[MODULE_SLOT] = call
+        self.installed = True
+        # fp32 wrappers first: an opaque operator then calls the wrapped forward.
+        for wrapper in self.fp32:
+            wrapper.install()
+        for op in self.opaque:
+            op.install()
+
+    def restore(self, call: Callable[..., Any]) -> None:
+        """Put the module back exactly as it was: no slot left in its ``__dict__``."""
+        if not self.installed:
+            return
+        if self.module.__dict__.get(MODULE_SLOT) is call:
+            del self.module.__dict__[MODULE_SLOT]
+        for op in reversed(self.opaque):
+            op.restore()
+        for wrapper in reversed(self.fp32):
+            wrapper.restore()
+        self.installed = False
+
+
 class CompiledRegion:
     """A submodule compiled in place for the lifetime of a session.
 
@@ -208,28 +371,18 @@ class CompiledRegion:
     report : RegionReport
         Where the region records what happened
     options : CompileOptions
-        ``torch.compile`` arguments
-    pad_batch : bool, optional
-        Pad a smaller batch (dim 0) up to the first call's batch instead of
-        recompiling. Only for cores whose samples do not interact, by default False
-    artifacts : Path | None, optional
-        Directory of portable compile-cache bundles (see
-        :mod:`earth2studio_compile.cache`); None disables them, by default None
-    owner : str, optional
-        Qualified class name of the model that owns the region (part of the bundle
-        key), by default the report's model name
-    opaque : tuple[str, ...], optional
-        Class names of submodules called as opaque operators inside the compiled
-        graph (see :mod:`earth2studio_compile.opaque`), by default none
-    table_cudagraphs, table_options : bool, Mapping | Callable | None, optional
-        The model table's choices (:attr:`ModelSpec.cudagraphs`,
-        :attr:`ModelSpec.inductor_options`), resolved with ``options`` into one
-        :class:`~earth2studio_compile.options.CompilePolicy` at the first call
+        The user's ``torch.compile`` arguments
+    spec : ModelSpec
+        The model table's entry for the owning model (or the generic path's):
+        batch padding, opaque and fp32 submodules, CUDA graphs, Inductor options
     precision : str | None, optional
         Precision inside the region's calls (:mod:`earth2studio_compile.precision`),
         by default None (PyTorch's global settings)
-    fp32_modules : tuple[str, ...], optional
-        Class names of submodules kept in fp32 outside autocast under ``"bf16"``
+    artifacts, owner : Path | None, str | None, optional
+        Directory of portable compile-cache bundles (see
+        :mod:`earth2studio_compile.cache`; None: off), and the qualified class name
+        of the model that owns the region (part of a bundle's key; by default the
+        report's model name)
     probe : bool, optional
         Time a few calls compiled and eagerly (:class:`SpeedProbe`), by default True
     """
@@ -239,383 +392,220 @@ class CompiledRegion:
         module: torch.nn.Module,
         report: RegionReport,
         options: CompileOptions,
-        pad_batch: bool = False,
+        spec: ModelSpec,
+        precision: str | None = None,
         artifacts: Path | None = None,
         owner: str | None = None,
-        opaque: tuple[str, ...] = (),
-        table_cudagraphs: bool = True,
-        table_options: TableOptions = None,
-        precision: str | None = None,
-        fp32_modules: tuple[str, ...] = (),
         probe: bool = True,
     ) -> None:
         self.module = module
         self.report = report
         self.options = options
-        self.table_cudagraphs = table_cudagraphs
-        self.table_options = table_options
+        self.spec = spec
         self.precision = precision
         report.precision = precision
-        self.pad_batch = pad_batch
-        self.bundle = (
-            RegionBundle(artifacts, owner or report.model, report.region, module)
-            if artifacts is not None and options.backend == "inductor"
-            else None
-        )
+        self.artifacts = artifacts
+        self.owner = owner or report.model
         self.probe = SpeedProbe(report, enabled=probe)
-        self.policy: CompilePolicy | None = None
-        self._compiled: Callable[..., Any] | None = None
-        self._backend: _torch.CountingBackend | None = None
-        self._batch: int | None = None
-        self._installed = False
-        self._opaque = [
-            OpaqueSubmodule(m, f"{report.label}.{path}")
-            for path, m in find_opaque(module, opaque)
-        ]
-        report.opaque = len(self._opaque)
-        self._fp32 = (
-            [KeepFp32(m) for _, m in find_opaque(module, fp32_modules)]
-            if precision == "bf16"
-            else []
-        )
+        self._state = RegionState.PENDING
+        self._executor: Executor | None = None
+        self._eager_executor = EagerExecutor(module)
+        self.padding = BatchPadding(self.spec.pad_batch)
+        self.hooks = Hooks(module, report.label, self.spec, precision)
+        report.opaque = len(self.hooks.opaque)
 
-    # -- install / restore -------------------------------------------------------
+    @property
+    def state(self) -> RegionState:
+        """Where the region is; the report's ``status`` follows it."""
+        return self._state
+
+    @state.setter
+    def state(self, value: RegionState) -> None:
+        self._state = value
+        self.report.status = value.value
+
     def install(self) -> None:
         """Route the module's calls through this region."""
-        # Set through __dict__: nn.Module.__setattr__ would be fine for a plain
-        # callable too, but this makes the single touched key explicit.
-        self.module.__dict__[MODULE_SLOT] = self
-        self._installed = True
-        # fp32 wrappers first: an opaque operator then calls the wrapped forward.
-        for wrapper in self._fp32:
-            wrapper.install()
-        for op in self._opaque:
-            op.install()
+        self.hooks.install(self)
 
     def restore(self) -> None:
-        """Put the module back exactly as it was: no slot left in its ``__dict__``."""
-        if self._installed:
-            if self.module.__dict__.get(MODULE_SLOT) is self:
-                del self.module.__dict__[MODULE_SLOT]
-            for op in reversed(self._opaque):
-                op.restore()
-            for wrapper in reversed(self._fp32):
-                wrapper.restore()
-            self._installed = False
-        # Dropping the compiled function drops its code object and with it every
+        """Put the module back exactly as it was."""
+        self.hooks.restore(self)
+        # Dropping the executor drops its compiled code object and with it every
         # Dynamo cache entry of this region; no process-wide reset is needed.
-        self._compiled = None
-        self._backend = None
+        self._executor = None
 
-    # -- calls ---------------------------------------------------------------------
+    # -- the call path -------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        r = self.report
-        r.calls += 1
+        self.report.calls += 1
+        call = Call.of(args, kwargs)
         reference = None
-        if self.precision in ("tf32", "bf16") and r.calls == 1:
+        if self.precision in ("tf32", "bf16") and self.report.calls == 1:
             # Inputs and buffers copied before the call, which may update them.
             reference = precision.Reference.before(self.module, args, kwargs)
-        out = self._dispatch(args, kwargs)
+        out = self._dispatch(call)
         if reference is not None:
-            start = time.perf_counter()
-            self._measure_precision(reference, _first_device(args, kwargs), out)
-            r.phases["precision_reference"] = time.perf_counter() - start
+            self._measure_precision(reference, out, call.device)
         return out
 
-    def _dispatch(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        r = self.report
-        if r.status == "eager":
-            return self._eager(args, kwargs)
-        if self._compiled is None:
-            try:
-                reason = self._setup(_first_device(args, kwargs))
-            except Exception as err:  # nothing on the compile path may end a forecast
-                reason = f"setting up torch.compile failed ({describe(err)})"
-            if reason is not None:
-                self._fall_back(reason, cause=None)
-                return self._eager(args, kwargs)
-        if (
-            r.status == "compiled"
-            and self.probe.wants_eager(r.calls)
-            and not self._needs_padding(args)
-        ):
-            return self._probe_eager(args, kwargs)
-        return self._compiled_call(args, kwargs)
+    def _dispatch(self, call: Call) -> Any:
+        if self._state is RegionState.EAGER:
+            return self._eager(call)
+        if self._state is RegionState.PENDING:
+            return self._first(call)
+        padded = self.padding.needed(call.batch)
+        if self.probe.wants_eager(self.report.calls) and not padded:
+            return self.probe.time("eager", call, lambda: self._eager(call, False))
+        return self._steady(call)
 
-    def _compiled_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        r = self.report
-        assert self._backend is not None and self._compiled is not None
-        backend, compiled = self._backend, self._compiled
-        first = r.status == "pending"
-        device = _first_device(args, kwargs)
-        timed = not first and self.probe.times_compiled(r.calls)
-        start = time.perf_counter()
-        graphs, runs = backend.graphs, backend.runs
-        backend_seconds = backend.backend_seconds
+    def _first(self, call: Call) -> Any:
+        """Pick an executor and run its first call: what compiling costs."""
         try:
-            staged = self._stage(args)
-            warm = False
-            if first and self.bundle is not None and self.policy is not None:
-                # Autocast changes the compiled graph: bf16 and fp32 bundles differ.
-                r.artifact = self.bundle.load(
-                    staged.args,
-                    kwargs,
-                    device,
-                    f"{self.policy.cache_text}|precision={self.precision}",
-                )
-                r.phases["bundle_load"] = time.perf_counter() - start
-                warm = r.artifact == "loaded"
-            skips, fx = _torch.cudagraph_skips(), _torch.fx_cache_counts()
-            if timed:
-                synchronize(device)
-                start = time.perf_counter()
-            with (
-                _no_grad(),
-                precision.scope(self.precision, device),
-                _torch.call_context(self._recompile_limit(), warm),
-            ):
-                if self._cudagraphs:
-                    _torch.mark_cudagraph_step()
-                out = compiled(*staged.args, **kwargs)
-            out = precision.restore_dtype(out, self.precision, args)
-            out = staged.finish(self._unpad(out, staged))
-            if self._cudagraphs:
-                # CUDA-graph outputs are overwritten by the next replay.
-                out = tree_map(
-                    lambda t: t.clone() if isinstance(t, torch.Tensor) else t, out
-                )
+            chosen = self._choose(call.device)
+        except Exception as err:  # nothing on the compile path may end a forecast
+            chosen = f"setting up torch.compile failed ({describe(err)})"
+        if isinstance(chosen, str):
+            self._fall_back(chosen, cause=None)
+            return self._eager(call)
+        self._executor = chosen
+        start = time.perf_counter()
+        try:
+            out, phases = self._run(call, first=True)
+            synchronize(call.device)  # the first call's kernels count here
         except Exception as err:
-            return self._recover(err, args, kwargs, time.perf_counter() - start)
-        if first or (r.calls == 2 and self._cudagraphs):
-            # The first call compiles and the second records the CUDA graph: both
-            # are part of what compiling costs, so both are timed to the end.
-            synchronize(device)
+            return self._recover(err, call, time.perf_counter() - start)
         seconds = time.perf_counter() - start
-        if timed:
-            synchronize(device)
-            self.probe.record("compiled", time.perf_counter() - start, r.calls)
-        if r.calls == 2 and self._cudagraphs and r.status == "compiled":
-            r.phases["cudagraph_record"] = seconds
-        if first:
-            self._first_phases(seconds, backend.backend_seconds - backend_seconds)
-            if backend.runs == runs:
-                # Dynamo ran the frame without compiled code (nothing to trace, a
-                # skipped frame, a "force_eager" stance): not compiled, so say so.
-                r.compile_seconds += seconds
-                r.phases["before_fallback"] = seconds
-                self._fall_back(
-                    "torch.compile ran no compiled code for it (Dynamo produced no "
-                    "graph or skipped the frame)",
-                    cause=None,
-                )
-                return out
-            hits, misses = (a - b for a, b in zip(_torch.fx_cache_counts(), fx))
-            r.cache = cache_state(hits, misses)
-            if r.cache is not None:
-                r.cache_source = local_cache_source(_torch.inductor_cache_dir())
-            if self.bundle is not None:
-                saving = time.perf_counter()
-                r.artifact = self.bundle.finish(misses, r.artifact)
-                r.phases["bundle_save"] = time.perf_counter() - saving
-                seconds += r.phases["bundle_save"]
-        self._account(
-            backend.graphs - graphs, seconds, first, _torch.cudagraph_skips() - skips
-        )
+        r = self.report
+        r.compile_seconds += seconds
+        r.phases.update(phases)
+        # The rest is Dynamo's: tracing, fake tensors, guards (and staging).
+        r.phases["dynamo"] = max(0.0, seconds - sum(phases.values()))
+        if chosen.not_compiled is not None:
+            r.phases["before_fallback"] = seconds
+            self._fall_back(chosen.not_compiled, cause=None, spent=seconds)
+            return out
+        self.state = RegionState.COMPILED
+        logger.debug(f"Compiled {r.label} ({r.mode}) in {seconds:.1f} s")
         return out
 
-    def _first_phases(self, seconds: float, backend: float) -> None:
-        """Split the first call's wall time into what each part of compiling took."""
-        phases = self.report.phases
-        assert self._backend is not None
-        phases["backend"] = backend
-        phases["first_run"] = self._backend.first_run_seconds or 0.0
-        # What is left is Dynamo's: tracing the bytecode, propagating fake tensors,
-        # building guards (and staging the arguments, which costs next to nothing).
-        phases["dynamo"] = max(
-            0.0,
-            seconds
-            - phases.get("bundle_load", 0.0)
-            - phases["backend"]
-            - phases["first_run"],
-        )
+    def _steady(self, call: Call) -> Any:
+        assert self._executor is not None
+        r = self.report
+        # The second call records the CUDA graph: part of what compiling costs.
+        record = r.calls == 2 and self._executor.cudagraphs
+        timed = record or self.probe.times_compiled(r.calls)
+        if timed:
+            synchronize(call.device)
+        start = time.perf_counter()
+        try:
+            out, _ = self._run(call)
+        except Exception as err:
+            return self._recover(err, call, time.perf_counter() - start)
+        if timed:
+            synchronize(call.device)
+            seconds = time.perf_counter() - start
+            if record:
+                r.phases["cudagraph_record"] = seconds
+            else:
+                self.probe.record("compiled", seconds, r.calls)
+        return out
 
-    def _needs_padding(self, args: tuple[Any, ...]) -> bool:
-        valid = _batch_size(args)
-        return (
-            self.pad_batch
-            and self._batch is not None
-            and valid not in (None, self._batch)
-        )
+    def _run(self, call: Call, first: bool = False) -> tuple[Any, dict[str, float]]:
+        """One call through the executor: what every compiled executor gets."""
+        executor = self._executor
+        assert executor is not None
+        pad_to = self.padding.pad_to(call.batch)
+        self.report.padded_calls += pad_to is not None
+        inference = torch.is_inference_mode_enabled()
+        staged = StagedCall(call.args, inference, pad_to, call.batch)
+        phases: dict[str, float] = {}
+        with _no_grad(), precision.scope(self.precision, call.device):
+            if executor.cudagraphs:
+                _torch.mark_cudagraph_step()
+            if first:
+                out, phases = executor.first_call(staged.args, call.kwargs)
+            else:
+                out = executor(*staged.args, **call.kwargs)
+        out = precision.restore_dtype(out, self.precision, call.args)
+        out = staged.finish(out)
+        if executor.cudagraphs:
+            # CUDA-graph outputs are overwritten by the next replay.
+            out = tree_map(_clone, out)
+        return out, phases
 
-    def _stage(self, args: tuple[Any, ...]) -> StagedCall:
-        pad_to = None
-        if self.pad_batch:
-            valid = _batch_size(args)
-            if valid is not None:
-                if self._batch is None:
-                    self._batch = valid
-                elif valid < self._batch:
-                    pad_to = self._batch
-                    self.report.padded_calls += 1
-        return StagedCall(args, torch.is_inference_mode_enabled(), pad_to)
-
-    def _unpad(self, out: Any, staged: StagedCall) -> Any:
-        if staged.pad_to is None:
-            return out
-        valid = _batch_size(staged.originals)
-        return tree_map(
-            lambda t: (
-                t[:valid]
-                if isinstance(t, torch.Tensor)
-                and t.ndim
-                and t.shape[0] == staged.pad_to
-                else t
-            ),
-            out,
-        )
-
-    def _eager(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        self.report.eager_calls += 1
-        return self._run_eager(args, kwargs)
-
-    def _run_eager(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _eager(self, call: Call, count: bool = True) -> Any:
+        if count:
+            self.report.eager_calls += 1
         # A fallback keeps the region's precision: the forecast stays consistent.
-        device = _first_device(args, kwargs)
         return precision.call(
-            self.precision, device, self.module._call_impl, args, kwargs
+            self.precision, call.device, self._eager_executor, call.args, call.kwargs
         )
 
+    def _choose(self, device: torch.device) -> Executor | str:
+        """The region's policy on ``device``, and the executor :func:`choose` picks."""
+        policy = CompilePolicy.resolve(self.options, device, self.spec)
+        target = Target(
+            self.module,
+            self.report,
+            policy,
+            device,
+            self.precision,
+            self.artifacts,
+            self.owner,
+            opaque=bool(self.hooks.opaque),
+        )
+        return choose(target)
+
+    # -- observing and falling back ----------------------------------------------
     def _measure_precision(
-        self, reference: precision.Reference, device: torch.device, out: Any
+        self, reference: precision.Reference, out: Any, device: torch.device
     ) -> None:
         r = self.report
         assert self.precision is not None
+        start = time.perf_counter()
         try:
             r.precision_error = reference.error(out, device)
+            precision.log_error(r.label, self.precision, r.precision_error)
         except Exception as err:  # a measurement must not end a forecast
             logger.debug(f"No fp32 reference for {r.label}: {describe(err)}")
-            return
-        precision.log_error(r.label, self.precision, r.precision_error)
+        r.phases["precision_reference"] = time.perf_counter() - start
 
-    def _probe_eager(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        device = _first_device(args, kwargs)
-        synchronize(device)
-        start = time.perf_counter()
-        out = self._run_eager(args, kwargs)
-        synchronize(device)
-        self.probe.record("eager", time.perf_counter() - start, self.report.calls)
-        return out
-
-    def _setup(self, device: torch.device) -> str | None:
-        """Build the compiled function; a reason instead when it cannot be built."""
-        reason = _torch.preflight(self.options.backend, device)
-        if reason is not None:
-            return reason
-        if self._opaque and _torch.missing("reparametrize"):
-            return _torch.missing("reparametrize")
-        policy = CompilePolicy.resolve(
-            self.options, device, self.table_cudagraphs, self.table_options
-        )
-        if policy.cudagraphs and _torch.missing("cudagraph_step"):
-            return _torch.missing("cudagraph_step")
-        self.policy = policy
-        self.report.mode = policy.label
-        self._backend = _torch.CountingBackend(
-            policy.backend, policy.mode, policy.options, policy.dynamic
-        )
-        self._compiled = _torch.compile_region(
-            self.module,
-            self.report.label,
-            self._backend,
-            fullgraph=policy.fullgraph,
-            dynamic=policy.dynamic,
-        )
-        return None
-
-    @property
-    def _cudagraphs(self) -> bool:
-        return self.policy is not None and self.policy.cudagraphs
-
-    @staticmethod
-    def _recompile_limit() -> int:
-        # A user who lowered Dynamo's own limit keeps the lower one.
-        return min(RECOMPILE_LIMIT, _torch.recompile_limit() or RECOMPILE_LIMIT)
-
-    # -- bookkeeping ---------------------------------------------------------------
-    def _account(self, graphs: int, seconds: float, first: bool, skips: int) -> None:
-        r = self.report
-        if first:
-            r.status = "compiled"
-            r.graphs = graphs
-            r.compile_seconds += seconds
-            logger.debug(f"Compiled {r.label} ({r.mode}) in {seconds:.1f} s")
-        elif graphs:
-            r.recompiles += 1
-            r.compile_seconds += seconds
-            logger.info(
-                f"{r.label} recompiled ({r.recompiles} so far, {seconds:.1f} s). "
-                "Set TORCH_LOGS='recompiles' to see why."
-            )
-        # Each graph beyond the first of one compile is a graph break.
-        breaks = max(graphs - 1, 0)
-        if breaks:
-            new = r.graph_breaks == 0
-            r.graph_breaks += breaks
-            if new:
-                logger.warning(
-                    f"{r.label}: {breaks} graph break(s) inside the compiled core; "
-                    "it runs as several graphs with eager code between them and may "
-                    "gain little. Set TORCH_LOGS='graph_breaks' to see where."
-                )
-        if skips and self._cudagraphs:
-            new = r.cudagraph_skips == 0
-            r.cudagraph_skips += skips
-            if new:
-                logger.warning(
-                    f"{r.label}: Inductor skipped CUDA graphs, so mode "
-                    f"{r.mode} runs without them. Set TORCH_LOGS='perf_hints' to "
-                    "see why."
-                )
-
-    def _recover(
-        self,
-        err: Exception,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        seconds: float,
-    ) -> Any:
+    def _recover(self, err: Exception, call: Call, seconds: float) -> Any:
         # Re-run eagerly first: if eager fails too, the input or the model is at
         # fault, not the compiler, and the caller gets the eager error unchanged.
-        out = self._eager(args, kwargs)
-        if self.report.status == "pending" or _torch.is_recompile_limit_hit(err):
+        out = self._eager(call)
+        spent = None
+        if self._state is RegionState.PENDING or _torch.is_recompile_limit_hit(err):
+            spent = seconds
             self.report.compile_seconds += seconds
             self.report.phases["before_fallback"] = seconds
-        self._fall_back(describe(err), cause=err)
+        self._fall_back(describe(err), cause=err, spent=spent)
         return out
 
-    def _fall_back(self, reason: str, cause: BaseException | None) -> None:
+    def _fall_back(
+        self, reason: str, cause: BaseException | None, spent: float | None = None
+    ) -> None:
         r = self.report
+        first = self._state is RegionState.PENDING
         if cause is not None and _torch.is_recompile_limit_hit(cause):
             reason = (
-                f"recompile storm: {self._recompile_limit()} compiled variants "
+                f"recompile storm: {recompile_limit()} compiled variants "
                 "and still recompiling"
             )
-        elif r.status == "pending" and r.artifact == "loaded" and self.bundle:
-            reason += f" (after loading the compile cache bundle {self.bundle.path})"
-        stage = "at its first call" if r.status == "pending" else f"at call {r.calls}"
-        if r.phases.get("before_fallback"):
-            stage += f" after {r.phases['before_fallback']:.1f} s"
-        r.status = "eager"
+        elif first and self._executor is not None and self._executor.source:
+            reason += f" (after loading {self._executor.source})"
+        stage = "at its first call" if first else f"at call {r.calls}"
+        if spent:
+            stage += f" after {spent:.1f} s"
+        self.state = RegionState.EAGER
         r.reason = reason
-        if self.bundle is not None:
-            self.bundle.release()  # processes waiting for this compile take over
-        self._compiled = None
-        self._backend = None
-        what = (
-            "That call ran eagerly" if cause is None else "That call was re-run eagerly"
-        )
+        bundle = getattr(self._executor, "bundle", None)
+        if bundle is not None:
+            bundle.release()  # processes waiting for this compile take over
+        self._executor = None
+        what = "ran eagerly" if cause is None else "was re-run eagerly"
         logger.warning(
-            f"torch.compile failed for {r.label} {stage}: {reason}. {what} "
+            f"torch.compile failed for {r.label} {stage}: {reason}. That call {what} "
             f"and {r.label} stays eager for the rest of the session; no output is "
             f"lost. {_TORCH_LOGS_HINT}"
         )

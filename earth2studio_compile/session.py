@@ -192,14 +192,10 @@ class CompileSession:
                         module,
                         report,
                         self.options,
-                        pad_batch=p.spec.pad_batch,
+                        p.spec,
+                        precision=chosen,
                         artifacts=artifacts,
                         owner=f"{type(model).__module__}.{type(model).__qualname__}",
-                        opaque=p.spec.opaque,
-                        table_cudagraphs=p.spec.cudagraphs,
-                        table_options=p.spec.inductor_options,
-                        precision=chosen,
-                        fp32_modules=p.spec.fp32_modules,
                         probe=self.probe,
                     )
                 except Exception as err:  # same: run this region eagerly

@@ -45,8 +45,8 @@ def test_spectral_convolutions_become_opaque_nodes_of_one_graph(logs):
     with CompileSession(model, backend=recorder) as session:
         # the table's cudagraphs=False and Inductor options reach the region
         (region,) = session._open
-        assert region.table_cudagraphs is False
-        assert region.table_options is sfno_inductor_options
+        assert region.spec.cudagraphs is False
+        assert region.spec.inductor_options is sfno_inductor_options
         with torch.no_grad():
             out = model.model(x)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
@@ -217,7 +217,9 @@ def test_operator_handles_do_not_depend_on_session_history():
     def handles() -> list[int]:
         model = zoo.build("sfno")
         with CompileSession(model, backend=Recorder()) as session:
-            return [op.handle for region in session._open for op in region._opaque]
+            return [
+                op.handle for region in session._open for op in region.hooks.opaque
+            ]
 
     first = handles()
     zoo.build("sfno")  # unrelated work in between

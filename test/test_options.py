@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import eager_backend
 
-from earth2studio_compile import CompileOptions, CompileSession
+from earth2studio_compile import CompileOptions, CompileSession, ModelSpec
 from earth2studio_compile.options import CompilePolicy
 
 
@@ -50,8 +51,51 @@ def test_unknown_backend():
         CompileOptions(backend="inductr")
 
 
-def policy(options: CompileOptions, device: torch.device, **table) -> CompilePolicy:
-    return CompilePolicy.resolve(options, device, **table)
+def policy(
+    options: CompileOptions,
+    device: torch.device,
+    table_cudagraphs: bool = True,
+    table_options=None,
+) -> CompilePolicy:
+    table = ModelSpec(
+        regions=("core",), cudagraphs=table_cudagraphs, inductor_options=table_options
+    )
+    return CompilePolicy.resolve(options, device, table)
+
+
+def test_torch_compile_gets_exactly_the_policys_torch_kwargs(monkeypatch):
+    class Breaking(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = torch.nn.Parameter(torch.full((2,), 2.0))
+
+        def forward(self, x):
+            x = x + 1
+            torch._dynamo.graph_break()
+            return x * self.scale
+
+    class Holder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.core = Breaking()
+
+    seen = []
+    original = CompilePolicy.torch_kwargs
+
+    def strict(self):
+        # What production passes is what this returns: fullgraph turns the
+        # graph break into a compile failure, hence a fallback.
+        kwargs = {**original(self), "fullgraph": True}
+        seen.append(kwargs)
+        return kwargs
+
+    monkeypatch.setattr(CompilePolicy, "torch_kwargs", strict)
+    model = Holder()
+    with CompileSession(model, backend=eager_backend) as session, torch.no_grad():
+        out = model.core(torch.ones(2))
+    torch.testing.assert_close(out, torch.full((2,), 4.0))
+    assert len(seen) == 1 and seen[0]["backend"] is eager_backend
+    assert session.report.regions[0].status == "eager"
 
 
 def test_mode_choice_per_device():
