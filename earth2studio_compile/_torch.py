@@ -49,6 +49,11 @@ __all__ = [
 MODULE_SLOT = "_compiled_call_impl"
 
 
+def call_module(module: torch.nn.Module, args: Any, kwargs: Any) -> Any:
+    """The module's own call (hooks included), past a region in :data:`MODULE_SLOT`."""
+    return module._call_impl(*args, **kwargs)
+
+
 # -- features --------------------------------------------------------------------------
 def _probe_counters() -> None:
     from torch._dynamo.utils import counters  # noqa: F401

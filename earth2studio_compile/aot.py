@@ -61,6 +61,7 @@ from earth2studio_compile.cache import (
     key_fields,
     use_local_cache,
 )
+from earth2studio_compile.executors import Declined, Target
 from earth2studio_compile.metrics import rel_l2, synchronize
 from earth2studio_compile.opaque import find_opaque
 from earth2studio_compile.options import CompileOptions, CompilePolicy
@@ -69,6 +70,7 @@ from earth2studio_compile.precision import THRESHOLDS, KeepFp32
 __all__ = [
     "AOT_FORMAT",
     "TOLERANCES",
+    "AotExecutor",
     "AotRunner",
     "Built",
     "aot_root",
@@ -192,8 +194,8 @@ def _effective(precision: str | None, device: torch.device) -> str:
     """The precision a region computes in; None: what PyTorch's flags say."""
     if precision is not None:
         return precision
-    tf32 = torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32
-    return "tf32" if device.type == "cuda" and tf32 else "fp32"
+    # Read without the legacy getters, which raise when the two APIs were mixed.
+    return "tf32" if device.type == "cuda" and any(_precision.tf32_enabled()) else "fp32"
 
 
 def _mode_text(
@@ -422,11 +424,10 @@ def build_region(
     label = f"{owner.rsplit('.', 1)[-1]}.{region}" if region else owner or "region"
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    with (
-        torch.no_grad(),
-        _precision.scope(_flags(precision), device),
-        _fp32_kept(module, precision, fp32_modules),
-    ):
+    # Outside the precision scope: export reads cuDNN's legacy TF32 flag, which
+    # raises while the scope holds conv and rnn apart; TF32 does not change the
+    # exported graph (bf16's autocast is inside it), only the compile below.
+    with torch.no_grad(), _fp32_kept(module, precision, fp32_modules):
         program = torch.export.export(
             _Scoped(module, precision), tuple(args), kwargs, strict=False
         )
@@ -861,6 +862,101 @@ def verify(runner_out: Any, eager_out: Any, precision: str | None) -> str | None
         worst = max(worst, error)
     logger.debug(f"Artifact verified against eager: rel. L2 {worst:.1e}")
     return None
+
+
+# -- the region's executor -------------------------------------------------------------
+def _loader_safe(device: torch.device) -> None:
+    """Import what the package loader needs in this process before it runs.
+
+    On an H100 with torch 2.11 the AOTInductor package loader crashed the process
+    (SIGSEGV, for any package, a one-layer one included) unless
+    ``earth2studio.models.px`` had been imported first; with it, it loaded FCN's
+    package in 0.15 s (docs/bench/2026-11-24-h100/aot-probe/). The cause is not
+    known; a crash cannot be caught, so the import is made first. Every process
+    with an Earth2Studio model has made it already, so it costs nothing there.
+    """
+    if device.type == "cuda":
+        import importlib
+
+        from earth2studio_compile._imports import quiet_imports
+
+        with quiet_imports():
+            importlib.import_module("earth2studio.models.px")
+
+
+class AotExecutor:
+    """A region's ahead-of-time artifact, verified at its first call.
+
+    :meth:`build` offers it whenever artifacts can exist (the cache is on, no
+    opaque submodules, the loader is there); :meth:`first_call` then looks for the
+    artifact of the call's key, runs it, and compares its output with one eager
+    call on the same input (:func:`verify`). No artifact, a damaged one or a wrong
+    answer raises :class:`~earth2studio_compile.executors.Declined` before anything
+    is handed back, and the region goes on to the next candidate (Dynamo); a wrong
+    answer also logs one WARNING.
+    """
+
+    name = "aot"
+    source: str | None = None
+    not_compiled: str | None = None
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.cudagraphs = target.policy.cudagraphs and target.device.type == "cuda"
+        self.runner: AotRunner | None = None
+
+    @classmethod
+    def build(cls, target: Target) -> AotExecutor | str:
+        """The executor for ``target``, or why no artifact can serve it."""
+        if target.artifacts is None:
+            return "the compile cache is off"
+        if target.opaque:
+            return "opaque submodules (Python operators) need the Dynamo path"
+        return _torch.missing("aoti_loader") or cls(target)
+
+    def first_call(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[Any, dict[str, float]]:
+        """Load, run and verify the artifact; its phases."""
+        t = self.target
+        _loader_safe(t.device)
+        runner = load_runner(
+            t.module,
+            args,
+            kwargs,
+            t.device,
+            t.precision,
+            t.policy.mode,
+            t.owner,
+            t.report.region,
+            t.policy.options,
+            t.fp32_modules,
+            cudagraphs=self.cudagraphs,
+            clone=False,  # the region clones what escapes a CUDA graph
+            root=t.artifacts.parent if t.artifacts is not None else None,
+        )
+        if isinstance(runner, str):
+            raise Declined(runner)
+        out = runner(*args, **kwargs)
+        start = time.perf_counter()
+        reason = verify(out, _torch.call_module(t.module, args, kwargs), t.precision)
+        phases = {**runner.phases, "verify": time.perf_counter() - start}
+        if reason is not None:
+            logger.warning(
+                f"The ahead-of-time artifact {runner.path} of {t.report.label} gives "
+                f"another answer than eager ({reason}): not used; "
+                f"{t.report.label} compiles with torch.compile instead. Rebuild it "
+                "with earth2studio_compile.build(..., force=True)."
+            )
+            raise Declined(f"its artifact failed verification ({reason})")
+        self.runner = runner
+        self.source = f"the ahead-of-time artifact {runner.path}"
+        phases.pop("cudagraph_capture", None)
+        return out, phases
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        assert self.runner is not None
+        return self.runner(*args, **kwargs)
 
 
 # -- the explicit build step -----------------------------------------------------------

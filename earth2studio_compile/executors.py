@@ -70,6 +70,14 @@ class Executor(Protocol):
         ...
 
 
+class Declined(Exception):
+    """Raised by a candidate's first call to give way: the region tries the next.
+
+    The candidate must not have changed anything the caller can see (no output
+    returned, no input or buffer written), so the next candidate runs the same call.
+    """
+
+
 @dataclass(frozen=True)
 class Target:
     """What a candidate executor is asked to run: one region, at its first call.
@@ -92,6 +100,8 @@ class Target:
         Qualified class name of the model that owns the region
     opaque : bool
         The region calls opaque submodules inside its graph
+    fp32_modules : tuple[str, ...]
+        Class names of submodules kept in fp32 under ``"bf16"`` (the table's)
     """
 
     module: torch.nn.Module
@@ -102,6 +112,7 @@ class Target:
     artifacts: Path | None
     owner: str
     opaque: bool
+    fp32_modules: tuple[str, ...] = ()
 
 
 class EagerExecutor:
@@ -122,7 +133,7 @@ class EagerExecutor:
         return self(*args, **kwargs), {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.module._call_impl(*args, **kwargs)
+        return _torch.call_module(self.module, args, kwargs)
 
 
 class DynamoExecutor:

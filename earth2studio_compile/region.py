@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,8 +31,10 @@ from loguru import logger
 
 from earth2studio_compile import _torch, precision
 from earth2studio_compile._torch import MODULE_SLOT, tree_flatten, tree_map
+from earth2studio_compile.aot import AotExecutor
 from earth2studio_compile.executors import (
     RECOMPILE_LIMIT,
+    Declined,
     DynamoExecutor,
     EagerExecutor,
     Executor,
@@ -56,22 +58,23 @@ _TORCH_LOGS_HINT = (
 #: Executors a region tries at its first call, in order: each returns an executor
 #: for the :class:`~earth2studio_compile.executors.Target`, or a reason to decline
 #: (then the next is tried; the last reason is the fallback's).
-CANDIDATES: list[Callable[[Target], Executor | str]] = [DynamoExecutor.build]
+CANDIDATES: list[Callable[[Target], Executor | str]] = [
+    AotExecutor.build,
+    DynamoExecutor.build,
+]
 
 
-def choose(target: Target) -> Executor | str:
-    """The first of :data:`CANDIDATES` that takes ``target``, or why none did."""
+def offers(target: Target) -> Iterator[Executor | str]:
+    """Each of :data:`CANDIDATES` built for ``target``: an executor, or why not."""
     if target.policy.cudagraphs and _torch.missing("cudagraph_step"):
         # The region marks CUDA-graph steps for every compiled executor.
-        return str(_torch.missing("cudagraph_step"))
-    reason = "no executor was offered"
+        yield str(_torch.missing("cudagraph_step"))
+        return
     for candidate in CANDIDATES:
-        chosen = candidate(target)
-        if not isinstance(chosen, str):
-            target.report.mode = target.policy.label
-            return chosen
-        reason = chosen
-    return reason
+        try:
+            yield candidate(target)
+        except Exception as err:  # nothing on the compile path may end a forecast
+            yield f"setting up torch.compile failed ({describe(err)})"
 
 
 class RegionState(enum.Enum):
@@ -409,6 +412,7 @@ class CompiledRegion:
         self.probe = SpeedProbe(report, enabled=probe)
         self._state = RegionState.PENDING
         self._executor: Executor | None = None
+        self._policy_label: str | None = None
         self._eager_executor = EagerExecutor(module)
         self.padding = BatchPadding(self.spec.pad_batch)
         self.hooks = Hooks(module, report.label, self.spec, precision)
@@ -459,33 +463,51 @@ class CompiledRegion:
         return self._steady(call)
 
     def _first(self, call: Call) -> Any:
-        """Pick an executor and run its first call: what compiling costs."""
+        """Run the first call on the first candidate that takes it."""
+        reason = "no executor was offered"
         try:
-            chosen = self._choose(call.device)
+            candidates = offers(self._target(call.device))
         except Exception as err:  # nothing on the compile path may end a forecast
-            chosen = f"setting up torch.compile failed ({describe(err)})"
-        if isinstance(chosen, str):
-            self._fall_back(chosen, cause=None)
-            return self._eager(call)
-        self._executor = chosen
-        start = time.perf_counter()
-        try:
-            out, phases = self._run(call, first=True)
-            synchronize(call.device)  # the first call's kernels count here
-        except Exception as err:
-            return self._recover(err, call, time.perf_counter() - start)
-        seconds = time.perf_counter() - start
+            candidates, reason = iter(()), f"setting up torch.compile failed ({err})"
+        for chosen in candidates:
+            if isinstance(chosen, str):
+                reason = chosen
+                continue
+            self._executor = chosen
+            self.report.mode = self._policy_label
+            start = time.perf_counter()
+            try:
+                out, phases = self._run(call, first=True)
+                synchronize(call.device)  # the first call's kernels count here
+            except Declined as declined:
+                # Nothing was handed back: the next candidate runs the same call.
+                reason = str(declined)
+                self.report.declined.append(f"{chosen.name}: {reason}")
+                continue
+            except Exception as err:
+                return self._recover(err, call, time.perf_counter() - start)
+            return self._compiled(chosen, out, phases, time.perf_counter() - start)
+        self._executor = None
+        self._fall_back(reason, cause=None)
+        return self._eager(call)
+
+    def _compiled(
+        self, chosen: Executor, out: Any, phases: dict[str, float], seconds: float
+    ) -> Any:
+        """Account for a first call that ran on ``chosen``."""
         r = self.report
         r.compile_seconds += seconds
         r.phases.update(phases)
-        # The rest is Dynamo's: tracing, fake tensors, guards (and staging).
-        r.phases["dynamo"] = max(0.0, seconds - sum(phases.values()))
+        r.executor = chosen.name
+        if chosen.name == "dynamo":
+            # The rest is Dynamo's: tracing, fake tensors, guards (and staging).
+            r.phases["dynamo"] = max(0.0, seconds - sum(phases.values()))
         if chosen.not_compiled is not None:
             r.phases["before_fallback"] = seconds
             self._fall_back(chosen.not_compiled, cause=None, spent=seconds)
             return out
         self.state = RegionState.COMPILED
-        logger.debug(f"Compiled {r.label} ({r.mode}) in {seconds:.1f} s")
+        logger.trace(f"Compiled {r.label} ({chosen.name}, {r.mode}) in {seconds:.1f} s")
         return out
 
     def _steady(self, call: Call) -> Any:
@@ -541,10 +563,11 @@ class CompiledRegion:
             self.precision, call.device, self._eager_executor, call.args, call.kwargs
         )
 
-    def _choose(self, device: torch.device) -> Executor | str:
-        """The region's policy on ``device``, and the executor :func:`choose` picks."""
+    def _target(self, device: torch.device) -> Target:
+        """What the candidates are asked to run: this region, its policy there."""
         policy = CompilePolicy.resolve(self.options, device, self.spec)
-        target = Target(
+        self._policy_label = policy.label
+        return Target(
             self.module,
             self.report,
             policy,
@@ -553,8 +576,8 @@ class CompiledRegion:
             self.artifacts,
             self.owner,
             opaque=bool(self.hooks.opaque),
+            fp32_modules=tuple(self.spec.fp32_modules),
         )
-        return choose(target)
 
     # -- observing and falling back ----------------------------------------------
     def _measure_precision(

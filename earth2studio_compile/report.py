@@ -77,6 +77,13 @@ class RegionReport:
         before compiling failed)
     reason : str | None
         Why the region is not compiled (fallback cause or table reason)
+    executor : str | None
+        What ran the region's compiled calls: ``"aot"`` (an ahead-of-time artifact
+        built by :func:`~earth2studio_compile.build`) or ``"dynamo"``
+        (``torch.compile``); None before the first call or after a fallback there
+    declined : list[str]
+        Candidates passed over at the first call, each with its reason, e.g.
+        ``"aot: no artifact for this key"``
     """
 
     model: str
@@ -102,9 +109,22 @@ class RegionReport:
     precision_error: float | None = None
     phases: dict[str, float] = field(default_factory=dict)
     reason: str | None = None
+    executor: str | None = None
+    declined: list[str] = field(default_factory=list)
 
     #: Phases that are a first call's cost of compiling.
-    FIRST_CALL = ("bundle_load", "dynamo", "backend", "first_run", "bundle_save")
+    FIRST_CALL = (
+        "bundle_load",
+        "dynamo",
+        "backend",
+        "key",
+        "checksum",
+        "aot_load",
+        "bind",
+        "first_run",
+        "verify",
+        "bundle_save",
+    )
 
     @property
     def first_call_seconds(self) -> float | None:
@@ -225,7 +245,16 @@ class CompileReport:
         """One line, e.g. ``FCN.model: compiled (inductor/default) in 14.2 s, ...``."""
         parts = []
         for r in self.regions:
-            if r.status == "compiled":
+            if r.status == "compiled" and r.executor == "aot":
+                text = (
+                    f"{r.label}: ran its ahead-of-time artifact ({r.mode}), ready in "
+                    f"{r.compile_seconds:.2f} s (verified against eager), "
+                    f"{r.calls} calls"
+                )
+                if r.padded_calls:
+                    text += f", {r.padded_calls} padded batch(es)"
+                text += r.precision_text
+            elif r.status == "compiled":
                 cache = f", {_cache_text(r.cache, r.cache_source)}" if r.cache else ""
                 text = (
                     f"{r.label}: compiled ({r.mode}) in {r.compile_seconds:.1f} s"
@@ -240,6 +269,11 @@ class CompileReport:
                 if r.cudagraph_skips:
                     text += ", CUDA graphs skipped"
                 text += r.precision_text
+                text += "".join(
+                    f", {d.replace(': ', ' not used: ', 1)}"
+                    for d in r.declined
+                    if "no artifact" not in d
+                )
                 if r.compiled_ms is not None and r.eager_ms:
                     text += (
                         f", {r.compiled_ms:.2f} vs {r.eager_ms:.2f} ms eager per call "

@@ -192,7 +192,10 @@ class _Shifted(torch.nn.Module):
         return x + self.head.weight.sum()
 
 
-def test_an_artifact_with_another_answer_is_caught_by_verify(built, tmp_path):
+@pytest.fixture(scope="module")
+def planted(built, tmp_path_factory):
+    """A cache root holding an artifact of another forward under the FCN core's key."""
+    tmp_path = tmp_path_factory.mktemp("planted")
     other = copy.deepcopy(built.core)
     other.__class__ = type("Shifted", (_Shifted, type(built.core)), {})
     built_other = aot.build_region(
@@ -207,10 +210,63 @@ def test_an_artifact_with_another_answer_is_caught_by_verify(built, tmp_path):
     meta = json.loads((planted / "meta.json").read_text())
     meta["fields"] = fields
     (planted / "meta.json").write_text(json.dumps(meta))
-    runner = _load(built, root=tmp_path / "plant")
+    return tmp_path / "plant"
+
+
+def test_an_artifact_with_another_answer_is_caught_by_verify(built, planted):
+    runner = _load(built, root=planted)
     assert isinstance(runner, aot.AotRunner), runner
     reason = aot.verify(runner(*built.args), _eager(built.core, built.args), "fp32")
     assert reason is not None and "rel. L2" in reason
+
+
+def _session_call(built, root, monkeypatch):
+    """One call of the FCN core inside a fp32 session on ``root``: output, report."""
+    from earth2studio_compile import CompileSession
+
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(root))
+    with CompileSession(built.model, precision="fp32", probe=False) as session:
+        with torch.no_grad():
+            out = built.core(*built.args)
+            again = built.core(*built.args)
+    return out, again, session.report.regions[0]
+
+
+def test_a_session_runs_the_artifact_when_its_key_matches(built, monkeypatch):
+    out, again, region = _session_call(built, built.root, monkeypatch)
+    assert region.status == "compiled" and region.executor == "aot", region
+    assert region.graphs == 0  # torch.compile never ran
+    for phase in ("key", "checksum", "aot_load", "bind", "first_run", "verify"):
+        assert region.phases[phase] >= 0.0, phase
+    assert "dynamo" not in region.phases
+    ref = _eager(built.core, built.args)
+    assert rel_l2(out, ref) < 1e-5 and rel_l2(again, ref) < 1e-5
+    assert "ahead-of-time artifact" in region_summary(region)
+
+
+def region_summary(region):
+    from earth2studio_compile.report import CompileReport
+
+    return CompileReport([region]).summary()
+
+
+def test_a_wrong_artifact_takes_the_dynamo_path_with_one_warning(
+    built, planted, monkeypatch
+):
+    from loguru import logger
+
+    warnings: list[str] = []
+    sink = logger.add(lambda m: warnings.append(str(m)), level="WARNING")
+    try:
+        out, again, region = _session_call(built, planted, monkeypatch)
+    finally:
+        logger.remove(sink)
+    assert region.status == "compiled" and region.executor == "dynamo", region
+    assert any("failed verification" in d for d in region.declined), region.declined
+    assert sum("another answer than eager" in w for w in warnings) == 1, warnings
+    ref = _eager(built.core, built.args)
+    assert rel_l2(out, ref) < 1e-5 and rel_l2(again, ref) < 1e-5
+    assert "aot not used" in region_summary(region)
 
 
 def test_verify_reasons():
