@@ -195,7 +195,8 @@ def _effective(precision: str | None, device: torch.device) -> str:
     if precision is not None:
         return precision
     # Read without the legacy getters, which raise when the two APIs were mixed.
-    return "tf32" if device.type == "cuda" and any(_precision.tf32_enabled()) else "fp32"
+    tf32 = device.type == "cuda" and any(_precision.tf32_enabled())
+    return "tf32" if tf32 else "fp32"
 
 
 def _mode_text(

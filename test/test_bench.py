@@ -7,6 +7,7 @@ tests keep the arithmetic and the error messages honest without timing anything.
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -408,3 +409,36 @@ def test_render_merges_ensemble_runs(tmp_path, capsys):
     paths = [str(tmp_path / f"{io}.json") for io in rows]
     assert cli.main(["--render", *paths]) == 0
     assert "1.50" in capsys.readouterr().out  # async-zarr over its zarr-disk twin
+
+
+def test_an_aot_row_builds_first_and_says_when_the_artifact_was_not_used(
+    monkeypatch, tmp_path
+):
+    """``--aot``: the build runs in its own process on the rows' cache root, and a
+    row whose regions did not run their artifact is marked, with the reasons."""
+    from earth2studio_compile.tools.bench import __main__ as bench
+
+    seen = {}
+
+    def fake_run(cmd, **kwargs):
+        seen["cmd"], seen["env"] = cmd, kwargs["env"]
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    spec = {"model": "fcn", "mode": "auto", "size": "small", "precision": "tf32"}
+    out = bench._build_one(spec, 60, tmp_path)
+    assert out["build_s"] >= 0.0 and "build_error" not in out
+    assert seen["cmd"][-5:] == ["fcn", "--size", "small", "--precision", "tf32"]
+    assert seen["env"]["EARTH2STUDIO_COMPILE_CACHE"] == str(
+        tmp_path / "bundles-fcn-auto"
+    )
+    ran = {"cache": "aot", "report": {"regions": [{"executor": "aot", "declined": []}]}}
+    bench._say_which_path(ran)
+    assert ran["cache"] == "aot"
+    reason = "aot: no artifact for this key"
+    fell = {
+        "cache": "aot",
+        "report": {"regions": [{"executor": "dynamo", "declined": [reason]}]},
+    }
+    bench._say_which_path(fell)
+    assert fell["cache"] == "aot-declined" and fell["aot_declined"] == [reason]

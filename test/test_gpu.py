@@ -40,14 +40,10 @@ def strict_fp32():
     torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
-@pytest.mark.parametrize("name", ["fcn", "dlwp", "sfno", "toy"])
-def test_outputs_held_across_steps_are_not_overwritten(name, logs):
-    # Keep every yielded tensor without copying: with CUDA graphs an uncloned
-    # output would be overwritten by the next replay.
-    model = zoo.build(name, size=SIZE).cuda()
-    before = snapshot(model)
+def _held_rollouts(model, nsteps=6):
+    """Eager and compiled rollouts keeping every yielded tensor without copying:
+    with CUDA graphs an uncloned output would be overwritten by the next replay."""
     x, coords = initial_state(model, torch.device("cuda"))
-    nsteps = 6
 
     def rollout():
         kept = []
@@ -59,17 +55,41 @@ def test_outputs_held_across_steps_are_not_overwritten(name, logs):
         return kept
 
     eager = [y.clone() for y in rollout()]
-    cudagraphs = plan(model).spec.cudagraphs
-    expected_mode = "inductor/reduce-overhead" if cudagraphs else "inductor/default"
     with CompileSession(model) as session:
         compiled = rollout()
     for step, (a, b) in enumerate(zip(compiled, eager)):
         assert rel_l2(a, b) <= REL_L2, f"step {step}: rel L2 {rel_l2(a, b):.2e}"
+    return session
+
+
+@pytest.mark.parametrize("name", ["fcn", "dlwp", "sfno", "toy"])
+def test_outputs_held_across_steps_are_not_overwritten(name, logs):
+    model = zoo.build(name, size=SIZE).cuda()
+    before = snapshot(model)
+    cudagraphs = plan(model).spec.cudagraphs
+    expected_mode = "inductor/reduce-overhead" if cudagraphs else "inductor/default"
+    session = _held_rollouts(model)
     assert_unchanged(model, before)
     for region in session.report.regions:
         assert region.status == "compiled", session.report.summary()
         assert region.mode.startswith(expected_mode), region.mode
         assert region.cudagraph_skips == 0, session.report.summary()
+    assert not messages(logs, "WARNING")
+
+
+@pytest.mark.parametrize("name", ["fcn", "dlwp"])
+def test_held_outputs_on_the_ahead_of_time_path(name, logs, tmp_path, monkeypatch):
+    """The AOT runner's own CUDA graph: held outputs intact, model restored."""
+    from earth2studio_compile import build
+
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
+    model = zoo.build(name, size=SIZE).cuda()
+    assert all(b.status == "built" for b in build(model)), "build failed"
+    before = snapshot(model)
+    session = _held_rollouts(model)
+    assert_unchanged(model, before)
+    for region in session.report.regions:
+        assert region.executor == "aot", session.report.summary()
     assert not messages(logs, "WARNING")
 
 

@@ -29,6 +29,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         action="store_false",
         help="with --precision, skip the eager rows of tf32 and bf16 (each row is a "
         "fresh process; the fp32 eager reference always runs)",
+    )
+    p.add_argument(
+        "--aot",
+        action="store_true",
+        help="add an ahead-of-time row per compiled setup: a fresh process builds the "
+        "artifact (python -m earth2studio_compile.tools.build), then a fresh process "
+        "with an empty local Inductor cache runs the rollout, which finds it",
     )
     p.add_argument(
         "--no-warm",
@@ -293,6 +301,49 @@ def _run_one(spec: dict[str, Any], timeout: int, workdir: Path) -> dict[str, Any
         out.unlink(missing_ok=True)
 
 
+def _build_one(spec: dict[str, Any], timeout: int, workdir: Path) -> dict[str, Any]:
+    """Build the ahead-of-time artifacts of ``spec``'s model in a fresh process,
+    into the cache root its rows share; ``build_s`` or ``build_error``."""
+    tag = f"{spec['model'].replace(':', '_')}-{spec['mode']}"
+    local = workdir / f"local-{tag}-build"
+    env = {
+        **os.environ,
+        "EARTH2STUDIO_COMPILE_CACHE": str(workdir / f"bundles-{tag}"),
+        "TORCHINDUCTOR_CACHE_DIR": str(local),
+        "TRITON_CACHE_DIR": str(local / "triton"),
+    }
+    model = spec["model"]
+    cmd = [sys.executable, "-m", "earth2studio_compile.tools.build"]
+    cmd += ["--module", model] if ":" in model else [model, "--size", spec["size"]]
+    if spec.get("device"):
+        cmd += ["--device", spec["device"]]
+    if spec.get("precision"):
+        cmd += ["--precision", spec["precision"]]
+    if spec["mode"] not in (AUTO, EAGER):
+        cmd += ["--mode", spec["mode"]]
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, env=env
+        )
+    except subprocess.TimeoutExpired:
+        return {"build_error": f"timed out after {timeout} s"}
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-2:]
+        return {"build_s": seconds, "build_error": " | ".join(tail)}
+    return {"build_s": seconds}
+
+
+def _say_which_path(result: dict[str, Any]) -> None:
+    """Mark an ``aot`` row that did not run its artifact, with the reasons."""
+    regions = (result.get("report") or {}).get("regions", [])
+    declined = [d for r in regions if r.get("executor") != "aot" for d in r["declined"]]
+    if regions and any(r.get("executor") != "aot" for r in regions):
+        result["cache"] = "aot-declined"
+        result["aot_declined"] = declined
+
+
 def derive(eager: dict[str, Any], comp: dict[str, Any]) -> dict[str, Any]:
     """Speedup and break-even of a compiled run against its eager run."""
     if "error" in eager or "error" in comp:
@@ -415,10 +466,22 @@ def _phases(r: dict[str, Any]) -> str:
     return "".join(f", {k} {v:.2f} s" for k, v in total.items()).replace(", ", "; ", 1)
 
 
+def _start_kind(r: dict[str, Any]) -> str:
+    if r.get("cache") != "aot":
+        return "warm start"
+    built = f" (built beforehand in {r['build_s']:.0f} s)" if r.get("build_s") else ""
+    return f"ahead-of-time start{built}"
+
+
+def _precision_of(r: dict[str, Any]) -> str:
+    return f" {r['precision']}" if r.get("precision") else ""
+
+
 def warm_lines(results: list[dict[str, Any]]) -> list[str]:
     """One line per warm start: first step warm vs cold, and where it went."""
     return [
-        f"warm start {r['model']} {r['mode']}: first step {r['first_step_s']:.2f} s vs "
+        f"{_start_kind(r)} {r['model']} {r['mode']}{_precision_of(r)}: first step "
+        f"{r['first_step_s']:.2f} s vs "
         f"{r['first_step_s'] / r['warm_over_cold']:.2f} s cold "
         f"({100 * r['warm_over_cold']:.0f}%){_phases(r)}"
         for r in results
@@ -489,6 +552,8 @@ def main(argv: list[str] | None = None) -> int:
     size = "small" if args.small else "full"
     results: list[dict[str, Any]] = []
     caches = ["cold", "warm"] if args.warm else ["cold"]
+    aot = ["aot"] if args.aot else []
+    caches += aot
     runs: list[tuple[str, str | None, str | None]] = [(EAGER, None, None)]
     runs += [(x, c, None) for x in args.mode_list for c in caches]
     if args.precision_list:
@@ -498,7 +563,7 @@ def main(argv: list[str] | None = None) -> int:
         for chosen in args.precision_list:
             if chosen != "fp32" and args.precision_eager:
                 runs.append((EAGER, None, chosen))
-            c_list = caches if chosen == "fp32" else ["cold"]
+            c_list = caches if chosen == "fp32" else ["cold", *aot]
             runs += [(x, c, chosen) for x in args.mode_list for c in c_list]
     plan = [(m, *run) for m in args.model_list for run in runs]
     if args.skip_rollouts:
@@ -512,7 +577,9 @@ def main(argv: list[str] | None = None) -> int:
     total = len(plan) + (len(args.model_list) if args.io_list else 0)
     with tempfile.TemporaryDirectory() as tmp, tqdm(total=total, desc="bench") as bar:
         for model, mode, cache, chosen in plan:
-            if cache == "warm" and not _compiled_anything(results, model, mode):
+            if cache in ("warm", "aot") and not _compiled_anything(
+                results, model, mode
+            ):
                 bar.update(1)  # nothing was compiled, so there is nothing to warm-start
                 continue
             bar.set_postfix_str(f"{model} {mode} {cache or ''}".rstrip())
@@ -532,16 +599,20 @@ def main(argv: list[str] | None = None) -> int:
                 "save_reference": mode == EAGER
                 and not any(r["model"] == model for r in results),
             }
-            result = _run_one(spec, args.timeout, Path(tmp))
+            built = _build_one(spec, args.timeout, Path(tmp)) if cache == "aot" else {}
+            result = {**_run_one(spec, args.timeout, Path(tmp)), **built}
+            if cache == "aot":
+                _say_which_path(result)
             if mode != EAGER or chosen not in (None, "fp32"):
                 result.update(_against_eager(results, model, chosen, result))
-            if cache == "warm":
+            if cache in ("warm", "aot"):
                 cold = next(
                     r
                     for r in results
                     if r["model"] == model
                     and r["mode"] == mode
                     and r.get("cache") == "cold"
+                    and r.get("precision") == chosen
                 )
                 if "error" not in cold and "error" not in result:
                     first, cold_first = result["first_step_s"], cold["first_step_s"]
