@@ -68,10 +68,12 @@ class RegionReport:
         call in fp32 eager (TF32 off); None in fp32 or without a floating output
     phases : dict[str, float]
         Seconds of what compiling cost, by phase: ``bundle_load`` (reading and
-        planting a portable bundle), ``dynamo`` (tracing, guards), ``backend``
-        (AOTAutograd and Inductor, cache lookups and kernel loading included),
-        ``first_run`` (the first run of compiled code: CUDA-graph warm-up,
-        autotuning), ``bundle_save``; ``cudagraph_record`` (the second call,
+        planting a portable bundle), ``dynamo`` (Dynamo's own time, measured:
+        tracing up to the backend, guards after it), ``backend`` (AOTAutograd and
+        Inductor, cache lookups and kernel loading included), ``first_run`` (the
+        first run of compiled code: CUDA-graph warm-up, autotuning),
+        ``bundle_save``, ``unattributed`` (the rest of the first call: staging,
+        precision scope, write-back); ``cudagraph_record`` (the second call,
         which records the CUDA graph); ``precision_reference`` (the fp32 eager call
         that measures a reduced precision's error); ``before_fallback`` (time spent
         before compiling failed)
@@ -104,11 +106,21 @@ class RegionReport:
     reason: str | None = None
 
     #: Phases that are a first call's cost of compiling.
-    FIRST_CALL = ("bundle_load", "dynamo", "backend", "first_run", "bundle_save")
+    FIRST_CALL = (
+        "bundle_load",
+        "dynamo",
+        "backend",
+        "first_run",
+        "bundle_save",
+        "unattributed",
+    )
 
     @property
     def first_call_seconds(self) -> float | None:
-        """Wall seconds of the first (compiling) call, the sum of its phases."""
+        """Wall seconds of the first (compiling) call, the sum of its phases.
+
+        ``unattributed`` included, so the sum is the call's measured wall time.
+        """
         if not any(k in self.phases for k in self.FIRST_CALL):
             return None
         return sum(self.phases.get(k, 0.0) for k in self.FIRST_CALL)

@@ -217,9 +217,7 @@ def test_operator_handles_do_not_depend_on_session_history():
     def handles() -> list[int]:
         model = zoo.build("sfno")
         with CompileSession(model, backend=Recorder()) as session:
-            return [
-                op.handle for region in session._open for op in region.hooks.opaque
-            ]
+            return [op.handle for region in session._open for op in region.hooks.opaque]
 
     first = handles()
     zoo.build("sfno")  # unrelated work in between
