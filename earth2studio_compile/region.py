@@ -502,7 +502,7 @@ class CompiledRegion:
             self._fall_back(chosen.not_compiled, cause=None, spent=seconds)
             return out
         self.state = RegionState.COMPILED
-        logger.debug(f"Compiled {r.label} ({r.mode}) in {seconds:.1f} s")
+        logger.trace(f"Compiled {r.label} ({r.mode}) in {seconds:.1f} s")
         return out
 
     def _steady(self, call: Call) -> Any:
@@ -586,7 +586,7 @@ class CompiledRegion:
             r.precision_error = reference.error(out, device)
             precision.log_error(r.label, self.precision, r.precision_error)
         except Exception as err:  # a measurement must not end a forecast
-            logger.debug(f"No fp32 reference for {r.label}: {describe(err)}")
+            logger.trace(f"No fp32 reference for {r.label}: {describe(err)}")
         r.phases["precision_reference"] = time.perf_counter() - start
 
     def _recover(self, err: Exception, call: Call, seconds: float) -> Any:

@@ -30,11 +30,8 @@ def test_a_compiled_workflow_logs_nothing_at_debug(tmp_path, monkeypatch):
     finally:
         logger.remove(sink)
     assert any("torch.compile: " in r["message"] for r in records)  # the INFO summary
-    # TODO(lead): drop this exception once region.py's DEBUG lines are at TRACE.
     debug = [
-        f"{r['name']}: {r['message']}"
-        for r in records
-        if r["level"].name == "DEBUG" and r["name"] != "earth2studio_compile.region"
+        f"{r['name']}: {r['message']}" for r in records if r["level"].name == "DEBUG"
     ]
     assert debug == []
 
