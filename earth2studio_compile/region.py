@@ -562,6 +562,8 @@ class CompiledRegion:
 
     def _choose(self, device: torch.device) -> Executor | str:
         """The region's policy on ``device``, and the executor :func:`choose` picks."""
+        # Known before any executor takes the region: a fallback's summary needs it.
+        self.report.device = device.type
         policy = CompilePolicy.resolve(self.options, device, self.spec)
         target = Target(
             self.module,
