@@ -187,7 +187,11 @@ class DynamoExecutor:
                 self.source = f"the compile cache bundle {self.bundle.path}"
         (hits, misses), skips = _torch.fx_cache_counts(), _torch.cudagraph_skips()
         with _torch.call_context(recompile_limit(), self.source is not None):
+            start = time.perf_counter()
             out = self.compiled(*args, **kwargs)
+        dynamo = self.backend.dynamo_seconds(since=start)
+        if dynamo is not None:
+            phases["dynamo"] = dynamo
         phases["backend"] = self.backend.backend_seconds
         phases["first_run"] = self.backend.first_run_seconds or 0.0
         if self.backend.runs == 0:

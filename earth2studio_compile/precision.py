@@ -31,6 +31,7 @@ and leaves both as it found them (:func:`scope`, :func:`snapshot`).
 from __future__ import annotations
 
 import contextlib
+import difflib
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -94,15 +95,31 @@ def check_precision(value: Any, name: str = "precision") -> str | None:
 def env_precision() -> str | None:
     """The precision ``EARTH2STUDIO_COMPILE_PRECISION`` asks for (unset or empty: None).
 
+    Workflows check it at every call, ``compile=False`` included: a mistyped value
+    is an error whether or not that call compiles, rather than silently ignored.
+
+    Returns
+    -------
+    str | None
+        ``"fp32"``, ``"tf32"``, ``"bf16"``, or None for PyTorch's own settings
+
     Raises
     ------
     ValueError
-        The variable names no precision
+        The variable names no precision; the message suggests the closest one
     """
-    value = os.environ.get(ENV, "").strip().lower()
+    raw = os.environ.get(ENV, "")
+    value = raw.strip().lower()
     if value in ("", "none", "default"):
         return None
-    return check_precision(value, f"{ENV}={value!r}")
+    if value in PRECISIONS:
+        return value
+    close = difflib.get_close_matches(value, PRECISIONS, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise ValueError(
+        f"{ENV}={raw!r} is not a precision.{hint} Set it to one of "
+        f"{', '.join(PRECISIONS)}, or unset it to keep PyTorch's own settings."
+    )
 
 
 @contextlib.contextmanager

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -250,16 +251,20 @@ class BatchPadding:
 class SpeedProbe:
     """Times a few calls once per region to tell whether compiling pays off.
 
-    Compiled calls after CUDA graphs' warm-up (call 1) and recording (call 2), then
-    two eager calls. Eager calls give the same answer within float tolerance, so
-    probing costs nothing but the eager speed of two steps. Rollouts shorter than
-    this are not judged.
+    After CUDA graphs' warm-up (call 1) and recording (call 2), compiled and eager
+    calls alternate (calls 3 to 8), so a machine that slows down meanwhile slows
+    both alike. Eager calls give the same answer within float tolerance, so probing
+    costs nothing but the eager speed of three steps. The verdict rests on medians
+    and on the min-max ranges: compiled is slower only when every compiled call
+    was slower than every eager one. Rollouts shorter than this are not judged.
     """
 
-    COMPILED = (3, 4, 5)
-    EAGER = (6, 7)
-    # Compiled slower than eager by more than this is worth a WARNING.
+    COMPILED = (3, 5, 7)
+    EAGER = (4, 6, 8)
+    # Compiled slower than eager by more than this, in every pair, is worth a WARNING.
     SLOWER = 1.05
+    # The probe's clock (tests replace it).
+    clock: Callable[[], float] = staticmethod(time.perf_counter)
 
     def __init__(self, report: RegionReport, enabled: bool = True) -> None:
         self.report = report
@@ -269,10 +274,10 @@ class SpeedProbe:
     def time(self, kind: str, call: Call, run: Callable[[], Any]) -> Any:
         """``run()``, timed on the call's device as a ``kind`` probe."""
         synchronize(call.device)
-        start = time.perf_counter()
+        start = self.clock()
         out = run()
         synchronize(call.device)
-        self.record(kind, time.perf_counter() - start, self.report.calls)
+        self.record(kind, self.clock() - start, self.report.calls)
         return out
 
     def wants_eager(self, call: int) -> bool:
@@ -291,15 +296,26 @@ class SpeedProbe:
 
     def _judge(self) -> None:
         r = self.report
-        r.compiled_ms = min(self.timings["compiled"]) * 1e3
-        r.eager_ms = min(self.timings["eager"]) * 1e3
-        if r.compiled_ms > self.SLOWER * r.eager_ms:
+        compiled = [t * 1e3 for t in self.timings["compiled"]]
+        eager = [t * 1e3 for t in self.timings["eager"]]
+        r.compiled_ms = statistics.median(compiled)
+        r.eager_ms = statistics.median(eager)
+        r.compiled_range = (min(compiled), max(compiled))
+        r.eager_range = (min(eager), max(eager))
+        # Disjoint ranges, by the margin: noise moves single calls, not all of them.
+        r.slower = min(compiled) > self.SLOWER * max(eager)
+        if r.slower:
             logger.warning(
-                f"{r.label} runs slower compiled ({r.compiled_ms:.2f} ms per call) "
-                f"than eager ({r.eager_ms:.2f} ms) with {r.mode}: compiling does not "
-                "pay off "
-                "here. Use compile=False, or try another mode with CompileSession."
+                f"{r.label} runs slower compiled ({r.compiled_ms:.2f} ms per call, "
+                f"{len(compiled)} calls {_range(r.compiled_range)}) than eager "
+                f"({r.eager_ms:.2f} ms, {_range(r.eager_range)}) with {r.mode}: "
+                "compiling does not pay off here. Use compile=False, or try another "
+                "mode with CompileSession."
             )
+
+
+def _range(span: tuple[float, float]) -> str:
+    return f"{span[0]:.2f}-{span[1]:.2f} ms"
 
 
 class Hooks:
@@ -499,9 +515,9 @@ class CompiledRegion:
         r.compile_seconds += seconds
         r.phases.update(phases)
         r.executor = chosen.name
-        if chosen.name == "dynamo":
-            # The rest is Dynamo's: tracing, fake tensors, guards (and staging).
-            r.phases["dynamo"] = max(0.0, seconds - sum(phases.values()))
+        # Staging, precision scope, write-back, clones, and whatever an executor
+        # did not measure: named as such rather than folded into a phase.
+        r.phases["unattributed"] = max(0.0, seconds - sum(phases.values()))
         if chosen.not_compiled is not None:
             r.phases["before_fallback"] = seconds
             self._fall_back(chosen.not_compiled, cause=None, spent=seconds)
@@ -515,21 +531,23 @@ class CompiledRegion:
         r = self.report
         # The second call records the CUDA graph: part of what compiling costs.
         record = r.calls == 2 and self._executor.cudagraphs
-        timed = record or self.probe.times_compiled(r.calls)
-        if timed:
+        probed = (
+            not record
+            and self.probe.times_compiled(r.calls)
+            and not self.padding.needed(call.batch)
+        )
+        if record:
             synchronize(call.device)
         start = time.perf_counter()
         try:
+            if probed:
+                return self.probe.time("compiled", call, lambda: self._run(call)[0])
             out, _ = self._run(call)
         except Exception as err:
             return self._recover(err, call, time.perf_counter() - start)
-        if timed:
+        if record:
             synchronize(call.device)
-            seconds = time.perf_counter() - start
-            if record:
-                r.phases["cudagraph_record"] = seconds
-            else:
-                self.probe.record("compiled", seconds, r.calls)
+            r.phases["cudagraph_record"] = time.perf_counter() - start
         return out
 
     def _run(self, call: Call, first: bool = False) -> tuple[Any, dict[str, float]]:
@@ -565,6 +583,8 @@ class CompiledRegion:
 
     def _target(self, device: torch.device) -> Target:
         """What the candidates are asked to run: this region, its policy there."""
+        # Known before any executor takes the region: a fallback's summary needs it.
+        self.report.device = device.type
         policy = CompilePolicy.resolve(self.options, device, self.spec)
         self._policy_label = policy.label
         return Target(
@@ -590,7 +610,7 @@ class CompiledRegion:
             r.precision_error = reference.error(out, device)
             precision.log_error(r.label, self.precision, r.precision_error)
         except Exception as err:  # a measurement must not end a forecast
-            logger.debug(f"No fp32 reference for {r.label}: {describe(err)}")
+            logger.trace(f"No fp32 reference for {r.label}: {describe(err)}")
         r.phases["precision_reference"] = time.perf_counter() - start
 
     def _recover(self, err: Exception, call: Call, seconds: float) -> Any:

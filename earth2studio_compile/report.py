@@ -55,8 +55,14 @@ class RegionReport:
         process compiled it), ``"ignored: <why>"`` or None (cache disabled or no
         bundle yet)
     compiled_ms, eager_ms : float | None
-        Fastest of a few synchronized compiled calls (3-5) and eager calls (6-7),
-        timed once to tell whether compiling pays off; None in shorter sessions
+        Median of a few synchronized compiled and eager calls, interleaved (calls
+        3 to 8), timed once to tell whether compiling pays off; None in shorter
+        sessions
+    compiled_range, eager_range : tuple[float, float] | None
+        Fastest and slowest of those calls, in ms
+    slower : bool | None
+        Every compiled call was slower than every eager one (by 5%): compiling does
+        not pay off here. False when the ranges overlap (no measurable difference)
     precision : str | None
         ``"fp32"``, ``"tf32"`` or ``"bf16"`` inside the region's calls (compiled or
         eager after a fallback), or None for PyTorch's global settings
@@ -68,10 +74,12 @@ class RegionReport:
         call in fp32 eager (TF32 off); None in fp32 or without a floating output
     phases : dict[str, float]
         Seconds of what compiling cost, by phase: ``bundle_load`` (reading and
-        planting a portable bundle), ``dynamo`` (tracing, guards), ``backend``
-        (AOTAutograd and Inductor, cache lookups and kernel loading included),
-        ``first_run`` (the first run of compiled code: CUDA-graph warm-up,
-        autotuning), ``bundle_save``; ``cudagraph_record`` (the second call,
+        planting a portable bundle), ``dynamo`` (Dynamo's own time, measured:
+        tracing up to the backend, guards after it), ``backend`` (AOTAutograd and
+        Inductor, cache lookups and kernel loading included), ``first_run`` (the
+        first run of compiled code: CUDA-graph warm-up, autotuning),
+        ``bundle_save``, ``unattributed`` (the rest of the first call: staging,
+        precision scope, write-back); ``cudagraph_record`` (the second call,
         which records the CUDA graph); ``precision_reference`` (the fp32 eager call
         that measures a reduced precision's error); ``before_fallback`` (time spent
         before compiling failed)
@@ -104,6 +112,9 @@ class RegionReport:
     artifact: str | None = None
     compiled_ms: float | None = None
     eager_ms: float | None = None
+    compiled_range: tuple[float, float] | None = None
+    eager_range: tuple[float, float] | None = None
+    slower: bool | None = None
     precision: str | None = None
     device: str | None = None
     precision_error: float | None = None
@@ -124,11 +135,15 @@ class RegionReport:
         "first_run",
         "verify",
         "bundle_save",
+        "unattributed",
     )
 
     @property
     def first_call_seconds(self) -> float | None:
-        """Wall seconds of the first (compiling) call, the sum of its phases."""
+        """Wall seconds of the first (compiling) call, the sum of its phases.
+
+        ``unattributed`` included, so the sum is the call's measured wall time.
+        """
         if not any(k in self.phases for k in self.FIRST_CALL):
             return None
         return sum(self.phases.get(k, 0.0) for k in self.FIRST_CALL)
@@ -171,6 +186,28 @@ class RegionReport:
         if self.precision_error is None:
             return f", {self.precision}"
         return f", {self.precision} (rel. L2 {self.precision_error:.1e} vs fp32 eager)"
+
+    @property
+    def speed_text(self) -> str:
+        """``", 5.10 ms (5.02-5.30) vs 9.80 ms (9.61-9.95) eager per call (1.92x)"``.
+
+        Medians with their ranges; ``"no measurable difference"`` when the
+        ranges overlap, whatever the medians say.
+        """
+        if self.compiled_ms is None or not self.eager_ms:
+            return ""
+
+        def spread(span: tuple[float, float] | None) -> str:
+            return f" ({span[0]:.2f}-{span[1]:.2f})" if span else ""
+
+        text = (
+            f", {self.compiled_ms:.2f} ms{spread(self.compiled_range)} vs "
+            f"{self.eager_ms:.2f} ms{spread(self.eager_range)} eager per call"
+        )
+        c, e = self.compiled_range, self.eager_range
+        if c and e and c[0] <= e[1] and e[0] <= c[1]:
+            return text + " (no measurable difference)"
+        return text + f" ({self.eager_ms / self.compiled_ms:.2f}x)"
 
     @property
     def break_even_text(self) -> str:
@@ -275,10 +312,7 @@ class CompileReport:
                     if "no artifact" not in d
                 )
                 if r.compiled_ms is not None and r.eager_ms:
-                    text += (
-                        f", {r.compiled_ms:.2f} vs {r.eager_ms:.2f} ms eager per call "
-                        f"({r.eager_ms / r.compiled_ms:.2f}x)"
-                    )
+                    text += r.speed_text
                     text += r.break_even_text
             elif r.status == "eager":
                 text = f"{r.label}: fell back to eager ({r.reason})" + (

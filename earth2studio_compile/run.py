@@ -19,10 +19,9 @@ session yourself::
 
 from __future__ import annotations
 
-import difflib
+import contextvars
 import functools
 import inspect
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -30,7 +29,7 @@ import numpy as np
 
 from earth2studio_compile._imports import quiet_imports
 from earth2studio_compile.overlap import drain
-from earth2studio_compile.precision import ENV, PRECISIONS
+from earth2studio_compile.precision import env_precision
 from earth2studio_compile.report import CompileReport
 from earth2studio_compile.session import CompileSession
 
@@ -45,18 +44,22 @@ __all__ = [
     "last_report",
 ]
 
-_last: list[CompileReport] = []
+# Per context, so threads (and asyncio tasks) running workflows each see their own.
+_last: contextvars.ContextVar[CompileReport | None] = contextvars.ContextVar(
+    "earth2studio_compile_last_report", default=None
+)
 
 
 def last_report() -> CompileReport | None:
-    """Report of the most recent ``compile=True`` workflow call in this process.
+    """Report of the latest workflow call in this thread (or context).
 
     Returns
     -------
     CompileReport | None
-        What was compiled, how long it took, fallbacks; None before any such call
+        What was compiled, how long it took, fallbacks; None before any workflow
+        call and after a ``compile=False`` one
     """
-    return _last[-1] if _last else None
+    return _last.get()
 
 
 _COMPILE_DOC = """    compile : bool, optional
@@ -99,36 +102,6 @@ def check_compile_flag(value: Any, workflow: str = "the workflow") -> bool:
     )
 
 
-def _env_precision() -> str | None:
-    """The precision ``EARTH2STUDIO_COMPILE_PRECISION`` asks for (unset or empty: None).
-
-    Checked by every workflow call, ``compile=False`` included: a mistyped value
-    is an error whether or not this call compiles, rather than silently ignored.
-
-    Returns
-    -------
-    str | None
-        ``"fp32"``, ``"tf32"``, ``"bf16"``, or None for PyTorch's own settings
-
-    Raises
-    ------
-    ValueError
-        The variable names no precision; the message suggests the closest one
-    """
-    raw = os.environ.get(ENV, "")
-    value = raw.strip().lower()
-    if value in ("", "none", "default"):
-        return None
-    if value in PRECISIONS:
-        return value
-    close = difflib.get_close_matches(value, PRECISIONS, n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    raise ValueError(
-        f"{ENV}={raw!r} is not a precision.{hint} Set it to one of "
-        f"{', '.join(PRECISIONS)}, or unset it to keep PyTorch's own settings."
-    )
-
-
 def _with_compile(
     upstream: Callable[..., Any], models: tuple[str, ...]
 ) -> Callable[..., Any]:
@@ -153,15 +126,16 @@ def _with_compile(
             bound.arguments.pop("compile", False), upstream.__name__
         )
         ios = [bound.arguments["io"]] if "io" in bound.arguments else []
-        chosen = _env_precision()  # also with compile=False: a typo is never ignored
+        chosen = env_precision()  # also with compile=False: a typo is never ignored
         try:
             if not enabled:
+                _last.set(None)
                 result = upstream(*bound.args, **bound.kwargs)
             else:
                 with CompileSession(
                     *(bound.arguments[name] for name in models), precision=chosen
                 ) as session:
-                    _last[:] = [session.report]
+                    _last.set(session.report)
                     result = upstream(*bound.args, **bound.kwargs)
         except BaseException:
             drain(ios, failed=True)

@@ -64,7 +64,7 @@ class CompileSession:
         and reported (:mod:`earth2studio_compile.precision`); None leaves PyTorch's
         global settings alone, by default None
     probe : bool, optional
-        Time calls 3-5 compiled and 6-7 eagerly, once per region, to report the
+        Time calls 3, 5, 7 compiled and 4, 6, 8 eagerly, once per region, to report the
         speedup and the calls compiling needs to pay for itself, and to warn when
         compiled is slower. False runs every call compiled, by default True
 

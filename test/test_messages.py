@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from conftest import TIME
+import torch
+from conftest import TIME, eager_backend
 from loguru import logger
 
 from earth2studio_compile.cache import local_cache_source
@@ -30,11 +31,8 @@ def test_a_compiled_workflow_logs_nothing_at_debug(tmp_path, monkeypatch):
     finally:
         logger.remove(sink)
     assert any("torch.compile: " in r["message"] for r in records)  # the INFO summary
-    # TODO(lead): drop this exception once region.py's DEBUG lines are at TRACE.
     debug = [
-        f"{r['name']}: {r['message']}"
-        for r in records
-        if r["level"].name == "DEBUG" and r["name"] != "earth2studio_compile.region"
+        f"{r['name']}: {r['message']}" for r in records if r["level"].name == "DEBUG"
     ]
     assert debug == []
 
@@ -67,6 +65,17 @@ def test_tf32_off_cuda_is_reported_as_no_effect():
     bf16 = dict(kwargs, precision="bf16")
     cpu_bf16 = CompileReport([RegionReport("FCN", "model", device="cpu", **bf16)])
     assert "bf16 (rel. L2 4.6e-07 vs fp32 eager)" in cpu_bf16.summary()
+
+
+def test_a_cpu_tf32_session_says_tf32_has_no_effect():
+    from earth2studio_compile import CompileSession
+
+    model = zoo.build("toy")
+    with CompileSession(model, backend=eager_backend, precision="tf32") as session:
+        with torch.no_grad():
+            model.model(torch.randn(1, 4, 16, 32))
+    assert session.report.regions[0].device == "cpu"
+    assert "tf32 (no effect on cpu)" in session.report.summary()
 
 
 def test_the_cache_state_reads_as_plain_words(tmp_path, monkeypatch):

@@ -217,3 +217,42 @@ def test_compiled_ensemble_equals_eager_member_by_member(name, batch_size):
     assert region.status == "compiled" and region.recompiles == 0
     assert region.precision == "fp32"
     assert (region.padded_calls > 0) == (nensemble % batch_size != 0)
+
+
+def test_last_report_is_the_calling_threads_own():
+    import threading
+
+    seen: dict[str, list] = {"a": [], "b": []}
+    a_ran, b_ran = threading.Event(), threading.Event()
+
+    def worker(name: str, wait_for: threading.Event | None, done: threading.Event):
+        # One after the other (no two compiles at once), each reading its report
+        # again after the other thread's call.
+        if wait_for is not None:
+            wait_for.wait(timeout=600)
+        run_workflow(run.deterministic, "deterministic", zoo.build("toy"), compile=True)
+        seen[name].append(run.last_report())
+        done.set()
+        if name == "a":
+            b_ran.wait(timeout=600)
+        seen[name].append(run.last_report())
+
+    threads = [
+        threading.Thread(target=worker, args=("a", None, a_ran)),
+        threading.Thread(target=worker, args=("b", a_ran, b_ran)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    (a1, a2), (b1, b2) = seen["a"], seen["b"]
+    assert a1 is not None and b1 is not None and a1 is not b1
+    assert a2 is a1 and b2 is b1
+
+
+def test_last_report_is_none_after_a_call_without_compile():
+    model = zoo.build("toy")
+    run_workflow(run.deterministic, "deterministic", model, compile=True)
+    assert run.last_report() is not None
+    run_workflow(run.deterministic, "deterministic", model, compile=False)
+    assert run.last_report() is None

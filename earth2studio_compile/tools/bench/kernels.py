@@ -43,7 +43,7 @@ FAMILIES = (
     ("triton", re.compile(r"^triton_|triton", re.I)),
     ("copy", re.compile(r"memcpy|memset|copy", re.I)),
 )
-WARM_STEPS = 16  # past compilation, CUDA-graph recording and probe calls 3-7
+WARM_STEPS = 16  # past compilation, CUDA-graph recording and probe calls 3-8
 
 
 def _family(name: str) -> str:
