@@ -113,7 +113,7 @@ def _held(lock_file: Path) -> bool:
     return False
 
 
-@pytest.mark.skip(reason="issue 26 (blocked): failed in the CI rehearsal, not yet seen passing")
+@pytest.mark.skip(reason="issue 26: failed in the CI rehearsal, not seen passing")
 def test_concurrent_start_compiles_once_and_the_other_loads(tmp_path):
     """Two processes, empty local Inductor caches, one shared root."""
     root = tmp_path / "shared"
@@ -131,7 +131,7 @@ def test_concurrent_start_compiles_once_and_the_other_loads(tmp_path):
         assert not _warnings(r["log"]), r["log"]
 
 
-@pytest.mark.skip(reason="issue 26 (blocked): failed in the CI rehearsal, not yet seen passing")
+@pytest.mark.skip(reason="issue 26: failed in the CI rehearsal, not seen passing")
 def test_a_killed_compiler_leaves_the_lock_to_a_waiting_process(tmp_path):
     root = tmp_path / "shared"
     marker = tmp_path / "holding"
@@ -307,7 +307,7 @@ def test_an_untrusted_local_inductor_cache_is_not_used(root, monkeypatch, logs):
     assert "is writable by others" in warning
 
 
-@pytest.mark.skip(reason="issue 26 (blocked): failed in the CI rehearsal, not yet seen passing")
+@pytest.mark.skip(reason="issue 26: failed in the CI rehearsal, not seen passing")
 def test_torchrun_recipe_compiles_once_and_matches_eager(tmp_path):
     """The user guide's recipe: 2 ranks (gloo), one shared root, one store each."""
     import zarr
