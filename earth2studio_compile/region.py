@@ -484,7 +484,8 @@ class CompiledRegion:
         try:
             candidates = offers(self._target(call.device))
         except Exception as err:  # nothing on the compile path may end a forecast
-            candidates, reason = iter(()), f"setting up torch.compile failed ({err})"
+            candidates = iter(())
+            reason = f"setting up torch.compile failed ({describe(err)})"
         for chosen in candidates:
             if isinstance(chosen, str):
                 reason = chosen

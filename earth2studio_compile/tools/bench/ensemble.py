@@ -48,7 +48,7 @@ import torch
 
 from earth2studio_compile.metrics import rel_l2, synchronize
 from earth2studio_compile.tools.bench.e2e import _instrumented, _TimedIO, make_io
-from earth2studio_compile.tools.bench.runs import TIME
+from earth2studio_compile.tools.bench.runs import TIME, finish
 from earth2studio_compile.tools.bench.text import format_table
 
 EAGER, EAGER_TF32, COMPILED = "eager", "eager-tf32", "compiled"
@@ -285,12 +285,7 @@ def run_ensemble(
         device=device,
         verbose=False,
     )
-    marks["returned"] = time.perf_counter()
-    if callable(getattr(io, "close", None)):
-        io.close()
-    synchronize(device)
-    marks["end"] = time.perf_counter()
-    return marks["end"] - start
+    return finish(io, device, marks, start)
 
 
 def breakdown(

@@ -104,6 +104,14 @@ def timed_deterministic(
         upstream.deterministic(
             [str(TIME)], nsteps, model, data, io, device=device, verbose=False
         )
+    return finish(io, device, marks, start)
+
+
+def finish(
+    io: Any, device: torch.device, marks: dict[str, float], start: float
+) -> float:
+    """Mark the workflow's return, close ``io`` (its pending writes count), sync;
+    the seconds since ``start``."""
     marks["returned"] = time.perf_counter()
     if callable(getattr(io, "close", None)):
         io.close()
