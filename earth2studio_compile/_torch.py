@@ -54,6 +54,17 @@ def call_module(module: torch.nn.Module, args: Any, kwargs: Any) -> Any:
     return module._call_impl(*args, **kwargs)
 
 
+def tensor_version(t: torch.Tensor) -> int:
+    """The tensor's in-place version counter: it changes when the tensor is mutated
+    (not kept by inference tensors, which raise)."""
+    return t._version
+
+
+def is_optimized_module(module: torch.nn.Module) -> bool:
+    """Already wrapped by ``torch.compile(module)`` (an ``OptimizedModule``)."""
+    return hasattr(module, "_orig_mod") and hasattr(module, "dynamo_ctx")
+
+
 # -- features --------------------------------------------------------------------------
 def _probe_counters() -> None:
     from torch._dynamo.utils import counters  # noqa: F401
@@ -127,10 +138,6 @@ def _probe(name: str) -> str | None:
     return None
 
 
-# Names of features tests declare missing (see test_torch_adaptor).
-_FORCED_MISSING: set[str] = set()
-
-
 def missing(name: str) -> str | None:
     """Why feature ``name`` cannot be used with the installed PyTorch, or None.
 
@@ -144,8 +151,6 @@ def missing(name: str) -> str | None:
     str | None
         Reason, or None when the feature works
     """
-    if name in _FORCED_MISSING:
-        return f"{FEATURES[name][0]} is unavailable (declared missing)"
     return _probe(name)
 
 

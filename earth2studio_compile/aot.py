@@ -288,10 +288,10 @@ class _Scoped(torch.nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if self.precision != "bf16":
-            return self.core._call_impl(*args, **kwargs)
+            return _torch.call_module(self.core, args, kwargs)
         device = _precision._device_type(args)
         with torch.autocast(device, dtype=torch.bfloat16):
-            out = self.core._call_impl(*args, **kwargs)
+            out = _torch.call_module(self.core, args, kwargs)
         return _precision.restore_dtype(out, "bf16", args)
 
 

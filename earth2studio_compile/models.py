@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch.nn.parameter import is_lazy
 
+from earth2studio_compile import _torch
 from earth2studio_compile.precision import tf32_enabled
 
 __all__ = [
@@ -596,7 +597,7 @@ def _expand(
 
 def _is_compiled(module: torch.nn.Module) -> bool:
     """Already compiled by someone else (an OptimizedModule swap)."""
-    return hasattr(module, "_orig_mod") and hasattr(module, "dynamo_ctx")
+    return _torch.is_optimized_module(module)
 
 
 def plan(model: Any, regions: tuple[str, ...] | None = None) -> Plan:

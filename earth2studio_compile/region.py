@@ -186,7 +186,7 @@ class StagedCall:
         # Inference tensors (copies made in inference mode) keep no version counter:
         # for those, a changed value is what tells a mutation.
         self._versions = [
-            None if w is a else (-1 if w.is_inference() else w._version)
+            None if w is a else (-1 if w.is_inference() else _torch.tensor_version(w))
             for a, w in zip(args, self.args)
         ]
 
@@ -201,7 +201,7 @@ class StagedCall:
             if version is None:
                 continue
             src = w[: a.shape[0]] if w.shape != a.shape else w
-            if version >= 0 and w._version == version:
+            if version >= 0 and _torch.tensor_version(w) == version:
                 continue
             if version < 0 and torch.equal(src, a):
                 continue
