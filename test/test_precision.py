@@ -99,7 +99,7 @@ def test_bad_precision_names_the_choices(monkeypatch):
 
 
 def test_the_probe_does_not_update_a_stateful_core_twice():
-    from test_reliability import StatefulCore
+    from test_region import StatefulCore
 
     class Holder(torch.nn.Module):
         def __init__(self) -> None:

@@ -1,17 +1,25 @@
-"""CompileSession: in-place compile, exact restore, fallback, storm and break detection.
+"""CompileSession: in-place compile, exact restore, plans, setup that fails whole.
 
 Faults are injected where they really happen: in the compiler backend (a ``raise``
-inside traced code would only be a graph break, run eagerly by Dynamo).
+inside traced code would only be a graph break, run eagerly by Dynamo). What one
+region does once installed is in ``test_region.py``.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from collections import OrderedDict
+
 import pytest
 import torch
-from conftest import FailingBackend, assert_unchanged, eager_backend, messages, snapshot
+from conftest import (
+    FailingBackend,
+    assert_unchanged,
+    eager_backend,
+    messages,
+    snapshot,
+)
 
-from earth2studio_compile import CompileSession
+from earth2studio_compile import CompileSession, ModelSpec, plan, register_model
 from earth2studio_compile.tools import zoo
 
 
@@ -53,161 +61,6 @@ def test_compiles_in_place_and_restores_exactly(logs):
     assert counters["stats"]["unique_graphs"] == graphs
 
 
-def test_backend_failure_at_first_call_falls_back(logs):
-    core = toy_core()
-    x = torch.randn(2, 4, 8, 8)
-    with torch.no_grad():
-        expected = core(x)
-    backend = FailingBackend(ok=0)
-    with CompileSession(core, regions=("net",), backend=backend) as session:
-        with torch.no_grad():
-            first = core.net(x)
-            second = core.net(x)
-    assert torch.equal(first, core.net(x)) and torch.equal(second, first)
-    torch.testing.assert_close(core(x), expected)
-    region = session.report.regions[0]
-    assert region.status == "eager" and region.eager_calls == 2
-    assert "injected compiler failure" in region.reason
-    assert backend.calls == 1  # no second attempt once fallen back
-    warnings = messages(logs, "WARNING")
-    assert len(warnings) == 1
-    assert "ToyCore.net" in warnings[0] and "at its first call" in warnings[0]
-    assert "injected compiler failure" in warnings[0] and "TORCH_LOGS" in warnings[0]
-
-
-def test_backend_failure_at_a_later_recompile_falls_back(logs):
-    core = toy_core()
-    # The ensemble case: batches of 2, then a smaller last batch of 1.
-    inputs = [torch.randn(2, 4, 8, 8), torch.randn(2, 4, 8, 8), torch.randn(1, 4, 8, 8)]
-    with torch.no_grad():
-        expected = [core(x) for x in inputs]
-    with CompileSession(
-        core, regions=("net",), backend=FailingBackend(ok=1)
-    ) as session:
-        with torch.no_grad():
-            outs = [core(x) for x in inputs]
-    for out, ref in zip(outs, expected):
-        torch.testing.assert_close(out, ref)
-    region = session.report.regions[0]
-    assert region.status == "eager" and region.calls == 3 and region.eager_calls == 1
-    warnings = messages(logs, "WARNING")
-    assert len(warnings) == 1 and "at call 3" in warnings[0]
-
-
-def test_recompile_storm_is_detected(logs):
-    core = toy_core()
-    import torch._dynamo.config as dynamo_config
-
-    shapes = [(1, 4, 8, 8 + 2 * i) for i in range(6)]
-    inputs = [torch.randn(*s) for s in shapes]
-    with torch.no_grad():
-        expected = [core(x) for x in inputs]
-    with dynamo_config.patch(recompile_limit=3):
-        with CompileSession(
-            core, regions=("net",), backend=eager_backend, dynamic=False
-        ) as s:
-            with torch.no_grad():
-                outs = [core(x) for x in inputs]
-    for out, ref in zip(outs, expected):
-        torch.testing.assert_close(out, ref)
-    region = s.report.regions[0]
-    assert region.status == "eager" and "recompile storm" in region.reason
-    assert region.recompiles == 2
-    assert any("recompile storm" in w for w in messages(logs, "WARNING"))
-
-
-def test_graph_break_inside_core_is_reported(logs):
-    class Breaking(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lin = torch.nn.Linear(8, 8)
-
-        def forward(self, x):
-            x = self.lin(x)
-            torch._dynamo.graph_break()
-            return torch.relu(x)
-
-    class Holder(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.core = Breaking()
-
-    model = Holder()
-    x = torch.randn(4, 8)
-    with CompileSession(model, backend=eager_backend) as session:
-        out = model.core(x)
-    torch.testing.assert_close(out, model.core(x))
-    region = session.report.regions[0]
-    assert (
-        region.status == "compiled" and region.graph_breaks >= 1 and region.graphs >= 2
-    )
-    assert any("graph break" in w for w in messages(logs, "WARNING"))
-
-
-def test_missing_cpp_compiler_falls_back_without_tracing(logs):
-    import torch._inductor.config as inductor_config
-    from torch._dynamo.utils import counters
-
-    core = toy_core()
-    x = torch.randn(1, 4, 8, 8)
-    frames = counters["frames"]["total"]
-    with inductor_config.patch({"cpp.cxx": ("/nonexistent/g++",)}):
-        with CompileSession(core, regions=("net",)) as session:
-            with torch.no_grad():
-                out = core(x)
-    torch.testing.assert_close(out, core(x))
-    assert counters["frames"]["total"] == frames  # nothing was traced
-    region = session.report.regions[0]
-    assert region.status == "eager" and "C++ compiler" in region.reason
-    assert len(messages(logs, "WARNING")) == 1
-
-
-def test_error_that_eager_also_raises_is_the_callers(logs):
-    core = toy_core()
-    with CompileSession(core, regions=("net",), backend=eager_backend) as session:
-        with pytest.raises(RuntimeError):
-            core(torch.randn(1, 3, 8, 8))  # wrong channel count: a user error
-        with torch.no_grad():
-            core(torch.randn(1, 4, 8, 8))
-    region = session.report.regions[0]
-    assert region.status == "compiled"  # the compiler was not at fault
-    assert not messages(logs, "WARNING")
-
-
-def test_smaller_batch_is_padded_not_recompiled():
-    model = zoo.build("fcn")
-    core = model.model
-    big, small = torch.randn(2, 26, 16, 32), torch.randn(1, 26, 16, 32)
-    with torch.no_grad():
-        expected = core(small)
-    with CompileSession(model, backend=eager_backend) as session:
-        with torch.inference_mode():
-            core(big)
-            out = core(small)
-    assert out.shape == expected.shape
-    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
-    region = session.report.regions[0]
-    assert region.padded_calls == 1 and region.recompiles == 0
-
-
-def test_rollout_does_not_recompile_at_step_two():
-    # The first input of a rollout is a normal tensor, later ones inference tensors.
-    from collections import OrderedDict
-
-    model = zoo.build("toy")
-    coords = OrderedDict(
-        {"time": np.array([np.datetime64("2024-01-01")])}
-        | dict(list(model.input_coords().items())[1:])
-    )
-    x = torch.randn(*[len(v) for v in coords.values()])
-    with CompileSession(model, backend=eager_backend) as session:
-        for step, _ in enumerate(model.create_iterator(x, coords)):
-            if step == 4:
-                break
-    region = session.report.regions[0]
-    assert region.calls == 4 and region.recompiles == 0
-
-
 def test_module_compiled_by_the_user_is_left_alone(logs):
     core = toy_core()
     core.net.compile(backend=eager_backend)
@@ -218,80 +71,131 @@ def test_module_compiled_by_the_user_is_left_alone(logs):
     assert session.report.regions[0].status == "skipped"
 
 
-def test_warns_when_compiled_is_slower_than_eager(logs):
-    import time
+# -- regressions (issue 12): setup, all or nothing, others' code, bad input ----------
 
-    def slow_backend(gm, example_inputs):
-        def run(*args):
-            time.sleep(0.05)  # a compiled region that loses to eager
-            return gm.forward(*args)
 
-        return run
+# -- 2. table entries found through a base class -------------------------------------
+def test_subclass_adding_a_network_is_not_described_by_its_base_entry():
+    from earth2studio.models.px import Persistence
 
+    class LearnedPersistence(Persistence):
+        def __init__(self) -> None:
+            grid = zoo.Grid(8, 16)
+            super().__init__(["t2m"], OrderedDict(lat=grid.lat, lon=grid.lon))
+            self.net = torch.nn.Linear(4, 4)
+
+    p = plan(LearnedPersistence())
+    assert p.source == "generic" and [path for path, _ in p.targets] == ["net"]
+    assert "subclass of Persistence" in p.spec.note
+    # A subclass that only overrides coordinates is still what its entry describes.
+    fcn = zoo.build("fcn")
+    assert type(fcn) is not type(fcn).__mro__[1] and plan(fcn).source == "table"
+    assert plan(zoo.build("persistence")).reason.startswith("no network")
+
+
+# -- 5. setup errors -------------------------------------------------------------------
+def test_option_of_the_wrong_type_is_refused_up_front():
+    model = zoo.build("toy")
+    with pytest.raises(TypeError, match=r"options\['max_autotune'\]"):
+        CompileSession(model, options={"max_autotune": "yes"})
+
+
+def test_error_while_setting_up_the_compile_falls_back(logs, monkeypatch):
     model = zoo.build("toy")
     x = torch.randn(1, 4, 16, 32)
     with torch.no_grad():
         expected = model.model(x)
-    with CompileSession(model, backend=slow_backend) as session, torch.no_grad():
-        outs = [model.model(x) for _ in range(8)]
+
+    def broken_compile(*args, **kwargs):
+        raise RuntimeError("injected setup failure")
+
+    with CompileSession(model, backend=eager_backend) as session:
+        monkeypatch.setattr(torch, "compile", broken_compile)
+        with torch.no_grad():
+            out = model.model(x)
+    torch.testing.assert_close(out, expected)
     region = session.report.regions[0]
-    assert region.status == "compiled" and region.eager_calls == 0
-    assert region.compiled_ms >= 50 and region.eager_ms < region.compiled_ms
-    for out in outs:
-        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
-    slow = [m for m in messages(logs, "WARNING") if "runs slower compiled" in m]
-    assert len(slow) == 1 and "compile=False" in slow[0]
+    assert region.status == "eager" and "injected setup failure" in region.reason
+    assert len(messages(logs, "WARNING")) == 1
 
 
-def _probe_with(monkeypatch, seconds: list[float]):
-    """A toy session of 8 calls whose probe reads ``seconds`` for calls 3 to 8
-    (compiled and eager in turn) off an injected clock."""
-    from earth2studio_compile.region import SpeedProbe
+# -- 6. session entry is all or nothing ------------------------------------------------
+def test_a_model_that_cannot_be_planned_leaves_the_others_intact(logs):
+    class Lazy(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.LazyLinear(4)
 
-    now, durations, reads = [0.0], list(seconds), [0]
+    first, lazy = zoo.build("toy"), Lazy()
+    before = snapshot(first)
+    with CompileSession(first, lazy, backend=eager_backend) as session:
+        with torch.no_grad():
+            first.model(torch.randn(1, 4, 16, 32))
+            lazy.net(torch.randn(2, 3))  # eager: the lazy module initialises itself
+    statuses = {r.label: r.status for r in session.report.regions}
+    assert statuses == {"GridPrognostic.model": "compiled", "Lazy": "skipped"}
+    assert "lazy" in session.report.regions[1].reason
+    assert_unchanged(first, before)
 
-    def clock() -> float:
-        reads[0] += 1
-        if reads[0] % 2 == 0:  # each probe's second reading: its end
-            now[0] += durations.pop(0)
-        return now[0]
 
-    monkeypatch.setattr(SpeedProbe, "clock", staticmethod(clock))
+def test_failure_while_installing_restores_every_model(monkeypatch):
+    from earth2studio_compile.region import CompiledRegion
+
+    first, second = zoo.build("toy"), zoo.build("toy", seed=1)
+    before = snapshot(first)
+    install = CompiledRegion.install
+
+    def flaky(self):
+        if self.module is second.model:
+            raise RuntimeError("injected install failure")
+        install(self)
+
+    monkeypatch.setattr(CompiledRegion, "install", flaky)
+    with pytest.raises(RuntimeError, match="injected install failure"):
+        with CompileSession(first, second, backend=eager_backend):
+            pass
+    assert_unchanged(first, before)
+    monkeypatch.setattr(CompiledRegion, "install", install)
+    with CompileSession(first, backend=eager_backend) as session, torch.no_grad():
+        first.model(torch.randn(1, 4, 16, 32))
+    assert session.report.regions[0].status == "compiled"
+
+
+# -- 7. a fallback leaves everybody else's compiled code alone -------------------------
+def test_fallback_does_not_reset_the_users_compiled_code(logs):
+    compiles = []
+
+    def counting(gm, example_inputs):
+        compiles.append(gm)
+        return gm.forward
+
+    user_fn = torch.compile(lambda t: torch.sin(t) * 2, backend=counting)
+    t = torch.randn(8)
+    user_fn(t)
+    assert len(compiles) == 1
     model = zoo.build("toy")
+    with CompileSession(model, backend=FailingBackend()) as session, torch.no_grad():
+        model.model(torch.randn(1, 4, 16, 32))
+    assert session.report.regions[0].status == "eager"
+    user_fn(t)
+    assert len(compiles) == 1, "the user's function was compiled again"
+    # ...and the process still compiles new regions after the failure.
     with CompileSession(model, backend=eager_backend) as session, torch.no_grad():
-        for _ in range(8):
-            model.model(torch.randn(1, 4, 16, 32))
-    assert not durations
-    return session.report
+        model.model(torch.randn(1, 4, 16, 32))
+    assert session.report.regions[0].status == "compiled"
 
 
-@pytest.mark.parametrize(
-    "seconds, slower",
-    [
-        # One slow compiled call among noise: the ranges overlap.
-        ([0.050, 0.010, 0.011, 0.012, 0.010, 0.011], False),
-        # Every compiled call slower than every eager one.
-        ([0.020, 0.010, 0.021, 0.012, 0.022, 0.011], True),
-    ],
-)
-def test_speed_verdict_rests_on_interleaved_calls_and_their_ranges(
-    monkeypatch, logs, seconds, slower
-):
-    report = _probe_with(monkeypatch, seconds)
-    region = report.regions[0]
-    assert region.compiled_ms == pytest.approx(1e3 * sorted(seconds[0::2])[1])
-    assert region.eager_ms == pytest.approx(1e3 * sorted(seconds[1::2])[1])
-    warned = [m for m in messages(logs, "WARNING") if "runs slower compiled" in m]
-    assert len(warned) == int(slower)
-    summary = report.summary()
-    assert ("no measurable difference" in summary) is not slower
-    assert f"({1e3 * min(seconds[0::2]):.2f}-{1e3 * max(seconds[0::2]):.2f})" in summary
-
-
-def test_no_speed_verdict_in_short_sessions():
+# -- 12. bad regions values name the parameter -----------------------------------------
+@pytest.mark.parametrize("regions", [3, [None], [3], "model", [""]])
+def test_bad_regions_name_the_parameter_and_the_fix(regions):
     model = zoo.build("toy")
-    with CompileSession(model, backend=eager_backend) as session, torch.no_grad():
-        for _ in range(5):
-            model.model(torch.randn(1, 4, 16, 32))
-    region = session.report.regions[0]
-    assert region.compiled_ms is None and region.eager_ms is None
+    with pytest.raises(TypeError, match=r"regions.*(\(|'model')"):
+        CompileSession(model, regions=regions)
+
+    class Mine(torch.nn.Module):
+        pass
+
+    with pytest.raises(TypeError, match="regions"):
+        register_model(Mine, regions=regions)
+    with pytest.raises(TypeError, match="regions"):
+        ModelSpec(regions=regions)
