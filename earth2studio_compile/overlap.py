@@ -137,7 +137,8 @@ class OverlappedIO:
         ``AsyncZarrBackend``, ``KVBackend``, ...)
     max_pending : int, optional
         Steps that may wait before ``write`` blocks, by default 2: host copies exist
-        for at most ``max_pending + 1`` steps, with any number of workers
+        for at most ``max_pending + 1`` steps, with any number of workers (Zarr's
+        parallel writer may keep one array per worker until its next store)
     pin_memory : bool | None, optional
         Copy CUDA tensors into pinned host memory, asynchronously; by default None,
         meaning yes whenever CUDA is available

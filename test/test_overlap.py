@@ -177,6 +177,7 @@ class _Copies:
 
     def __init__(self) -> None:
         self.made = self.freed = self.peak = 0
+        self.done = self.peak_stored = 0  # released when stored, not when dead
         self.lock = threading.Lock()
 
     def seen(self, copy: Any) -> None:
@@ -186,10 +187,15 @@ class _Copies:
         with self.lock:
             self.freed += 1
 
+    def stored(self) -> None:
+        with self.lock:
+            self.done += 1
+
     def wrote(self, n: int) -> None:
         with self.lock:
             self.made += n
             self.peak = max(self.peak, self.made - self.freed)
+            self.peak_stored = max(self.peak_stored, self.made - self.done)
 
 
 @pytest.mark.parametrize("max_pending", [1, 2])
@@ -558,7 +564,14 @@ def test_parallel_host_copies_never_exceed_max_pending_plus_one(
     max_pending, monkeypatch, tmp_path
 ):
     """The bound holds with several workers: a step's copies live until all its
-    arrays are stored, and write blocks instead of copying more."""
+    arrays are stored, and write blocks instead of copying more.
+
+    A copy counts as released when Zarr has stored it. On a loaded CPU, finalizers
+    showed one array per lane outliving its store until that lane's next store,
+    held by nothing the garbage collector can see (a running frame): counting
+    deaths made this test fail one run in three there. That every copy dies is
+    checked at the end.
+    """
     from zarr.core.array import AsyncArray
 
     copies = _Copies()
@@ -566,8 +579,11 @@ def test_parallel_host_copies_never_exceed_max_pending_plus_one(
 
     async def slow(self, selection, value, prototype=None):
         copies.seen(value)
-        time.sleep(0.01)  # storage slower than the caller
-        return await setitem(self, selection, value, prototype)
+        time.sleep(0.05)  # storage slower than the caller, also on a loaded machine
+        try:
+            return await setitem(self, selection, value, prototype)
+        finally:
+            copies.stored()
 
     monkeypatch.setattr(AsyncArray, "setitem", slow)
     names = ["a", "b", "c"]
@@ -578,8 +594,10 @@ def test_parallel_host_copies_never_exceed_max_pending_plus_one(
         io.write(_step(i, 3), OrderedDict(lead_time=np.array([i])), names)
         copies.wrote(len(names))
     io.close()
-    assert copies.peak == (max_pending + 1) * len(names)
+    assert copies.peak_stored == (max_pending + 1) * len(names)
     assert io.blocked_s > 0 and io.written == 10
+    gc.collect()
+    assert copies.freed == copies.made == 10 * len(names)
     np.testing.assert_array_equal(
         backend.root["c"][:, 0], [10.0 * i + 2 for i in range(10)]
     )
@@ -606,9 +624,9 @@ def test_a_failed_lane_reaches_the_caller_once_and_nothing_is_lost_silently(
         io.write(_step(i, 2), OrderedDict(lead_time=np.array([i])), names)
     with pytest.raises(OSError, match="disk full") as caught:
         io.flush()
-    # The original exception object, the first one raised; a second lane's failure
-    # is logged, not dropped.
-    assert caught.value is raised[0]
+    # One of the original exception objects (two lanes fail at once: whichever the
+    # writer saw first); the other lane's failure is logged, not dropped.
+    assert any(caught.value is error for error in raised), (caught.value, raised)
     assert len(messages(logs, "ERROR")) == len(raised) - 1 + 1
     # Step 0 was written; step 1 failed; steps 2 and 3 were dropped, and said so once.
     assert io.written == 1 and io.dropped == 2
@@ -636,12 +654,26 @@ def test_writes_queued_after_a_failure_are_counted_and_logged(logs):
 # -- issue 21: nothing lost, nothing leaked ------------------------------------------
 
 
+_BEFORE: set[threading.Thread] = set()
+
+
+@pytest.fixture(autouse=True)
+def _own_threads():
+    """Threads a failed test left behind are not the next test's: one failure
+    stays one failure."""
+    _BEFORE.clear()
+    _BEFORE.update(threading.enumerate())
+
+
 def _threads() -> list[str]:
-    """Threads of this package still alive, after a short grace to finish exiting."""
+    """Threads of this package the test started, still alive after a short grace to
+    finish exiting."""
     deadline = time.monotonic() + 10
     while True:
         names = [
-            t.name for t in threading.enumerate() if t.name.startswith("OverlappedIO")
+            t.name
+            for t in threading.enumerate()
+            if t.name.startswith("OverlappedIO") and t not in _BEFORE
         ]
         if not names or time.monotonic() > deadline:
             return names
@@ -684,12 +716,19 @@ def test_a_failed_array_loses_no_write_queued_before_it(monkeypatch):
     from earth2studio.io import KVBackend
 
     write = KVBackend.write
+    queued, failed = threading.Event(), threading.Event()
 
     def uneven(self, x, coords, array_name):
         step = int(coords["lead_time"][0])
-        if array_name == "a":
-            time.sleep(0.2)  # a lags: the other arrays run ahead of it
+        if array_name == "a" and step == 0:
+            # a lags (c, on a's lane, too) until b has failed: c's step 0 is queued
+            # before the failure and stored after it. The pause lets the failure
+            # reach the writer before this lane goes on.
+            assert failed.wait(30)
+            time.sleep(0.05)
         if array_name == "b" and step == 1:
+            assert queued.wait(30)  # every step queued: none refused at write()
+            failed.set()
             raise OSError("disk full (injected)")
         write(self, x, coords, array_name)
 
@@ -704,6 +743,7 @@ def test_a_failed_array_loses_no_write_queued_before_it(monkeypatch):
             OrderedDict(lead_time=np.array([i]), x=np.arange(2)),
             names,
         )
+    queued.set()
     with pytest.raises(OSError, match="disk full"):
         io.close()
     stored = {name: backend.root[name][:, 0].tolist() for name in names}
