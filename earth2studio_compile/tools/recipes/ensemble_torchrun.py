@@ -16,7 +16,9 @@ The model and data come from the zoo (random weights and data, no downloads, see
 :mod:`earth2studio_compile.tools.zoo`); in your own run, put your prognostic and
 data source in :func:`model_and_data`. Rank 0 prints what each rank did with each
 compiled region: ``saved`` (it compiled), ``loaded after waiting N s`` (another
-rank compiled it), or ``loaded`` (a bundle from an earlier run).
+rank compiled it), or ``loaded`` (a bundle from an earlier run). Ranks with different
+numbers of members run different batch sizes, which are different region keys: each
+such rank compiles its own.
 """
 
 from __future__ import annotations
