@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import os
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -408,3 +409,25 @@ def log_error(label: str, precision: str, error: float | None) -> None:
             f"call, above the {limit:.0e} expected for {precision}. Check the "
             f"forecast, or use precision='fp32' (unset {ENV})."
         )
+
+
+def measure(
+    reference: Reference, label: str, precision: str, out: Any, device: torch.device
+) -> tuple[float | None, float]:
+    """The accuracy cost of ``out`` against its fp32 reference, WARNed when above
+    the threshold, and the seconds the reference took.
+
+    Returns
+    -------
+    tuple[float | None, float]
+        The relative L2 error (None when there is none to measure, or the reference
+        failed: a measurement must not end a forecast) and the seconds spent
+    """
+    start = time.perf_counter()
+    error = None
+    try:
+        error = reference.error(out, device)
+        log_error(label, precision, error)
+    except Exception as err:
+        logger.trace(f"No fp32 reference for {label}: {err!r}")
+    return error, time.perf_counter() - start

@@ -428,7 +428,6 @@ class CompiledRegion:
         self.probe = SpeedProbe(report, enabled=probe)
         self._state = RegionState.PENDING
         self._executor: Executor | None = None
-        self._policy_label: str | None = None
         self._eager_executor = EagerExecutor(module)
         self.padding = BatchPadding(self.spec.pad_batch)
         self.hooks = Hooks(module, report.label, self.spec, precision)
@@ -465,7 +464,11 @@ class CompiledRegion:
             reference = precision.Reference.before(self.module, args, kwargs)
         out = self._dispatch(call)
         if reference is not None:
-            self._measure_precision(reference, out, call.device)
+            r, name = self.report, self.precision
+            assert name is not None
+            r.precision_error, r.phases["precision_reference"] = precision.measure(
+                reference, r.label, name, out, call.device
+            )
         return out
 
     def _dispatch(self, call: Call) -> Any:
@@ -481,8 +484,11 @@ class CompiledRegion:
     def _first(self, call: Call) -> Any:
         """Run the first call on the first candidate that takes it."""
         reason = "no executor was offered"
+        # Known before any executor takes the region: a fallback's summary needs it.
+        self.report.device = call.device.type
         try:
-            candidates = offers(self._target(call.device))
+            target = _target(self, call.device)
+            candidates = offers(target)
         except Exception as err:  # nothing on the compile path may end a forecast
             candidates = iter(())
             reason = f"setting up torch.compile failed ({describe(err)})"
@@ -491,7 +497,7 @@ class CompiledRegion:
                 reason = chosen
                 continue
             self._executor = chosen
-            self.report.mode = self._policy_label
+            self.report.mode = target.policy.label
             start = time.perf_counter()
             try:
                 out, phases = self._run(call, first=True)
@@ -582,38 +588,7 @@ class CompiledRegion:
             self.precision, call.device, self._eager_executor, call.args, call.kwargs
         )
 
-    def _target(self, device: torch.device) -> Target:
-        """What the candidates are asked to run: this region, its policy there."""
-        # Known before any executor takes the region: a fallback's summary needs it.
-        self.report.device = device.type
-        policy = CompilePolicy.resolve(self.options, device, self.spec)
-        self._policy_label = policy.label
-        return Target(
-            self.module,
-            self.report,
-            policy,
-            device,
-            self.precision,
-            self.artifacts,
-            self.owner,
-            opaque=bool(self.hooks.opaque),
-            fp32_modules=tuple(self.spec.fp32_modules),
-        )
-
     # -- observing and falling back ----------------------------------------------
-    def _measure_precision(
-        self, reference: precision.Reference, out: Any, device: torch.device
-    ) -> None:
-        r = self.report
-        assert self.precision is not None
-        start = time.perf_counter()
-        try:
-            r.precision_error = reference.error(out, device)
-            precision.log_error(r.label, self.precision, r.precision_error)
-        except Exception as err:  # a measurement must not end a forecast
-            logger.trace(f"No fp32 reference for {r.label}: {describe(err)}")
-        r.phases["precision_reference"] = time.perf_counter() - start
-
     def _recover(self, err: Exception, call: Call, seconds: float) -> Any:
         # Re-run eagerly first: if eager fails too, the input or the model is at
         # fault, not the compiler, and the caller gets the eager error unchanged.
@@ -653,6 +628,21 @@ class CompiledRegion:
             f"and {r.label} stays eager for the rest of the session; no output is "
             f"lost. {_TORCH_LOGS_HINT}"
         )
+
+
+def _target(region: CompiledRegion, device: torch.device) -> Target:
+    """What the candidates are asked to run: the region, its policy on ``device``."""
+    return Target(
+        region.module,
+        region.report,
+        CompilePolicy.resolve(region.options, device, region.spec),
+        device,
+        region.precision,
+        region.artifacts,
+        region.owner,
+        opaque=bool(region.hooks.opaque),
+        fp32_modules=tuple(region.spec.fp32_modules),
+    )
 
 
 def _batch_size(args: tuple[Any, ...]) -> int | None:

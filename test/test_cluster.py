@@ -322,6 +322,7 @@ def test_torchrun_recipe_compiles_once_and_matches_eager(tmp_path):
     from earth2studio_compile.tools.recipes import ensemble_torchrun as recipe
 
     out, root = tmp_path / "compiled", tmp_path / "shared"
+    members = 4  # 2 a rank: one batch size, so one region key for both
     done = subprocess.run(
         [
             sys.executable,
@@ -335,7 +336,7 @@ def test_torchrun_recipe_compiles_once_and_matches_eager(tmp_path):
             "--out",
             str(out),
             "--nensemble",
-            "4",  # 2 members a rank: one batch size, one region key
+            str(members),
             "--nsteps",
             "2",
         ],
@@ -351,7 +352,7 @@ def test_torchrun_recipe_compiles_once_and_matches_eager(tmp_path):
     assert artifacts[0].startswith("loaded"), artifacts
     assert len(list((root / "artifacts").glob("*.tar"))) == 1
     for rank in (0, 1):
-        recipe.run_rank(rank, 2, tmp_path / "eager", 3, 2, compile=False)
+        recipe.run_rank(rank, 2, tmp_path / "eager", members, 2, compile=False)
         compiled = zarr.open(str(out / f"rank{rank}.zarr"), mode="r")
         eager = zarr.open(str(tmp_path / "eager" / f"rank{rank}.zarr"), mode="r")
         assert sorted(compiled.array_keys()) == sorted(eager.array_keys())
