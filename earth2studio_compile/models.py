@@ -595,11 +595,6 @@ def _expand(
     return out
 
 
-def _is_compiled(module: torch.nn.Module) -> bool:
-    """Already compiled by someone else (an OptimizedModule swap)."""
-    return _torch.is_optimized_module(module)
-
-
 def plan(model: Any, regions: tuple[str, ...] | None = None) -> Plan:
     """Decide what to compile in ``model``.
 
@@ -658,7 +653,7 @@ def plan(model: Any, regions: tuple[str, ...] | None = None) -> Plan:
                 )
             missing.append(pattern)
         for path, module in hits:
-            if _is_compiled(module):
+            if _torch.is_optimized_module(module):  # compiled by someone else
                 precompiled.append(path)
             else:
                 targets.extend(_expand(path, module, spec.exclude))

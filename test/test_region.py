@@ -192,16 +192,7 @@ def test_backend_failure_at_a_later_recompile_falls_back(logs):
     core = toy_core()
     # The ensemble case: batches of 2, then a smaller last batch of 1.
     inputs = [torch.randn(2, 4, 8, 8), torch.randn(2, 4, 8, 8), torch.randn(1, 4, 8, 8)]
-    with torch.no_grad():
-        expected = [core(x) for x in inputs]
-    with CompileSession(
-        core, regions=("net",), backend=FailingBackend(ok=1)
-    ) as session:
-        with torch.no_grad():
-            outs = [core(x) for x in inputs]
-    for out, ref in zip(outs, expected):
-        torch.testing.assert_close(out, ref)
-    region = session.report.regions[0]
+    region = run_inputs(core, inputs, backend=FailingBackend(ok=1))
     assert region.status == "eager" and region.calls == 3 and region.eager_calls == 1
     warnings = messages(logs, "WARNING")
     assert len(warnings) == 1 and "at call 3" in warnings[0]
@@ -213,17 +204,8 @@ def test_recompile_storm_is_detected(logs):
 
     shapes = [(1, 4, 8, 8 + 2 * i) for i in range(6)]
     inputs = [torch.randn(*s) for s in shapes]
-    with torch.no_grad():
-        expected = [core(x) for x in inputs]
     with dynamo_config.patch(recompile_limit=3):
-        with CompileSession(
-            core, regions=("net",), backend=eager_backend, dynamic=False
-        ) as s:
-            with torch.no_grad():
-                outs = [core(x) for x in inputs]
-    for out, ref in zip(outs, expected):
-        torch.testing.assert_close(out, ref)
-    region = s.report.regions[0]
+        region = run_inputs(core, inputs, backend=eager_backend, dynamic=False)
     assert region.status == "eager" and "recompile storm" in region.reason
     assert region.recompiles == 2
     assert any("recompile storm" in w for w in messages(logs, "WARNING"))
