@@ -62,7 +62,7 @@ from earth2studio_compile.cache import (
     use_local_cache,
 )
 from earth2studio_compile.executors import Declined, Target
-from earth2studio_compile.metrics import rel_l2, synchronize
+from earth2studio_compile.metrics import Laps, rel_l2, synchronize
 from earth2studio_compile.opaque import find_opaque
 from earth2studio_compile.options import CompileOptions, CompilePolicy
 from earth2studio_compile.precision import THRESHOLDS, KeepFp32
@@ -565,9 +565,7 @@ class AotRunner:
         self._graph: Any = None
         self._static_in: list[torch.Tensor] = []
         self._static_out: list[torch.Tensor] = []
-        start = time.perf_counter()
         self.bind()
-        phases["bind"] = time.perf_counter() - start
 
     def _live(self) -> tuple[int, ...]:
         return tuple(
@@ -758,10 +756,11 @@ def load_runner(
     except Exception as err:  # an odd argument: no artifact can match
         return f"no key for its arguments ({type(err).__name__}: {err})"
     path = directory / key
-    phases["key"] = time.perf_counter() - start
-    if not (path / _META).is_file():
+    found = (path / _META).is_file()
+    # Each phase starts where the last ended: together they are the whole load.
+    phases["key"], start = _lap(start)
+    if not found:
         return f"no artifact for its key {key}" + _differences(fields, directory)
-    start = time.perf_counter()
     try:
         meta = _read_meta(path)
         if meta["fields"] != fields:
@@ -771,8 +770,7 @@ def load_runner(
             return f"damaged artifact {path}: checksum mismatch"
     except Exception as err:  # unreadable: damaged
         return f"damaged artifact {path} ({type(err).__name__}: {err})"
-    phases["checksum"] = time.perf_counter() - start
-    start = time.perf_counter()
+    phases["checksum"], start = _lap(start)
     try:
         index = device.index if device.type == "cuda" and device.index else -1
         loader = _torch.aoti_loader(str(path / _PACKAGE), index)
@@ -781,7 +779,7 @@ def load_runner(
         return (
             f"damaged artifact {path}: could not load it ({type(err).__name__}: {err})"
         )
-    phases["aot_load"] = time.perf_counter() - start
+    phases["aot_load"], start = _lap(start)
     if cudagraphs is None:
         wants = {**(_torch.mode_options(mode) if mode else {}), **(options or {})}
         cudagraphs = bool(wants.get("triton.cudagraphs"))
@@ -792,7 +790,7 @@ def load_runner(
         if isinstance(t, torch.Tensor)
     ]
     try:
-        return AotRunner(
+        runner = AotRunner(
             loader,
             module,
             names,
@@ -807,6 +805,15 @@ def load_runner(
         )
     except Exception as err:  # binding failed: the model is not what was built
         return f"could not bind the model to {path} ({type(err).__name__}: {err})"
+    # From the loaded library to a runner bound to the live weights.
+    phases["bind"], _ = _lap(start)
+    return runner
+
+
+def _lap(start: float) -> tuple[float, float]:
+    """Seconds since ``start``, and now: the next phase's start."""
+    now = time.perf_counter()
+    return now - start, now
 
 
 # -- verification ----------------------------------------------------------------------
@@ -916,9 +923,9 @@ class AotExecutor:
         return _torch.missing("aoti_loader") or cls(target)
 
     def first_call(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[Any, dict[str, float]]:
-        """Load, run and verify the artifact; its phases."""
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], laps: Laps
+    ) -> Any:
+        """Load, run and verify the artifact; a lap for each phase."""
         t = self.target
         _loader_safe(t.device)
         runner = load_runner(
@@ -938,10 +945,13 @@ class AotExecutor:
         )
         if isinstance(runner, str):
             raise Declined(runner)
+        # The loader's import above is part of finding the artifact: "key".
+        loaded = ("checksum", "aot_load", "bind")
+        laps.lap("key", **{k: runner.phases[k] for k in loaded})
         out = runner(*args, **kwargs)
-        start = time.perf_counter()
+        laps.lap("first_run")
         reason = verify(out, _torch.call_module(t.module, args, kwargs), t.precision)
-        phases = {**runner.phases, "verify": time.perf_counter() - start}
+        laps.lap("verify")
         if reason is not None:
             logger.warning(
                 f"The ahead-of-time artifact {runner.path} of {t.report.label} gives "
@@ -952,8 +962,7 @@ class AotExecutor:
             raise Declined(f"its artifact failed verification ({reason})")
         self.runner = runner
         self.source = f"the ahead-of-time artifact {runner.path}"
-        phases.pop("cudagraph_capture", None)
-        return out, phases
+        return out
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         assert self.runner is not None

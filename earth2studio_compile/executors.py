@@ -20,6 +20,7 @@ from loguru import logger
 
 from earth2studio_compile import _torch
 from earth2studio_compile.cache import RegionBundle, cache_state, local_cache_source
+from earth2studio_compile.metrics import Laps
 from earth2studio_compile.options import CompilePolicy
 from earth2studio_compile.report import RegionReport
 
@@ -60,9 +61,13 @@ class Executor(Protocol):
     not_compiled: str | None
 
     def first_call(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[Any, dict[str, float]]:
-        """Run the first call; its output and the seconds of each measured phase."""
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], laps: Laps
+    ) -> Any:
+        """Run the first call and return its output.
+
+        Every second of it goes into ``laps``, one lap per phase (the report's
+        :attr:`~earth2studio_compile.report.RegionReport.FIRST_CALL` names them).
+        """
         ...
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -127,10 +132,12 @@ class EagerExecutor:
         self.module = module
 
     def first_call(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[Any, dict[str, float]]:
-        """Nothing to build: the call and no phases."""
-        return self(*args, **kwargs), {}
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], laps: Laps
+    ) -> Any:
+        """Nothing to build: the call, as its first run."""
+        out = self(*args, **kwargs)
+        laps.lap("first_run")
+        return out
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return _torch.call_module(self.module, args, kwargs)
@@ -173,27 +180,28 @@ class DynamoExecutor:
         return reason if reason is not None else cls(target)
 
     def first_call(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[Any, dict[str, float]]:
-        """Load the bundle, compile and run, save the bundle; the phases of each."""
-        r, phases = self.report, {}
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], laps: Laps
+    ) -> Any:
+        """Load the bundle, compile and run, save the bundle; a lap for each."""
+        r = self.report
         if self.bundle is not None:
-            start = time.perf_counter()
             # Autocast changes the compiled graph: bf16 and fp32 bundles differ.
             key = f"{self.target.policy.cache_text}|precision={self.target.precision}"
             r.artifact = self.bundle.load(args, kwargs, self.target.device, key)
-            phases["bundle_load"] = time.perf_counter() - start
             if r.artifact == "loaded":
                 self.source = f"the compile cache bundle {self.bundle.path}"
+            laps.lap("bundle_load")
         (hits, misses), skips = _torch.fx_cache_counts(), _torch.cudagraph_skips()
         with _torch.call_context(recompile_limit(), self.source is not None):
-            start = time.perf_counter()
             out = self.compiled(*args, **kwargs)
-        dynamo = self.backend.dynamo_seconds(since=start)
-        if dynamo is not None:
-            phases["dynamo"] = dynamo
-        phases["backend"] = self.backend.backend_seconds
-        phases["first_run"] = self.backend.first_run_seconds or 0.0
+        # The compiled call is Dynamo's frame: what the backend and the first run
+        # of compiled code did not take is Dynamo's (tracing, guards, bytecode;
+        # with graph breaks also the eager code between the graphs).
+        laps.lap(
+            "dynamo",
+            backend=self.backend.backend_seconds,
+            first_run=self.backend.first_run_seconds or 0.0,
+        )
         if self.backend.runs == 0:
             # Dynamo ran the frame without compiled code (nothing to trace, a
             # skipped frame, a "force_eager" stance): not compiled, so say so.
@@ -201,18 +209,18 @@ class DynamoExecutor:
                 "torch.compile ran no compiled code for it (Dynamo produced no "
                 "graph or skipped the frame)"
             )
-            return out, phases
+            return out
         hits, misses = (a - b for a, b in zip(_torch.fx_cache_counts(), (hits, misses)))
         r.cache = cache_state(hits, misses)
         if r.cache is not None:
             r.cache_source = local_cache_source(_torch.inductor_cache_dir())
-        if self.bundle is not None:
-            start = time.perf_counter()
-            r.artifact = self.bundle.finish(misses, r.artifact)
-            phases["bundle_save"] = time.perf_counter() - start
         r.graphs = self.backend.graphs
         self._account(self.backend.graphs, _torch.cudagraph_skips() - skips)
-        return out, phases
+        laps.lap("bookkeeping")
+        if self.bundle is not None:
+            r.artifact = self.bundle.finish(misses, r.artifact)
+            laps.lap("bundle_save")
+        return out
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         graphs, skips = self.backend.graphs, _torch.cudagraph_skips()

@@ -1,4 +1,5 @@
-"""Measuring: the relative error of one output against a reference, and device sync.
+"""Measuring: the relative error of one output against a reference, device sync, and
+consecutive wall-time laps.
 
 Shared by the library (speed and accuracy probes) and the tooling (benchmark, demo,
 tests), so every figure in a report or a table is computed the same way.
@@ -6,9 +7,12 @@ tests), so every figure in a report or a table is computed the same way.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 import torch
 
-__all__ = ["rel_l2", "synchronize"]
+__all__ = ["Laps", "rel_l2", "synchronize"]
 
 
 def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -45,3 +49,60 @@ def synchronize(device: torch.device | str) -> None:
     device = torch.device(device)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+class Laps:
+    """Wall time cut into consecutive named laps that add up to the whole.
+
+    Each lap starts where the previous one ended, on one clock, so the laps sum to
+    the time from the start to the last lap exactly: no time escapes every phase.
+    A lap may name pieces measured inside it (the backend's seconds within a
+    compiled call); the lap's own name keeps the rest of it.
+
+    Parameters
+    ----------
+    clock : Callable[[], float], optional
+        Seconds, by default :func:`time.perf_counter`
+    start : float | None, optional
+        Where the first lap starts, by default now
+    """
+
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.perf_counter,
+        start: float | None = None,
+    ) -> None:
+        self.clock = clock
+        self.start = self.last = clock() if start is None else start
+        self.phases: dict[str, float] = {}
+
+    def lap(self, name: str, **inside: float) -> float:
+        """End the current lap as ``name``; its seconds.
+
+        ``inside`` are seconds of pieces measured within this lap, each added under
+        its own name; ``name`` gets the rest of the lap.
+        """
+        now = self.clock()
+        seconds, self.last = now - self.last, now
+        for piece, value in inside.items():
+            self._add(piece, value)
+        self._add(name, max(0.0, seconds - sum(inside.values())))
+        return seconds
+
+    def child(self) -> Laps:
+        """Laps that start where these stand now (one attempt, kept or discarded)."""
+        return Laps(self.clock, start=self.last)
+
+    def merge(self, child: Laps) -> None:
+        """Take ``child``'s laps as these laps' next ones."""
+        for name, value in child.phases.items():
+            self._add(name, value)
+        self.last = child.last
+
+    @property
+    def seconds(self) -> float:
+        """From the start to the end of the last lap: the sum of the laps."""
+        return self.last - self.start
+
+    def _add(self, name: str, value: float) -> None:
+        self.phases[name] = self.phases.get(name, 0.0) + value

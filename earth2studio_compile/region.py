@@ -13,14 +13,14 @@ call picks an executor (:mod:`earth2studio_compile.executors`) from
 (:meth:`CompiledRegion._dispatch` to :meth:`CompiledRegion._run`) is the same for
 every compiled executor: :class:`StagedCall` (the arguments compiled code sees,
 and the mutations it makes, handed back), precision, CUDA-graph step marks and
-output clones. :class:`SpeedProbe` and the phases only observe.
+output clones. The speed probe (:mod:`earth2studio_compile.probe`) and the first
+call's phases (laps of :class:`~earth2studio_compile.metrics.Laps`) only observe.
 """
 
 from __future__ import annotations
 
 import contextlib
 import enum
-import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -42,14 +42,21 @@ from earth2studio_compile.executors import (
     Target,
     recompile_limit,
 )
-from earth2studio_compile.metrics import synchronize
+from earth2studio_compile.metrics import Laps, synchronize
 from earth2studio_compile.models import ModelSpec
 from earth2studio_compile.opaque import OpaqueSubmodule, find_opaque
 from earth2studio_compile.options import CompileOptions, CompilePolicy
 from earth2studio_compile.precision import KeepFp32
+from earth2studio_compile.probe import SpeedProbe, signature
 from earth2studio_compile.report import RegionReport
 
-__all__ = ["CANDIDATES", "RECOMPILE_LIMIT", "CompiledRegion", "RegionState"]
+__all__ = [
+    "CANDIDATES",
+    "RECOMPILE_LIMIT",
+    "CompiledRegion",
+    "RegionState",
+    "SpeedProbe",
+]
 
 _TORCH_LOGS_HINT = (
     "Set TORCH_LOGS='+dynamo,graph_breaks,recompiles' (and TORCHDYNAMO_VERBOSE=1) "
@@ -248,76 +255,6 @@ class BatchPadding:
         return self.enabled and self.size is not None and batch not in (None, self.size)
 
 
-class SpeedProbe:
-    """Times a few calls once per region to tell whether compiling pays off.
-
-    After CUDA graphs' warm-up (call 1) and recording (call 2), compiled and eager
-    calls alternate (calls 3 to 8), so a machine that slows down meanwhile slows
-    both alike. Eager calls give the same answer within float tolerance, so probing
-    costs nothing but the eager speed of three steps. The verdict rests on medians
-    and on the min-max ranges: compiled is slower only when every compiled call
-    was slower than every eager one. Rollouts shorter than this are not judged.
-    """
-
-    COMPILED = (3, 5, 7)
-    EAGER = (4, 6, 8)
-    # Compiled slower than eager by more than this, in every pair, is worth a WARNING.
-    SLOWER = 1.05
-    # The probe's clock (tests replace it).
-    clock: Callable[[], float] = staticmethod(time.perf_counter)
-
-    def __init__(self, report: RegionReport, enabled: bool = True) -> None:
-        self.report = report
-        self.enabled = enabled
-        self.timings: dict[str, list[float]] = {"compiled": [], "eager": []}
-
-    def time(self, kind: str, call: Call, run: Callable[[], Any]) -> Any:
-        """``run()``, timed on the call's device as a ``kind`` probe."""
-        synchronize(call.device)
-        start = self.clock()
-        out = run()
-        synchronize(call.device)
-        self.record(kind, self.clock() - start, self.report.calls)
-        return out
-
-    def wants_eager(self, call: int) -> bool:
-        """Whether call number ``call`` is one of the eager probes."""
-        return self.enabled and call in self.EAGER
-
-    def times_compiled(self, call: int) -> bool:
-        """Whether call number ``call`` is one of the timed compiled calls."""
-        return self.enabled and call in self.COMPILED
-
-    def record(self, kind: str, seconds: float, call: int) -> None:
-        """Add one timing; judge after the last eager probe."""
-        self.timings[kind].append(seconds)
-        if kind == "eager" and call == self.EAGER[-1] and self.timings["compiled"]:
-            self._judge()
-
-    def _judge(self) -> None:
-        r = self.report
-        compiled = [t * 1e3 for t in self.timings["compiled"]]
-        eager = [t * 1e3 for t in self.timings["eager"]]
-        r.compiled_ms = statistics.median(compiled)
-        r.eager_ms = statistics.median(eager)
-        r.compiled_range = (min(compiled), max(compiled))
-        r.eager_range = (min(eager), max(eager))
-        # Disjoint ranges, by the margin: noise moves single calls, not all of them.
-        r.slower = min(compiled) > self.SLOWER * max(eager)
-        if r.slower:
-            logger.warning(
-                f"{r.label} runs slower compiled ({r.compiled_ms:.2f} ms per call, "
-                f"{len(compiled)} calls {_range(r.compiled_range)}) than eager "
-                f"({r.eager_ms:.2f} ms, {_range(r.eager_range)}) with {r.mode}: "
-                "compiling does not pay off here. Use compile=False, or try another "
-                "mode with CompileSession."
-            )
-
-
-def _range(span: tuple[float, float]) -> str:
-    return f"{span[0]:.2f}-{span[1]:.2f} ms"
-
-
 class Hooks:
     """What a region changes on its module while installed, and puts back.
 
@@ -450,25 +387,33 @@ class CompiledRegion:
     def restore(self) -> None:
         """Put the module back exactly as it was."""
         self.hooks.restore(self)
-        # Dropping the executor drops its compiled code object and with it every
-        # Dynamo cache entry of this region; no process-wide reset is needed.
-        self._executor = None
+        self._drop_executor()
 
     # -- the call path -------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        self.report.calls += 1
+        r = self.report
+        r.calls += 1
+        # A new call: the run went on past any earlier interruption (caught).
+        r.interrupted = None
+        start = time.perf_counter()
         call = Call.of(args, kwargs)
         reference = None
-        if self.precision in ("tf32", "bf16") and self.report.calls == 1:
+        if self.precision in ("tf32", "bf16") and r.calls == 1:
             # Inputs and buffers copied before the call, which may update them.
             reference = precision.Reference.before(self.module, args, kwargs)
-        out = self._dispatch(call)
+        copied = time.perf_counter() - start
+        try:
+            out = self._dispatch(call)
+        except BaseException as err:
+            self._interrupted(err, time.perf_counter() - start)
+            raise
         if reference is not None:
-            r, name = self.report, self.precision
+            name = self.precision
             assert name is not None
-            r.precision_error, r.phases["precision_reference"] = precision.measure(
+            r.precision_error, seconds = precision.measure(
                 reference, r.label, name, out, call.device
             )
+            r.phases["precision_reference"] = copied + seconds
         return out
 
     def _dispatch(self, call: Call) -> Any:
@@ -476,16 +421,26 @@ class CompiledRegion:
             return self._eager(call)
         if self._state is RegionState.PENDING:
             return self._first(call)
-        padded = self.padding.needed(call.batch)
-        if self.probe.wants_eager(self.report.calls) and not padded:
-            return self.probe.time("eager", call, lambda: self._eager(call, False))
-        return self._steady(call)
+        n, kind = self.report.calls, None
+        if not self.probe.done and not self.padding.needed(call.batch):
+            kind = self.probe.kind(n, signature(call.args, call.kwargs))
+        if kind == "eager":
+            return self.probe.time(
+                "eager", n, call.device, lambda: self._eager_probe(call)
+            )
+        return self._steady(call, timed=kind == "compiled")
 
     def _first(self, call: Call) -> Any:
-        """Run the first call on the first candidate that takes it."""
+        """Run the first call on the first candidate that takes it.
+
+        Its wall time is cut into laps (:class:`~earth2studio_compile.metrics.Laps`):
+        ``setup`` (building the candidates), ``declined`` (candidates that gave
+        way), ``stage``, the executor's own phases, and ``finish``.
+        """
         reason = "no executor was offered"
         # Known before any executor takes the region: a fallback's summary needs it.
         self.report.device = call.device.type
+        laps = Laps()
         try:
             target = _target(self, call.device)
             candidates = offers(target)
@@ -496,60 +451,58 @@ class CompiledRegion:
             if isinstance(chosen, str):
                 reason = chosen
                 continue
+            laps.lap("setup")
             self._executor = chosen
             self.report.mode = target.policy.label
-            start = time.perf_counter()
+            attempt = laps.child()
             try:
-                out, phases = self._run(call, first=True)
+                out = self._run(call, attempt)
                 synchronize(call.device)  # the first call's kernels count here
+                attempt.lap("finish")
             except Declined as declined:
                 # Nothing was handed back: the next candidate runs the same call.
+                laps.lap("declined")
                 reason = str(declined)
                 self.report.declined.append(f"{chosen.name}: {reason}")
                 continue
             except Exception as err:
-                return self._recover(err, call, time.perf_counter() - start)
-            return self._compiled(chosen, out, phases, time.perf_counter() - start)
+                return self._recover(err, call, laps.clock() - laps.start)
+            laps.merge(attempt)
+            return self._compiled(chosen, out, laps)
         self._executor = None
         self._fall_back(reason, cause=None)
         return self._eager(call)
 
-    def _compiled(
-        self, chosen: Executor, out: Any, phases: dict[str, float], seconds: float
-    ) -> Any:
+    def _compiled(self, chosen: Executor, out: Any, laps: Laps) -> Any:
         """Account for a first call that ran on ``chosen``."""
         r = self.report
+        seconds = laps.seconds
         r.compile_seconds += seconds
-        r.phases.update(phases)
+        r.phases.update(laps.phases)
         r.executor = chosen.name
-        # Staging, precision scope, write-back, clones, and whatever an executor
-        # did not measure: named as such rather than folded into a phase.
-        r.phases["unattributed"] = max(0.0, seconds - sum(phases.values()))
         if chosen.not_compiled is not None:
             r.phases["before_fallback"] = seconds
             self._fall_back(chosen.not_compiled, cause=None, spent=seconds)
             return out
         self.state = RegionState.COMPILED
+        self.probe.cudagraphs = chosen.cudagraphs
         logger.trace(f"Compiled {r.label} ({chosen.name}, {r.mode}) in {seconds:.1f} s")
         return out
 
-    def _steady(self, call: Call) -> Any:
+    def _steady(self, call: Call, timed: bool = False) -> Any:
         assert self._executor is not None
         r = self.report
         # The second call records the CUDA graph: part of what compiling costs.
         record = r.calls == 2 and self._executor.cudagraphs
-        probed = (
-            not record
-            and self.probe.times_compiled(r.calls)
-            and not self.padding.needed(call.batch)
-        )
         if record:
             synchronize(call.device)
         start = time.perf_counter()
         try:
-            if probed:
-                return self.probe.time("compiled", call, lambda: self._run(call)[0])
-            out, _ = self._run(call)
+            if timed:
+                return self.probe.time(
+                    "compiled", r.calls, call.device, lambda: self._run(call)
+                )
+            out = self._run(call)
         except Exception as err:
             return self._recover(err, call, time.perf_counter() - start)
         if record:
@@ -557,28 +510,39 @@ class CompiledRegion:
             r.phases["cudagraph_record"] = time.perf_counter() - start
         return out
 
-    def _run(self, call: Call, first: bool = False) -> tuple[Any, dict[str, float]]:
-        """One call through the executor: what every compiled executor gets."""
+    def _run(self, call: Call, laps: Laps | None = None) -> Any:
+        """One call through the executor: what every compiled executor gets.
+
+        With ``laps``, the executor's first call, and laps for the region's own
+        work around it: ``stage`` (staging the arguments, entering the precision
+        scope) and ``finish`` (leaving it, casting back, writing back, cloning).
+        """
         executor = self._executor
         assert executor is not None
+        r = self.report
         pad_to = self.padding.pad_to(call.batch)
-        self.report.padded_calls += pad_to is not None
+        r.padded_calls += pad_to is not None
         inference = torch.is_inference_mode_enabled()
         staged = StagedCall(call.args, inference, pad_to, call.batch)
-        phases: dict[str, float] = {}
+        recompiles = r.recompiles
         with _no_grad(), precision.scope(self.precision, call.device):
             if executor.cudagraphs:
                 _torch.mark_cudagraph_step()
-            if first:
-                out, phases = executor.first_call(staged.args, call.kwargs)
+            if laps is not None:
+                laps.lap("stage")
+                out = executor.first_call(staged.args, call.kwargs, laps)
             else:
                 out = executor(*staged.args, **call.kwargs)
+        if r.recompiles != recompiles:
+            self.probe.compiled_again(r.calls)
         out = precision.restore_dtype(out, self.precision, call.args)
         out = staged.finish(out)
         if executor.cudagraphs:
             # CUDA-graph outputs are overwritten by the next replay.
             out = tree_map(_clone, out)
-        return out, phases
+        if laps is not None:
+            laps.lap("finish")
+        return out
 
     def _eager(self, call: Call, count: bool = True) -> Any:
         if count:
@@ -588,7 +552,34 @@ class CompiledRegion:
             self.precision, call.device, self._eager_executor, call.args, call.kwargs
         )
 
+    def _eager_probe(self, call: Call) -> Any:
+        # As the compiled calls run (no autograd graph): the output is what they
+        # return, and the next compiled call gets the inputs it was compiled for.
+        with _no_grad():
+            return self._eager(call, count=False)
+
     # -- observing and falling back ----------------------------------------------
+    def _interrupted(self, err: BaseException, seconds: float) -> None:
+        """Note that a call ended by ``err`` (Ctrl-C, an error eager raises too)."""
+        r = self.report
+        if self._state is RegionState.PENDING:
+            r.interrupted = (
+                f"while compiling (step {r.calls}, after {seconds:.1f} s, "
+                f"{interruption(err)})"
+            )
+            # Nothing compiled is kept: processes waiting for this compile go on.
+            self._drop_executor()
+        else:
+            r.interrupted = f"at step {r.calls} ({interruption(err)})"
+
+    def _drop_executor(self) -> None:
+        bundle = getattr(self._executor, "bundle", None)
+        if bundle is not None:
+            bundle.release()
+        # Dropping the executor drops its compiled code object and with it every
+        # Dynamo cache entry of this region; no process-wide reset is needed.
+        self._executor = None
+
     def _recover(self, err: Exception, call: Call, seconds: float) -> Any:
         # Re-run eagerly first: if eager fails too, the input or the model is at
         # fault, not the compiler, and the caller gets the eager error unchanged.
@@ -613,21 +604,26 @@ class CompiledRegion:
             )
         elif first and self._executor is not None and self._executor.source:
             reason += f" (after loading {self._executor.source})"
-        stage = "at its first call" if first else f"at call {r.calls}"
+        # The step is the caller's: the region's own calls (the fp32 reference,
+        # an artifact's verification) never pass through its slot.
+        stage = "at its first call" if first else f"at step {r.calls}"
         if spent:
             stage += f" after {spent:.1f} s"
         self.state = RegionState.EAGER
         r.reason = reason
-        bundle = getattr(self._executor, "bundle", None)
-        if bundle is not None:
-            bundle.release()  # processes waiting for this compile take over
-        self._executor = None
+        self._drop_executor()  # processes waiting for this compile take over
         what = "ran eagerly" if cause is None else "was re-run eagerly"
         logger.warning(
             f"torch.compile failed for {r.label} {stage}: {reason}. That call {what} "
             f"and {r.label} stays eager for the rest of the session; no output is "
             f"lost. {_TORCH_LOGS_HINT}"
         )
+
+
+def interruption(err: BaseException) -> str:
+    """What ended a run, for the summary: ``KeyboardInterrupt``, or an error's
+    ``Type: message``."""
+    return describe(err) if isinstance(err, Exception) else type(err).__name__
 
 
 def _target(region: CompiledRegion, device: torch.device) -> Target:

@@ -23,7 +23,10 @@ class RegionReport:
     mode : str | None
         Backend and mode used, e.g. ``"inductor/reduce-overhead"``
     calls : int
-        Calls through the region while the session was open
+        Calls through the region while the session was open: the caller's steps
+        (the region's own calls, such as the fp32 reference of a reduced
+        precision, are not counted); a failure or an interruption "at step N" is
+        at the Nth
     eager_calls : int
         Of those, calls that ran eagerly (fallback re-runs included)
     compile_seconds : float
@@ -55,9 +58,10 @@ class RegionReport:
         process compiled it), ``"ignored: <why>"`` or None (cache disabled or no
         bundle yet)
     compiled_ms, eager_ms : float | None
-        Median of a few synchronized compiled and eager calls, interleaved (calls
-        3 to 8), timed once to tell whether compiling pays off; None in shorter
-        sessions
+        Median of a few synchronized compiled and eager calls of the same shapes,
+        interleaved from call 3 on, timed once to tell whether compiling pays off;
+        calls that compiled (and, under CUDA graphs, the call after them) are not
+        timed; None in shorter sessions
     compiled_range, eager_range : tuple[float, float] | None
         Fastest and slowest of those calls, in ms
     slower : bool | None
@@ -73,16 +77,25 @@ class RegionReport:
         Relative L2 of the region's first reduced-precision call against the same
         call in fp32 eager (TF32 off); None in fp32 or without a floating output
     phases : dict[str, float]
-        Seconds of what compiling cost, by phase: ``bundle_load`` (reading and
-        planting a portable bundle), ``dynamo`` (Dynamo's own time, measured:
-        tracing up to the backend, guards after it), ``backend`` (AOTAutograd and
-        Inductor, cache lookups and kernel loading included), ``first_run`` (the
-        first run of compiled code: CUDA-graph warm-up, autotuning),
-        ``bundle_save``, ``unattributed`` (the rest of the first call: staging,
-        precision scope, write-back); ``cudagraph_record`` (the second call,
-        which records the CUDA graph); ``precision_reference`` (the fp32 eager call
-        that measures a reduced precision's error); ``before_fallback`` (time spent
-        before compiling failed)
+        Seconds of what compiling cost, by phase. The first call's phases
+        (:attr:`FIRST_CALL`) are consecutive laps of one clock that add up to its
+        wall time: ``setup`` (building the candidate executors: policy, compile
+        wrapper), ``declined`` (candidates that gave way, e.g. an ahead-of-time
+        artifact that failed verification), ``stage`` (staging the arguments,
+        entering the precision scope), ``bundle_load`` (reading and planting a
+        portable bundle), ``dynamo`` (the compiled call outside the backend and the
+        first run: tracing, guards, bytecode, and with graph breaks the eager code
+        between graphs), ``backend`` (AOTAutograd and Inductor, cache lookups and
+        kernel loading included), ``first_run`` (the first run of compiled code:
+        CUDA-graph warm-up, autotuning), ``bookkeeping`` (reading the compile's
+        counters for this report), ``bundle_save``; for an ahead-of-time artifact
+        ``key`` (finding it), ``checksum``, ``aot_load``, ``bind``, ``first_run``
+        and ``verify``; ``finish`` (leaving the precision scope, casting back,
+        writing back to the caller's tensors, cloning). After the first call:
+        ``cudagraph_record`` (the second call, which records the CUDA graph);
+        ``precision_reference`` (copying the first call's inputs and running the
+        fp32 eager call that measures a reduced precision's error);
+        ``before_fallback`` (time spent before compiling failed)
     reason : str | None
         Why the region is not compiled (fallback cause or table reason)
     executor : str | None
@@ -92,6 +105,12 @@ class RegionReport:
     declined : list[str]
         Candidates passed over at the first call, each with its reason, e.g.
         ``"aot: no artifact for this key"``
+    interrupted : str | None
+        How the run ended, when an exception (Ctrl-C included) ended it: ``"at
+        step 5 (KeyboardInterrupt)"`` (inside the region's call), ``"while
+        compiling (step 1, after 3.2 s, KeyboardInterrupt)"``, ``"after step 9
+        (...)"`` (between calls) or ``"before its first call (...)"``; None for a
+        run that ended normally
     """
 
     model: str
@@ -122,28 +141,31 @@ class RegionReport:
     reason: str | None = None
     executor: str | None = None
     declined: list[str] = field(default_factory=list)
+    interrupted: str | None = None
 
     #: Phases that are a first call's cost of compiling.
     FIRST_CALL = (
+        "setup",
+        "declined",
+        "stage",
         "bundle_load",
-        "dynamo",
-        "backend",
         "key",
         "checksum",
         "aot_load",
         "bind",
+        "dynamo",
+        "backend",
         "first_run",
         "verify",
+        "bookkeeping",
         "bundle_save",
-        "unattributed",
+        "finish",
     )
 
     @property
     def first_call_seconds(self) -> float | None:
-        """Wall seconds of the first (compiling) call, the sum of its phases.
-
-        ``unattributed`` included, so the sum is the call's measured wall time.
-        """
+        """Wall seconds of the first (compiling) call: the sum of its phases, which
+        are consecutive laps of one clock (nothing is left over)."""
         if not any(k in self.phases for k in self.FIRST_CALL):
             return None
         return sum(self.phases.get(k, 0.0) for k in self.FIRST_CALL)
@@ -265,6 +287,11 @@ class CompileReport:
         return any(r.status == "eager" for r in self.regions)
 
     @property
+    def interrupted(self) -> bool:
+        """True when an exception (Ctrl-C included) ended the session's run."""
+        return any(r.interrupted is not None for r in self.regions)
+
+    @property
     def compile_seconds(self) -> float:
         """Total wall time of the calls that compiled."""
         return sum(r.compile_seconds for r in self.regions)
@@ -274,6 +301,7 @@ class CompileReport:
         return {
             "compiled": self.compiled,
             "fell_back": self.fell_back,
+            "interrupted": self.interrupted,
             "compile_seconds": self.compile_seconds,
             "regions": [asdict(r) for r in self.regions],
         }
@@ -320,7 +348,15 @@ class CompileReport:
                 )
             elif r.status == "skipped":
                 text = f"{r.label}: eager ({r.reason})"
-            else:
+            elif r.interrupted is None:
                 text = f"{r.label}: not called"
+            else:
+                text = r.label
+            if r.interrupted is not None:
+                # First: an interrupted run must not read as a finished one.
+                rest = text[len(r.label) + 2 :]
+                text = f"{r.label}: interrupted {r.interrupted}" + (
+                    f", {rest}" if rest else ""
+                )
             parts.append(text)
         return "; ".join(parts) if parts else "nothing to compile"

@@ -17,7 +17,7 @@ from earth2studio_compile.cache import cache_root, use_local_cache
 from earth2studio_compile.models import Plan, check_paths, plan
 from earth2studio_compile.options import CompileOptions
 from earth2studio_compile.precision import check_precision
-from earth2studio_compile.region import CompiledRegion, describe
+from earth2studio_compile.region import CompiledRegion, describe, interruption
 from earth2studio_compile.report import CompileReport, RegionReport
 
 
@@ -30,7 +30,8 @@ class CompileSession:
     unchanged. Compilation happens lazily at the first call. A region whose compile
     or compiled call fails re-runs that call eagerly, logs one WARNING and stays
     eager. On exit every model is restored exactly and one INFO line summarises
-    :attr:`report`.
+    :attr:`report`; when an exception (Ctrl-C included) ends the block, it says at
+    which step each region was interrupted.
 
     Parameters
     ----------
@@ -64,9 +65,10 @@ class CompileSession:
         and reported (:mod:`earth2studio_compile.precision`); None leaves PyTorch's
         global settings alone, by default None
     probe : bool, optional
-        Time calls 3, 5, 7 compiled and 4, 6, 8 eagerly, once per region, to report the
-        speedup and the calls compiling needs to pay for itself, and to warn when
-        compiled is slower. False runs every call compiled, by default True
+        Time three steady compiled calls and three eager ones in turn, from call 3
+        on, once per region (:class:`~earth2studio_compile.probe.SpeedProbe`), to
+        report the speedup and the calls compiling needs to pay for itself, and to
+        warn when compiled is slower. False runs every call compiled, by default True
 
     Raises
     ------
@@ -161,18 +163,22 @@ class CompileSession:
         """Decide every model's regions before any of them is touched."""
         out: list[CompiledRegion] = []
         seen: set[int] = set()
+        plans: list[tuple[Any, Plan | BaseException]] = []
         for model in self.models:
-            name = type(model).__name__
             try:
-                p = plan(model, self.regions)
+                plans.append((model, plan(model, self.regions)))
             except Exception as err:
                 if self.regions is not None and isinstance(
                     err, (TypeError, ValueError)
                 ):
                     raise  # the user's own regions are wrong: tell them
+                plans.append((model, err))
+        outer = _enclosing([p for _, p in plans if isinstance(p, Plan)])
+        for model, p in plans:
+            if not isinstance(p, Plan):
                 # An odd model must not end the forecast: it runs eagerly.
-                why = f"could not plan what to compile ({describe(err)})"
-                self._skip(name, "", why, warn=True)
+                why = f"could not plan what to compile ({describe(p)})"
+                self._skip(type(model).__name__, "", why, warn=True)
                 continue
             if not p.targets:
                 self._skip(p.name, "", p.reason or "nothing to compile")
@@ -183,6 +189,13 @@ class CompileSession:
                 if id(module) in seen:
                     continue
                 seen.add(id(module))
+                if id(module) in outer:
+                    # Dynamo traces through it as part of the outer region: a region
+                    # here would only see the outer one's eager calls, and count
+                    # them as steps.
+                    why = f"inside {outer[id(module)]}, which compiles it"
+                    self._skip(p.name, path, why)
+                    continue
                 if module.__dict__.get(MODULE_SLOT) is not None:
                     self._skip(p.name, path, "already compiled outside this session")
                     continue
@@ -212,7 +225,21 @@ class CompileSession:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if exc is not None:
+            self._interrupted(exc)
         self.close()
+
+    def _interrupted(self, exc: BaseException) -> None:
+        """Say in each open region's report that ``exc`` ended the run, and when:
+        a region whose own call it ended says so already."""
+        for region in self._open:
+            r = region.report
+            if r.interrupted is None:
+                r.interrupted = (
+                    f"after step {r.calls} ({interruption(exc)})"
+                    if r.calls
+                    else f"before its first call ({interruption(exc)})"
+                )
 
     def close(self) -> None:
         """Restore every model and log the summary (called by ``__exit__``)."""
@@ -365,3 +392,17 @@ def _model_device(model: Any) -> torch.device:
         for tensor in [*model.parameters(), *model.buffers()]:
             return tensor.device
     return torch.device("cpu")
+
+
+def _enclosing(plans: Sequence[Plan]) -> dict[int, str]:
+    """``id(module) -> label`` of another planned region that contains it."""
+    out: dict[int, str] = {}
+    for p in plans:
+        for path, module in p.targets:
+            if module.__dict__.get(MODULE_SLOT) is not None:
+                continue  # compiled outside the session: left alone, with its inside
+            label = f"{p.name}.{path}" if path else p.name
+            for inner in module.modules():
+                if inner is not module:
+                    out.setdefault(id(inner), label)
+    return out

@@ -239,6 +239,8 @@ def test_a_session_runs_the_artifact_when_its_key_matches(built, monkeypatch):
     for phase in ("key", "checksum", "aot_load", "bind", "first_run", "verify"):
         assert region.phases[phase] >= 0.0, phase
     assert "dynamo" not in region.phases
+    # The phases are consecutive laps: together, the whole first call.
+    assert region.first_call_seconds == pytest.approx(region.compile_seconds)
     ref = _eager(built.core, built.args)
     assert rel_l2(out, ref) < 1e-5 and rel_l2(again, ref) < 1e-5
     assert "ahead-of-time artifact" in region_summary(region)
@@ -263,6 +265,9 @@ def test_a_wrong_artifact_takes_the_dynamo_path_with_one_warning(
         logger.remove(sink)
     assert region.status == "compiled" and region.executor == "dynamo", region
     assert any("failed verification" in d for d in region.declined), region.declined
+    # The artifact's load, run and verification are part of the first call.
+    assert region.phases["declined"] > 0
+    assert region.first_call_seconds == pytest.approx(region.compile_seconds)
     assert sum("another answer than eager" in w for w in warnings) == 1, warnings
     ref = _eager(built.core, built.args)
     assert rel_l2(out, ref) < 1e-5 and rel_l2(again, ref) < 1e-5

@@ -20,8 +20,8 @@ _SLOW_PROBE = """
 import sys
 from earth2studio_compile.region import SpeedProbe
 record = SpeedProbe.record
-def slow(self, kind, seconds, call):
-    record(self, kind, seconds * (100 if kind == "compiled" else 1), call)
+def slow(self, kind, seconds):
+    record(self, kind, seconds * (100 if kind == "compiled" else 1))
 SpeedProbe.record = slow
 from earth2studio_compile.tools.demo import main
 sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,152 @@
+"""The speed probe: a few of a region's calls timed compiled and eagerly, once.
+
+It tells whether compiling pays off here (the report's ``compiled_ms``, ``eager_ms``
+and break-even, and the "runs slower compiled" WARNING), so it must time what the
+rest of the run does: the core's steady compiled call. A call that compiled
+(a recompile at a new shape, say) is no steady call, nor is the call after it under
+CUDA graphs (it records the new graph): their timings are dropped and the probe
+goes on at the next call. A change of input shapes starts it over, so compiled and
+eager timings always come from calls of the same shapes.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from loguru import logger
+
+from earth2studio_compile._torch import tree_flatten
+from earth2studio_compile.metrics import synchronize
+from earth2studio_compile.report import RegionReport
+
+__all__ = ["SpeedProbe", "signature"]
+
+
+def signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """What must match for two calls' timings to be compared: shapes, dtypes,
+    devices of the tensors, and the types of the other arguments."""
+    leaves, spec = tree_flatten((args, kwargs))
+    return (str(spec),) + tuple(
+        (tuple(leaf.shape), leaf.dtype, leaf.device)
+        if isinstance(leaf, torch.Tensor)
+        else type(leaf).__name__
+        for leaf in leaves
+    )
+
+
+class SpeedProbe:
+    """Times a few calls once per region to tell whether compiling pays off.
+
+    From the third call on (the first compiles, the second records CUDA graphs),
+    steady compiled calls and eager calls of the same shapes alternate until
+    :attr:`PAIRS` pairs are timed, so a machine that slows down meanwhile slows
+    both alike. Eager calls give the same answer within float tolerance, so
+    probing costs nothing but the eager speed of a few steps. The verdict rests on
+    medians and on the min-max ranges: compiled is slower only when every compiled
+    call was slower than every eager one. Rollouts shorter than this are not judged.
+
+    Parameters
+    ----------
+    report : RegionReport
+        Where the verdict goes
+    cudagraphs : bool, optional
+        The region runs CUDA graphs: the call after any compile records one, by
+        default False
+    enabled : bool, optional
+        Probe at all, by default True
+    """
+
+    PAIRS = 3
+    # Compiled slower than eager by more than this, in every pair, is worth a WARNING.
+    SLOWER = 1.05
+    # The probe's clock (tests replace it).
+    clock: Callable[[], float] = staticmethod(time.perf_counter)
+
+    def __init__(
+        self, report: RegionReport, cudagraphs: bool = False, enabled: bool = True
+    ) -> None:
+        self.report = report
+        self.cudagraphs = cudagraphs
+        self.enabled = enabled
+        self.timings: dict[str, list[float]] = {"compiled": [], "eager": []}
+        self._next = "compiled"
+        # Calls up to this one are not timed: the first compiles, the second
+        # records CUDA graphs (not timed in any case).
+        self._quiet_until = 2
+        self._signature: tuple[Any, ...] | None = None
+
+    @property
+    def done(self) -> bool:
+        """Whether the probe has nothing left to time."""
+        return not self.enabled or self.report.compiled_ms is not None
+
+    def kind(self, call: int, sig: Any) -> str | None:
+        """``"compiled"`` or ``"eager"``: how to time call number ``call`` (of
+        signature ``sig``, see :func:`signature`); None: do not time it."""
+        if self.done or call <= self._quiet_until:
+            return None
+        if sig != self._signature:
+            # Other shapes: the timings so far do not compare with this call's.
+            self._restart(sig)
+        return self._next
+
+    def compiled_again(self, call: int) -> None:
+        """Call number ``call`` compiled: it is no steady call, nor (under CUDA
+        graphs) is the next one, which records the new graph."""
+        self._quiet_until = max(self._quiet_until, call + int(self.cudagraphs))
+
+    def time(
+        self, kind: str, call: int, device: torch.device, run: Callable[[], Any]
+    ) -> Any:
+        """``run()``, timed on ``device`` as call number ``call`` of ``kind``.
+
+        A compiled call that compiled meanwhile (:meth:`compiled_again`) is not
+        counted; the next call is timed compiled instead.
+        """
+        synchronize(device)
+        start = self.clock()
+        out = run()
+        synchronize(device)
+        seconds = self.clock() - start
+        if call > self._quiet_until:
+            self.record(kind, seconds)
+        return out
+
+    def record(self, kind: str, seconds: float) -> None:
+        """Add one steady call's timing; judge after the last pair."""
+        self.timings[kind].append(seconds)
+        self._next = "eager" if kind == "compiled" else "compiled"
+        if len(self.timings["eager"]) == self.PAIRS:
+            self._judge()
+
+    def _restart(self, sig: Any) -> None:
+        self.timings = {"compiled": [], "eager": []}
+        self._next = "compiled"
+        self._signature = sig
+
+    def _judge(self) -> None:
+        r = self.report
+        compiled = [t * 1e3 for t in self.timings["compiled"]]
+        eager = [t * 1e3 for t in self.timings["eager"]]
+        r.compiled_ms = statistics.median(compiled)
+        r.eager_ms = statistics.median(eager)
+        r.compiled_range = (min(compiled), max(compiled))
+        r.eager_range = (min(eager), max(eager))
+        # Disjoint ranges, by the margin: noise moves single calls, not all of them.
+        r.slower = min(compiled) > self.SLOWER * max(eager)
+        if r.slower:
+            logger.warning(
+                f"{r.label} runs slower compiled ({r.compiled_ms:.2f} ms per call, "
+                f"{len(compiled)} calls {_range(r.compiled_range)}) than eager "
+                f"({r.eager_ms:.2f} ms, {_range(r.eager_range)}) with {r.mode}: "
+                "compiling does not pay off here. Use compile=False, or try another "
+                "mode with CompileSession."
+            )
+
+
+def _range(span: tuple[float, float]) -> str:
+    return f"{span[0]:.2f}-{span[1]:.2f} ms"
