@@ -355,13 +355,6 @@ class CountingBackend:
         # first call that are not Dynamo's own tracing.
         self.backend_seconds = 0.0
         self.first_run_seconds: float | None = None
-        # perf_counter() readings around the first graph: when Dynamo handed it to
-        # the backend, when the backend gave it back, and when compiled code first
-        # ran. What lies before the entry, and between the exit and the first run
-        # (guards, bytecode), is Dynamo's own time.
-        self.entered: float | None = None
-        self.left: float | None = None
-        self.first_run_started: float | None = None
         self._kwargs: dict[str, Any] = {}
         if backend == "inductor":
             # Builds Inductor's own wrapper, which validates mode and options.
@@ -381,15 +374,10 @@ class CountingBackend:
         self, gm: torch.fx.GraphModule, example_inputs: Any
     ) -> Callable[..., Any]:
         start = time.perf_counter()
-        if self.entered is None:
-            self.entered = start
         try:
             compiled = self.inner(gm, example_inputs, **self._kwargs)
         finally:
-            end = time.perf_counter()
-            self.backend_seconds += end - start
-            if self.left is None:
-                self.left = end
+            self.backend_seconds += time.perf_counter() - start
         self.graphs += 1
         counter = self
 
@@ -401,7 +389,6 @@ class CountingBackend:
             if counter.first_run_seconds is not None:
                 return compiled(*args)
             begin = time.perf_counter()
-            counter.first_run_started = begin
             out = compiled(*args)
             # The first run is slow anyway; syncing makes its kernels count here.
             if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -410,20 +397,6 @@ class CountingBackend:
             return out
 
         return run
-
-    def dynamo_seconds(self, since: float) -> float | None:
-        """Dynamo's own seconds of a first call that started at ``since``.
-
-        From the call's start to the first graph's entry into the backend (tracing,
-        fake tensors), plus from its exit to the first run of compiled code (guards,
-        bytecode); None when no graph reached the backend.
-        """
-        if self.entered is None:
-            return None
-        seconds = self.entered - since
-        if self.left is not None and self.first_run_started is not None:
-            seconds += max(0.0, self.first_run_started - self.left)
-        return max(0.0, seconds)
 
     def __getattr__(self, name: str) -> Any:
         # reset(), get_compiler_config(), ...: whatever Dynamo asks of the backend.
