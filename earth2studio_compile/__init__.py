@@ -14,6 +14,7 @@ from earth2studio_compile.models import MODEL_TABLE, ModelSpec, plan, register_m
 from earth2studio_compile.options import CompileOptions
 from earth2studio_compile.overlap import OverlappedIO
 from earth2studio_compile.report import CompileReport, RegionReport
+from earth2studio_compile.resident import release
 from earth2studio_compile.session import CompileSession, example_input
 
 __version__ = "0.1.0"
@@ -35,4 +36,5 @@ __all__ = [
     "example_input",
     "plan",
     "register_model",
+    "release",
 ]

@@ -17,6 +17,7 @@ import os
 import re
 import sys
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -434,8 +435,12 @@ def compile_region(
     regions were created).
     """
 
+    # Weakly: compiled code kept between sessions (earth2studio_compile.resident)
+    # must not keep a model alive that its user dropped.
+    ref = weakref.ref(module)
+
     def entry(*args: Any, **kwargs: Any) -> Any:
-        return module._call_impl(*args, **kwargs)
+        return ref()._call_impl(*args, **kwargs)  # type: ignore[union-attr]
 
     name = _code_name(label)
     replace: dict[str, Any] = {"co_name": name}

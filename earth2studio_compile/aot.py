@@ -66,6 +66,7 @@ from earth2studio_compile.metrics import Laps, rel_l2, synchronize
 from earth2studio_compile.opaque import find_opaque
 from earth2studio_compile.options import CompileOptions, CompilePolicy
 from earth2studio_compile.precision import THRESHOLDS, KeepFp32
+from earth2studio_compile.report import RegionReport
 
 __all__ = [
     "AOT_FORMAT",
@@ -907,6 +908,8 @@ class AotExecutor:
     name = "aot"
     source: str | None = None
     not_compiled: str | None = None
+    # The runner binds the module's live weights: kept in a session only.
+    keepable = False
 
     def __init__(self, target: Target) -> None:
         self.target = target
@@ -967,6 +970,12 @@ class AotExecutor:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         assert self.runner is not None
         return self.runner(*args, **kwargs)
+
+    def detach(self) -> None:
+        """Never kept (:attr:`keepable` is False)."""
+
+    def adopt(self, report: RegionReport) -> None:
+        """Never kept (:attr:`keepable` is False)."""
 
 
 # -- the explicit build step -----------------------------------------------------------

@@ -53,12 +53,25 @@ class Executor(Protocol):
     not_compiled : str | None
         Set by :meth:`first_call` when that call ran no compiled code (its output
         is still right): why. The region then falls back to eager.
+    keepable : bool
+        Its compiled code can serve a later session over the same module
+        (:mod:`earth2studio_compile.resident`): :meth:`detach` and :meth:`adopt`
+        move it there
     """
 
     name: str
     cudagraphs: bool
     source: str | None
     not_compiled: str | None
+    keepable: bool
+
+    def detach(self) -> None:
+        """Let go of the module and the session's state before being kept."""
+        ...
+
+    def adopt(self, report: RegionReport) -> None:
+        """Record into ``report`` from now on (a later session's region)."""
+        ...
 
     def first_call(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], laps: Laps
@@ -127,6 +140,7 @@ class EagerExecutor:
     cudagraphs = False
     source = None
     not_compiled = None
+    keepable = False
 
     def __init__(self, module: torch.nn.Module) -> None:
         self.module = module
@@ -141,6 +155,12 @@ class EagerExecutor:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return _torch.call_module(self.module, args, kwargs)
+
+    def detach(self) -> None:
+        """Nothing is kept of an eager executor."""
+
+    def adopt(self, report: RegionReport) -> None:
+        """Nothing is recorded by an eager executor."""
 
 
 class DynamoExecutor:
@@ -160,6 +180,7 @@ class DynamoExecutor:
         self.cudagraphs = target.policy.cudagraphs
         self.source: str | None = None
         self.not_compiled: str | None = None
+        self.keepable = False
         self.compiled, self.backend = _torch.compile_region(
             target.module, target.report.label, **target.policy.torch_kwargs()
         )
@@ -220,7 +241,19 @@ class DynamoExecutor:
         if self.bundle is not None:
             r.artifact = self.bundle.finish(misses, r.artifact)
             laps.lap("bundle_save")
+        self.keepable = True
         return out
+
+    def detach(self) -> None:
+        """Drop the target (it holds the module) and the finished bundle."""
+        if self.bundle is not None:
+            self.bundle.release()
+        self.bundle = None
+        self.target = None  # type: ignore[assignment]
+
+    def adopt(self, report: RegionReport) -> None:
+        """Count recompiles, graph breaks and CUDA-graph skips in ``report``."""
+        self.report = report
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         graphs, skips = self.backend.graphs, _torch.cudagraph_skips()

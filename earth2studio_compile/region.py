@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from loguru import logger
 
-from earth2studio_compile import _torch, precision
+from earth2studio_compile import _torch, precision, resident
 from earth2studio_compile._torch import MODULE_SLOT, tree_flatten, tree_map
 from earth2studio_compile.aot import AotExecutor
 from earth2studio_compile.executors import (
@@ -369,6 +369,9 @@ class CompiledRegion:
         self.padding = BatchPadding(self.spec.pad_batch)
         self.hooks = Hooks(module, report.label, self.spec, precision)
         report.opaque = len(self.hooks.opaque)
+        # resident.key() of the first call's target: where the executor is kept.
+        self._shelf_key: str | None = None
+        self._kept: resident.Kept | None = None
 
     @property
     def state(self) -> RegionState:
@@ -385,8 +388,23 @@ class CompiledRegion:
         self.hooks.install(self)
 
     def restore(self) -> None:
-        """Put the module back exactly as it was."""
+        """Put the module back exactly as it was; keep compiled code for the next
+        session over it (:mod:`earth2studio_compile.resident`)."""
         self.hooks.restore(self)
+        executor, r = self._executor, self.report
+        if (
+            executor is not None
+            and executor.keepable
+            and self._state is RegionState.COMPILED
+            and self._shelf_key is not None
+            and r.interrupted is None
+        ):
+            self._executor = None
+            executor.detach()
+            resident.keep(
+                self.module, self._shelf_key, executor, r, self.padding.size, self._kept
+            )
+        self._kept = None
         self._drop_executor()
 
     # -- the call path -------------------------------------------------------------
@@ -397,8 +415,14 @@ class CompiledRegion:
         r.interrupted = None
         start = time.perf_counter()
         call = Call.of(args, kwargs)
+        if r.calls == 1 and self._state is RegionState.PENDING:
+            self._take_kept(call)
         reference = None
-        if self.precision in ("tf32", "bf16") and r.calls == 1:
+        if (
+            self.precision in ("tf32", "bf16")
+            and r.calls == 1
+            and r.precision_error is None
+        ):
             # Inputs and buffers copied before the call, which may update them.
             reference = precision.Reference.before(self.module, args, kwargs)
         copied = time.perf_counter() - start
@@ -473,6 +497,30 @@ class CompiledRegion:
         self._fall_back(reason, cause=None)
         return self._eager(call)
 
+    def _take_kept(self, call: Call) -> None:
+        """Run code an earlier session compiled for this module, if it fits."""
+        try:
+            self._shelf_key = resident.key(_target(self, call.device))
+        except Exception:  # _first reports why the target cannot be built
+            return
+        kept = resident.take(self.module, self._shelf_key)
+        if kept is None:
+            return
+        r = self.report
+        self._kept = kept
+        kept.executor.adopt(r)
+        self._executor = kept.executor
+        for name, value in kept.figures.items():
+            setattr(r, name, value)
+        r.device = call.device.type
+        r.reused = (
+            f"compiled earlier in this process (first call "
+            f"{kept.first_seconds:.1f} s), session {kept.sessions + 1}"
+        )
+        self.padding.size = kept.padding
+        self.probe.cudagraphs = kept.executor.cudagraphs
+        self.state = RegionState.COMPILED
+
     def _compiled(self, chosen: Executor, out: Any, laps: Laps) -> Any:
         """Account for a first call that ran on ``chosen``."""
         r = self.report
@@ -493,7 +541,7 @@ class CompiledRegion:
         assert self._executor is not None
         r = self.report
         # The second call records the CUDA graph: part of what compiling costs.
-        record = r.calls == 2 and self._executor.cudagraphs
+        record = r.calls == 2 and self._executor.cudagraphs and r.reused is None
         if record:
             synchronize(call.device)
         start = time.perf_counter()

@@ -111,6 +111,12 @@ class RegionReport:
         compiling (step 1, after 3.2 s, KeyboardInterrupt)"``, ``"after step 9
         (...)"`` (between calls) or ``"before its first call (...)"``; None for a
         run that ended normally
+    reused : str | None
+        Set when the region ran code compiled by an earlier session in this
+        process (:mod:`earth2studio_compile.resident`), e.g. ``"compiled earlier
+        in this process (first call 31.2 s), session 3"``: nothing was compiled,
+        recorded, probed or checked again, and the speed and accuracy figures are
+        those measured then
     """
 
     model: str
@@ -142,6 +148,7 @@ class RegionReport:
     executor: str | None = None
     declined: list[str] = field(default_factory=list)
     interrupted: str | None = None
+    reused: str | None = None
 
     #: Phases that are a first call's cost of compiling.
     FIRST_CALL = (
@@ -321,9 +328,12 @@ class CompileReport:
                 text += r.precision_text
             elif r.status == "compiled":
                 cache = f", {_cache_text(r.cache, r.cache_source)}" if r.cache else ""
+                made = f"in {r.compile_seconds:.1f} s{cache}"
+                if r.reused is not None:
+                    made = f"ready: {r.reused}"
                 text = (
-                    f"{r.label}: compiled ({r.mode}) in {r.compile_seconds:.1f} s"
-                    f"{cache}, {r.calls} calls, {r.graphs} graph(s), "
+                    f"{r.label}: compiled ({r.mode}) {made}, {r.calls} calls, "
+                    f"{r.graphs} graph(s), "
                     f"{r.graph_breaks} break(s), "
                     f"{r.recompiles} recompile(s)"
                 )
@@ -341,7 +351,8 @@ class CompileReport:
                 )
                 if r.compiled_ms is not None and r.eager_ms:
                     text += r.speed_text
-                    text += r.break_even_text
+                    # Break-even is a first session's figure: nothing compiled now.
+                    text += r.break_even_text if r.reused is None else ""
             elif r.status == "eager":
                 text = f"{r.label}: fell back to eager ({r.reason})" + (
                     f"; kept {r.precision_text[2:]}" if r.precision else ""

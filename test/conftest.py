@@ -51,8 +51,12 @@ def fresh_dynamo():
     leave the process in a state that trips the next compile)."""
     import torch._dynamo
 
+    from earth2studio_compile import resident
+
+    resident.release()  # kept code would outlive the reset's caches
     torch._dynamo.reset()
     yield
+    resident.release()
     torch._dynamo.reset()
 
 
