@@ -511,7 +511,8 @@ class CompiledRegion:
         kept.executor.adopt(r)
         self._executor = kept.executor
         for name, value in kept.figures.items():
-            setattr(r, name, value)
+            if self.probe.enabled or name not in resident.SPEED:
+                setattr(r, name, value)
         r.device = call.device.type
         r.reused = (
             f"compiled earlier in this process (first call "

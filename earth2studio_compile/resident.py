@@ -54,6 +54,8 @@ CARRIED = (
     "slower",
     "precision_error",
 )
+#: Of those, the speed probe's: not shown in a session that turned the probe off.
+SPEED = ("compiled_ms", "eager_ms", "compiled_range", "eager_range", "slower")
 
 
 @dataclass
