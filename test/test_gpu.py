@@ -238,3 +238,29 @@ def test_reduced_precision_rollouts_within_targets(name, precision, logs):
         assert region.precision == precision
         assert region.precision_error is not None
         assert region.precision_error <= PRECISION_TARGETS[precision]
+
+
+def test_a_second_session_replays_the_kept_cuda_graphs(logs):
+    """Kept code under CUDA graphs: the second session records nothing, its held
+    outputs stay intact, and a dropped model is freed with what was kept."""
+    import gc
+    import weakref
+
+    from earth2studio_compile import resident
+
+    model = zoo.build("fcn", size=SIZE).cuda()
+    before = snapshot(model)
+    first = _held_rollouts(model)
+    second = _held_rollouts(model)
+    assert_unchanged(model, before)
+    a, b = first.report.regions[0], second.report.regions[0]
+    assert a.reused is None and "cudagraph_record" in a.phases, first.report.summary()
+    assert b.status == "compiled" and b.reused is not None, second.report.summary()
+    assert b.compile_seconds == 0.0 and "cudagraph_record" not in b.phases
+    assert b.recompiles == 0 and b.cudagraph_skips == 0
+    assert not messages(logs, "WARNING")
+    ref = weakref.ref(model)
+    del model, first, second
+    gc.collect()
+    assert ref() is None, "kept CUDA graphs keep the user's model alive"
+    assert resident.kept_count() == 0
