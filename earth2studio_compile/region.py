@@ -32,9 +32,9 @@ from loguru import logger
 
 from earth2studio_compile import _torch, precision, resident
 from earth2studio_compile._torch import MODULE_SLOT, tree_flatten, tree_map
-from earth2studio_compile.aot import AotExecutor
 from earth2studio_compile.executors import (
     RECOMPILE_LIMIT,
+    AotExecutor,
     Declined,
     DynamoExecutor,
     EagerExecutor,
