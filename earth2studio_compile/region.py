@@ -461,10 +461,16 @@ class CompiledRegion:
         ``setup`` (building the candidates), ``declined`` (candidates that gave
         way), ``stage``, the executor's own phases, and ``finish``.
         """
-        reason = "no executor was offered"
         # Known before any executor takes the region: a fallback's summary needs it.
         self.report.device = call.device.type
-        laps = Laps()
+        return self._choose(call, Laps(), self._compiled)
+
+    def _choose(
+        self, call: Call, laps: Laps, chosen_by: Callable[[Executor, Any, Laps], Any]
+    ) -> Any:
+        """Run ``call`` on the first candidate that takes it; ``chosen_by`` accounts
+        for the call. When none takes it, the region falls back to eager."""
+        reason = "no executor was offered"
         try:
             target = _target(self, call.device)
             candidates = offers(target)
@@ -492,10 +498,37 @@ class CompiledRegion:
             except Exception as err:
                 return self._recover(err, call, laps.clock() - laps.start)
             laps.merge(attempt)
-            return self._compiled(chosen, out, laps)
+            return chosen_by(chosen, out, laps)
         self._executor = None
         self._fall_back(reason, cause=None)
         return self._eager(call)
+
+    def _hand_over(self, call: Call, reason: str) -> Any:
+        """A later call its executor cannot take (an artifact built for other
+        inputs): the candidates are tried again for it, as a recompile, rather
+        than the region turning eager."""
+        assert self._executor is not None
+        self.report.declined.append(f"{self._executor.name}: {reason}")
+        self._drop_executor()
+        return self._choose(call, Laps(), self._recompiled)
+
+    def _recompiled(self, chosen: Executor, out: Any, laps: Laps) -> Any:
+        """Account for a later call that a newly chosen executor compiled."""
+        r = self.report
+        seconds = laps.seconds
+        r.recompiles += 1
+        r.compile_seconds += seconds
+        r.executor = chosen.name
+        self.probe.cudagraphs = chosen.cudagraphs
+        self.probe.compiled_again(r.calls)
+        if chosen.not_compiled is not None:
+            self._fall_back(chosen.not_compiled, cause=None, spent=seconds)
+            return out
+        logger.info(
+            f"{r.label} compiled again at step {r.calls} for inputs its earlier code "
+            f"was not built for ({chosen.name}, {seconds:.1f} s): {r.declined[-1]}"
+        )
+        return out
 
     def _take_kept(self, call: Call) -> None:
         """Run code an earlier session compiled for this module, if it fits."""
@@ -552,6 +585,8 @@ class CompiledRegion:
                     "compiled", r.calls, call.device, lambda: self._run(call)
                 )
             out = self._run(call)
+        except Declined as declined:
+            return self._hand_over(call, str(declined))
         except Exception as err:
             return self._recover(err, call, time.perf_counter() - start)
         if record:

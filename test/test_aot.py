@@ -282,6 +282,35 @@ def test_a_wrong_artifact_takes_the_dynamo_path_with_one_warning(
     assert "aot not used" in region_summary(region)
 
 
+def test_inputs_the_artifact_was_not_built_for_go_to_dynamo_not_eager(
+    built, monkeypatch, logs
+):
+    """A later call with another batch size: the artifact declines it before
+    running, and Dynamo compiles it (a recompile) instead of the region turning
+    eager for good with a WARNING."""
+    from conftest import messages
+
+    from earth2studio_compile import CompileSession
+
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(built.root))
+    wider = tuple(
+        torch.cat([a, a]) if isinstance(a, torch.Tensor) else a for a in built.args
+    )
+    with CompileSession(built.model, precision="fp32", probe=False) as session:
+        with torch.no_grad():
+            first = built.core(*built.args)
+            out = built.core(*wider)
+            again = built.core(*wider)
+    [region] = session.report.regions
+    assert region.status == "compiled" and region.executor == "dynamo", region
+    assert region.recompiles == 1 and region.eager_calls == 0, region
+    assert any("built for other inputs" in d for d in region.declined), region
+    assert not messages(logs, "WARNING")
+    assert rel_l2(first, _eager(built.core, built.args)) < 1e-5
+    ref = _eager(built.core, wider)
+    assert rel_l2(out, ref) < 1e-5 and rel_l2(again, ref) < 1e-5
+
+
 def test_verify_reasons():
     a = torch.ones(2, 3)
     assert verify(a, a.clone(), "fp32") is None

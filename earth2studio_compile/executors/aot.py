@@ -8,7 +8,12 @@ import torch
 from loguru import logger
 
 from earth2studio_compile import _torch
-from earth2studio_compile.artifacts.aot_load import AotRunner, load_runner, verify
+from earth2studio_compile.artifacts.aot_load import (
+    AotRunner,
+    SignatureMismatch,
+    load_runner,
+    verify,
+)
 from earth2studio_compile.executors.base import Declined, Target
 from earth2studio_compile.metrics import Laps
 from earth2studio_compile.report import RegionReport
@@ -108,8 +113,13 @@ class AotExecutor:
         return out
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """A later call; inputs the artifact was not built for decline it
+        (:class:`~earth2studio_compile.executors.Declined`), before anything runs."""
         assert self.runner is not None
-        return self.runner(*args, **kwargs)
+        try:
+            return self.runner(*args, **kwargs)
+        except SignatureMismatch as err:
+            raise Declined(f"its artifact was built for other inputs ({err})") from err
 
     def detach(self) -> None:
         """Never kept (:attr:`keepable` is False)."""

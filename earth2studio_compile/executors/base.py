@@ -81,15 +81,18 @@ class Executor(Protocol):
         ...
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Run a later call."""
+        """Run a later call; raise :class:`Declined` for one it cannot take."""
         ...
 
 
 class Declined(Exception):
-    """Raised by a candidate's first call to give way: the region tries the next.
+    """Raised by an executor to give way: the region tries the candidates again.
 
-    The candidate must not have changed anything the caller can see (no output
-    returned, no input or buffer written), so the next candidate runs the same call.
+    At the first call the next candidate takes over; at a later call (inputs an
+    ahead-of-time artifact was not built for) the candidates are tried again for
+    that call, counted as a recompile. The executor must not have changed anything
+    the caller can see (no output returned, no input or buffer written), so the
+    next candidate runs the same call.
     """
 
 
