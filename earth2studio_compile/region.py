@@ -439,9 +439,8 @@ class CompiledRegion:
             r.interrupted = f"at step {r.calls} ({interruption(err)})"
 
     def _drop_executor(self) -> None:
-        bundle = getattr(self._executor, "bundle", None)
-        if bundle is not None:
-            bundle.release()
+        if self._executor is not None:
+            self._executor.release()
         # Dropping the executor drops its compiled code object and with it every
         # Dynamo cache entry of this region; no process-wide reset is needed.
         self._executor = None

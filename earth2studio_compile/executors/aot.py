@@ -126,3 +126,6 @@ class AotExecutor:
 
     def adopt(self, report: RegionReport) -> None:
         """Never kept (:attr:`keepable` is False)."""
+
+    def release(self) -> None:
+        """Nothing is claimed for other processes."""

@@ -70,6 +70,10 @@ class Executor(Protocol):
         """Record into ``report`` from now on (a later session's region)."""
         ...
 
+    def release(self) -> None:
+        """Give up what other processes may wait for (a claimed cache bundle)."""
+        ...
+
     def first_call(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], laps: Laps
     ) -> Any:

@@ -97,10 +97,14 @@ class DynamoExecutor:
 
     def detach(self) -> None:
         """Drop the target (it holds the module) and the finished bundle."""
-        if self.bundle is not None:
-            self.bundle.release()
+        self.release()
         self.bundle = None
         self.target = None  # type: ignore[assignment]
+
+    def release(self) -> None:
+        """Release the bundle's claim: processes waiting for this compile go on."""
+        if self.bundle is not None:
+            self.bundle.release()
 
     def adopt(self, report: RegionReport) -> None:
         """Count recompiles, graph breaks and CUDA-graph skips in ``report``."""

@@ -39,3 +39,6 @@ class EagerExecutor:
 
     def adopt(self, report: RegionReport) -> None:
         """Nothing is recorded by an eager executor."""
+
+    def release(self) -> None:
+        """Nothing is claimed for other processes."""
