@@ -812,7 +812,7 @@ _cudnn_original_getter: Callable[[], bool] | None = None
 
 def _cudnn_tf32_prop() -> Any:
     """The descriptor behind ``torch.backends.cudnn.allow_tf32``."""
-    return type(torch.backends.cudnn).__dict__["allow_tf32"]
+    return vars(type(torch.backends.cudnn))["allow_tf32"]
 
 
 def _probe_cudnn_tf32_getter() -> None:

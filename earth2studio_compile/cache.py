@@ -241,7 +241,7 @@ def usable_root(root: Path) -> Path | None:
         f"The compile cache is off: its root {root} cannot be a directory "
         f"({reason}). Compiling without it: nothing is loaded from or saved to a "
         "persistent cache, so each process compiles from scratch. Fix: set "
-        f"{ENV} to a writable directory, or to \"off\" to silence this.",
+        f'{ENV} to a writable directory, or to "off" to silence this.',
     )
     return None
 

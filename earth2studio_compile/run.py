@@ -131,7 +131,9 @@ def _binder(name: str, signature: inspect.Signature) -> Callable[..., None]:
             p.replace(
                 annotation=inspect.Parameter.empty,
                 default=(
-                    p.default if p.default is inspect.Parameter.empty else _Default(p.name)
+                    p.default
+                    if p.default is inspect.Parameter.empty
+                    else _Default(p.name)
                 ),
             )
             for p in signature.parameters.values()

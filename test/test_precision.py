@@ -418,7 +418,9 @@ class HoldsLegacyReader(torch.nn.Module):
 # What a user sets before a session; each leaves the legacy getters readable.
 LEGACY_READABLE: dict[str, Callable[[], None]] = {
     "defaults": lambda: None,
-    "cudnn allow_tf32 False": lambda: setattr(torch.backends.cudnn, "allow_tf32", False),
+    "cudnn allow_tf32 False": lambda: setattr(
+        torch.backends.cudnn, "allow_tf32", False
+    ),
     "matmul allow_tf32 True": lambda: setattr(
         torch.backends.cuda.matmul, "allow_tf32", True
     ),
