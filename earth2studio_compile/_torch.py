@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import sys
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
@@ -735,16 +736,22 @@ def fp32_math(cuda: str, cpu: str) -> Iterator[None]:
     Inside the block the per-backend flags read ``cuda`` and ``cpu``, and the legacy
     matmul flags (``torch.get_float32_matmul_precision``, cuBLAS ``allow_tf32``),
     which Inductor and TunableOp read, agree with them. cuDNN's legacy
-    ``allow_tf32`` is left alone where per-backend flags exist: its setter pins
-    ``conv`` and ``rnn``, which torch 2.14 cannot put back, so inside the block that
-    getter raises where it disagrees. Afterwards every flag, legacy and per-backend,
-    stores what it stored before, also when the block raised.
+    ``allow_tf32`` is not set where per-backend flags exist: its setter pins
+    ``conv`` and ``rnn``, which torch 2.14 cannot put back. Its getter, which would
+    raise where the per-backend flags now disagree with the legacy value, reads
+    what cuDNN's convolutions and RNNs do while the block runs
+    (:func:`_patch_cudnn_tf32_getter`). Afterwards every flag, legacy and
+    per-backend, stores what it stored before, also when the block raised.
     """
     saved = _Fp32Saved()
+    patched = False
     try:
         _force_fp32_math(saved, cuda, cpu)
+        patched = _patch_cudnn_tf32_getter()
         yield
     finally:
+        if patched:
+            _unpatch_cudnn_tf32_getter()
         _restore_fp32_math(saved)
 
 
@@ -788,6 +795,78 @@ def _force_fp32_math(saved: _Fp32Saved, cuda: str, cpu: str) -> None:
                     _set(child, target)
 
 
+# cuDNN's legacy ``allow_tf32`` getter checks the per-backend ``conv`` and ``rnn``
+# flags against a bool only the legacy setter writes, and raises ("mix of the legacy
+# and new APIs") where they disagree. A scope must set ``conv`` and ``rnn`` through
+# the per-backend flags (the legacy setter pins them, and torch 2.14's starting
+# value cannot be written back), so inside a scope that bool may disagree: fp32 on
+# PyTorch's defaults, tf32 after ``allow_tf32 = False``. While any scope is open the
+# getter behind ``torch.backends.cudnn.allow_tf32`` (a ``ContextProp`` of torch's
+# module object) reads the per-backend flags instead: what the convolutions do, the
+# value setting ``allow_tf32`` to it would give. Inductor's convolution templates
+# read the flag this way too. Outside every scope torch's own getter is back.
+_CUDNN_PATCH = threading.Lock()
+_cudnn_patch_depth = 0
+_cudnn_original_getter: Callable[[], bool] | None = None
+
+
+def _cudnn_tf32_prop() -> Any:
+    """The descriptor behind ``torch.backends.cudnn.allow_tf32``."""
+    return vars(type(torch.backends.cudnn))["allow_tf32"]
+
+
+def _probe_cudnn_tf32_getter() -> None:
+    prop = _cudnn_tf32_prop()
+    if not callable(getattr(prop, "getter", None)) or not hasattr(prop, "setter"):
+        raise AttributeError("torch.backends.cudnn.allow_tf32 has no getter to wrap")
+    flags = fp32_flags()
+    for name in ("torch.backends.cudnn.conv", "torch.backends.cudnn.rnn"):
+        if name not in flags:
+            raise AttributeError(f"this PyTorch has no {name}.fp32_precision")
+
+
+def _scoped_cudnn_tf32() -> bool:
+    """cuDNN's TF32 for convolutions and RNNs, read from the per-backend flags."""
+    conv = _get("cuda", "conv") == "tf32"
+    if conv == (_get("cuda", "rnn") == "tf32"):
+        return conv
+    # Convolutions and RNNs differ: no single answer, as PyTorch says.
+    assert _cudnn_original_getter is not None
+    return _cudnn_original_getter()
+
+
+def _patch_cudnn_tf32_getter() -> bool:
+    """Route ``torch.backends.cudnn.allow_tf32`` reads to the per-backend flags.
+
+    Returns
+    -------
+    bool
+        Whether the getter is wrapped (undo with :func:`_unpatch_cudnn_tf32_getter`);
+        False where this PyTorch has no per-backend cuDNN flags (the legacy flag is
+        all there is, and the scope sets it) or no getter to wrap
+    """
+    global _cudnn_patch_depth, _cudnn_original_getter
+    if missing("cudnn_tf32_getter") is not None:
+        return False
+    with _CUDNN_PATCH:
+        if _cudnn_patch_depth == 0:
+            prop = _cudnn_tf32_prop()
+            _cudnn_original_getter = prop.getter
+            prop.getter = _scoped_cudnn_tf32
+        _cudnn_patch_depth += 1
+    return True
+
+
+def _unpatch_cudnn_tf32_getter() -> None:
+    """Undo one :func:`_patch_cudnn_tf32_getter`; the last one puts torch's back."""
+    global _cudnn_patch_depth, _cudnn_original_getter
+    with _CUDNN_PATCH:
+        _cudnn_patch_depth -= 1
+        if _cudnn_patch_depth == 0:
+            _cudnn_tf32_prop().getter = _cudnn_original_getter
+            _cudnn_original_getter = None
+
+
 def _restore_fp32_math(saved: _Fp32Saved) -> None:
     if saved.cudnn_tf32 is not None:
         torch.backends.cudnn.allow_tf32 = saved.cudnn_tf32
@@ -827,6 +906,10 @@ def _probe_aoti_loader() -> None:
     from torch.utils._pytree import treespec_loads  # noqa: F401
 
 
+FEATURES["cudnn_tf32_getter"] = (
+    "reading torch.backends.cudnn.allow_tf32 inside a precision scope",
+    _probe_cudnn_tf32_getter,
+)
 FEATURES["aoti_compile"] = (
     "building ahead-of-time compiled regions (AOTInductor)",
     _probe_aoti_compile,

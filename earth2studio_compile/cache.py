@@ -209,6 +209,43 @@ def cache_root() -> Path | None:
     return Path(base).expanduser() / "compile"
 
 
+def usable_root(root: Path) -> Path | None:
+    """``root`` if it is (or could be made) a directory, else None with one WARNING.
+
+    A root that cannot exist as a directory (a path under a regular file, a
+    parent this process may not write) holds no bundle and takes none: the
+    session then compiles without the persistent cache rather than falling back
+    to eager at the first compile that touches it. An existing directory is
+    returned even when read-only: its bundles are still loaded.
+
+    Parameters
+    ----------
+    root : Path
+        The package cache root (:func:`cache_root`)
+
+    Returns
+    -------
+    Path | None
+        ``root``, or None to compile without persistence
+    """
+    try:
+        _private_dir(root)
+        if root.is_dir():
+            return root
+        reason = "it exists and is not a directory"
+    except OSError as err:
+        reason = err.strerror or str(err)
+    _warn_once(
+        root,
+        "unusable",
+        f"The compile cache is off: its root {root} cannot be a directory "
+        f"({reason}). Compiling without it: nothing is loaded from or saved to a "
+        "persistent cache, so each process compiles from scratch. Fix: set "
+        f'{ENV} to a writable directory, or to "off" to silence this.',
+    )
+    return None
+
+
 def use_local_cache(root: Path) -> Path:
     """Point Inductor's local cache at ``root/inductor`` unless the user chose one.
 

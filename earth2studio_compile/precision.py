@@ -50,6 +50,7 @@ __all__ = [
     "THRESHOLDS",
     "check_precision",
     "env_precision",
+    "warn_bad_env",
     "KeepFp32",
     "Reference",
     "scope",
@@ -96,8 +97,9 @@ def check_precision(value: Any, name: str = "precision") -> str | None:
 def env_precision() -> str | None:
     """The precision ``EARTH2STUDIO_COMPILE_PRECISION`` asks for (unset or empty: None).
 
-    Workflows check it at every call, ``compile=False`` included: a mistyped value
-    is an error whether or not that call compiles, rather than silently ignored.
+    Workflows read it at every ``compile=True`` call, where a mistyped value is an
+    error before anything runs; ``compile=False`` calls only name it
+    (:func:`warn_bad_env`).
 
     Returns
     -------
@@ -121,6 +123,30 @@ def env_precision() -> str | None:
         f"{ENV}={raw!r} is not a precision.{hint} Set it to one of "
         f"{', '.join(PRECISIONS)}, or unset it to keep PyTorch's own settings."
     )
+
+
+# Bad values already named by warn_bad_env: one WARNING per value, not per call.
+_WARNED_ENV: set[str] = set()
+
+
+def warn_bad_env() -> None:
+    """WARN once per bad ``EARTH2STUDIO_COMPILE_PRECISION`` value; never raise.
+
+    For ``compile=False`` calls, which are upstream's workflows whatever the
+    environment says, yet should not hide a typo that a later ``compile=True``
+    call would stop at.
+    """
+    try:
+        env_precision()
+    except ValueError as err:
+        raw = os.environ.get(ENV, "")
+        if raw in _WARNED_ENV:
+            return
+        _WARNED_ENV.add(raw)
+        logger.warning(
+            f"{err} It is ignored here (compile=False runs upstream's workflow "
+            "unchanged); a compile=True call stops at it."
+        )
 
 
 @contextlib.contextmanager

@@ -20,8 +20,10 @@ session yourself::
 from __future__ import annotations
 
 import contextvars
+import difflib
 import functools
 import inspect
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +31,7 @@ import numpy as np
 
 from earth2studio_compile._imports import quiet_imports
 from earth2studio_compile.overlap import drain
-from earth2studio_compile.precision import env_precision
+from earth2studio_compile.precision import env_precision, warn_bad_env
 from earth2studio_compile.report import CompileReport
 from earth2studio_compile.session import CompileSession
 
@@ -51,13 +53,16 @@ _last: contextvars.ContextVar[CompileReport | None] = contextvars.ContextVar(
 
 
 def last_report() -> CompileReport | None:
-    """Report of the latest workflow call in this thread (or context).
+    """Report of the latest ``compile=True`` workflow call in this thread (or context).
+
+    A ``compile=False`` call has nothing to report and leaves it unchanged, so the
+    report of a compiled run stays available after eager calls that follow it.
 
     Returns
     -------
     CompileReport | None
-        What was compiled, how long it took, fallbacks; None before any workflow
-        call and after a ``compile=False`` one
+        What was compiled, how long it took, fallbacks; None before the first
+        ``compile=True`` call
     """
     return _last.get()
 
@@ -69,7 +74,9 @@ _COMPILE_DOC = """    compile : bool, optional
         ``earth2studio_compile.overlap.OverlappedIO`` writes in the background and
         is flushed before the workflow returns. The environment variable
         ``EARTH2STUDIO_COMPILE_PRECISION`` (``fp32``, ``tf32``, ``bf16``) sets the
-        compiled cores' precision; its accuracy cost is in the summary.
+        compiled cores' precision; its accuracy cost is in the summary. A bad
+        value is an error with ``compile=True`` and one WARNING with
+        ``compile=False``, which runs upstream's workflow whatever it says.
 """
 
 
@@ -102,6 +109,71 @@ def check_compile_flag(value: Any, workflow: str = "the workflow") -> bool:
     )
 
 
+class _Default:
+    """Stands for a default in generated source: its repr names it in a mapping."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"_defaults[{self.name!r}]"
+
+
+def _binder(name: str, signature: inspect.Signature) -> Callable[..., None]:
+    """A function named ``name`` with exactly ``signature`` that does nothing.
+
+    Calling it with wrong arguments raises the TypeError Python raises for the
+    function itself (``deterministic() missing 1 required positional argument:
+    'io'``), the text a caller of upstream's function would read.
+    """
+    plain = signature.replace(
+        parameters=[
+            p.replace(
+                annotation=inspect.Parameter.empty,
+                default=(
+                    p.default
+                    if p.default is inspect.Parameter.empty
+                    else _Default(p.name)
+                ),
+            )
+            for p in signature.parameters.values()
+        ],
+        return_annotation=inspect.Signature.empty,
+    )
+    defaults = {
+        p.name: p.default
+        for p in signature.parameters.values()
+        if p.default is not inspect.Parameter.empty
+    }
+    namespace: dict[str, Any] = {"_defaults": defaults}
+    exec(f"def {name}{plain}:\n    pass\n", namespace)  # noqa: S102
+    return namespace[name]  # type: ignore[no-any-return]
+
+
+_UNEXPECTED = re.compile(r"got an unexpected keyword argument '([^']+)'")
+
+
+def _check_arguments(
+    binder: Callable[..., None],
+    signature: inspect.Signature,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> None:
+    """Raise Python's own TypeError for a wrong call, with a hint for a misspelling."""
+    try:
+        binder(*args, **kwargs)
+    except TypeError as err:
+        message = str(err)
+        found = _UNEXPECTED.search(message)
+        if found is not None:
+            close = difflib.get_close_matches(
+                found.group(1), list(signature.parameters), n=1
+            )
+            if close:
+                message += f". Did you mean {close[0]!r}?"
+        raise TypeError(message) from None
+
+
 def _with_compile(
     upstream: Callable[..., Any], models: tuple[str, ...]
 ) -> Callable[..., Any]:
@@ -118,18 +190,25 @@ def _with_compile(
             ),
         ]
     )
+    binder = _binder(upstream.__name__, signature)
 
     @functools.wraps(upstream)
     def workflow(*args: Any, **kwargs: Any) -> Any:
+        _check_arguments(binder, signature, args, kwargs)
         bound = signature.bind(*args, **kwargs)
         enabled = check_compile_flag(
             bound.arguments.pop("compile", False), upstream.__name__
         )
         ios = [bound.arguments["io"]] if "io" in bound.arguments else []
-        chosen = env_precision()  # also with compile=False: a typo is never ignored
+        chosen = None
+        if enabled:
+            chosen = env_precision()  # a typo stops a compiled run before it starts
+        else:
+            # Upstream's workflow whatever the environment says: a bad value is
+            # named once, never raised.
+            warn_bad_env()
         try:
             if not enabled:
-                _last.set(None)
                 result = upstream(*bound.args, **bound.kwargs)
             else:
                 with CompileSession(

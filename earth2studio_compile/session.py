@@ -13,7 +13,7 @@ import torch
 from loguru import logger
 
 from earth2studio_compile._torch import MODULE_SLOT
-from earth2studio_compile.cache import cache_root, use_local_cache
+from earth2studio_compile.cache import cache_root, usable_root, use_local_cache
 from earth2studio_compile.models import Plan, check_paths, plan
 from earth2studio_compile.options import CompileOptions
 from earth2studio_compile.precision import check_precision
@@ -142,6 +142,8 @@ class CompileSession:
             raise RuntimeError("This CompileSession is already open.")
         self.report = CompileReport()
         root = cache_root() if self.cache else None
+        if root is not None:
+            root = usable_root(root)
         artifacts = None
         if root is not None:
             use_local_cache(root)

@@ -461,3 +461,29 @@ def test_warm_start_does_not_start_compile_workers(bundles, monkeypatch):
     # Loading the cached kernels asks for the worker pool; on a warm start it must not
     # get one: nothing is left to build, and the workers would compete with the rollout.
     assert seen and set(seen) == {1}
+
+
+def test_a_root_that_cannot_be_a_directory_compiles_without_the_cache(
+    tmp_path, monkeypatch, logs
+):
+    """A root under a regular file: the region still compiles (Inductor), with no
+    persistence and one WARNING naming the root and the fix."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    root = blocker / "compile-cache"
+    monkeypatch.setenv(cache.ENV, str(root))
+    model = zoo.build("toy")
+    with torch.no_grad():
+        expected = model.model(
+            torch.randn(1, 4, 16, 32, generator=torch.Generator().manual_seed(0))
+        )
+    for _ in range(2):  # one WARNING per root, not per session
+        out, region = _toy_rollout(model)
+        assert region.status == "compiled", region.reason
+        assert region.artifact is None
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+        torch._dynamo.reset()
+    (warning,) = messages(logs, "WARNING")
+    assert str(root) in warning and "compile cache is off" in warning
+    assert f"{cache.ENV} to a writable directory" in warning
+    assert blocker.read_text() == "not a directory"

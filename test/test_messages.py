@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import earth2studio.run
 import pytest
 import torch
-from conftest import TIME, eager_backend
+from conftest import TIME, eager_backend, messages, run_workflow
 from loguru import logger
 
 from earth2studio_compile.cache import local_cache_source
@@ -37,22 +38,40 @@ def test_a_compiled_workflow_logs_nothing_at_debug(tmp_path, monkeypatch):
     assert debug == []
 
 
-@pytest.mark.parametrize("compile", [True, False])
-def test_a_bad_precision_variable_names_the_fix(compile, monkeypatch):
+def test_a_bad_precision_variable_names_the_fix(monkeypatch):
     from earth2studio_compile import run
 
     model = zoo.build("toy")
     monkeypatch.setenv(ENV, "fp16")
-    # Checked with compile=False too: a typo is an error, never silently ignored.
     with pytest.raises(ValueError) as err:
-        run.deterministic(
-            TIME, 1, model, zoo.random_source(model), None, compile=compile
-        )
+        run.deterministic(TIME, 1, model, zoo.random_source(model), None, compile=True)
     text = str(err.value)
     assert f"{ENV}='fp16' is not a precision" in text
     assert "Did you mean 'bf16'?" in text
     assert "fp32, tf32, bf16, or unset it" in text
     assert "None" not in text
+
+
+def test_a_bad_precision_variable_leaves_compile_false_upstreams(monkeypatch, logs):
+    """compile=False runs upstream's workflow whatever the environment says: the
+    bad value is named in one WARNING per value, not per call, and never raised."""
+    from earth2studio_compile import run
+
+    model = zoo.build("toy")
+    expected = run_workflow(earth2studio.run.deterministic, "deterministic", model)
+    monkeypatch.setenv(ENV, "fp16-typo-for-this-test")
+    for _ in range(2):
+        got = run_workflow(run.deterministic, "deterministic", model, compile=False)
+        assert got.keys() == expected.keys()
+        for name, value in expected.items():
+            assert torch.equal(got[name], value), name
+    monkeypatch.setenv(ENV, "half-typo-for-this-test")
+    run_workflow(run.deterministic, "deterministic", model, compile=False)
+    warnings = [m for m in messages(logs, "WARNING") if ENV in m]
+    assert len(warnings) == 2, warnings
+    assert "'fp16-typo-for-this-test' is not a precision" in warnings[0]
+    assert "compile=False" in warnings[0] and "unset it" in warnings[0]
+    assert "'half-typo-for-this-test' is not a precision" in warnings[1]
 
 
 def test_tf32_off_cuda_is_reported_as_no_effect():

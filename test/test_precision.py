@@ -392,3 +392,74 @@ def test_sfno_options_read_tf32_set_through_the_per_backend_flags(
     _set_flag("cuda.matmul", "tf32")  # cuDNN's convolutions default to TF32 too
     options = sfno_inductor_options(torch.device("cuda"))
     assert options["conv_1x1_as_mm"] is True
+
+
+class ReadsLegacyFlags(torch.nn.Module):
+    """A core whose forward reads PyTorch's documented legacy TF32 flags."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Linear(4, 4)
+        self.seen: list[tuple[bool, bool]] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.append(
+            (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+        )
+        return self.net(x)
+
+
+class HoldsLegacyReader(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.core = ReadsLegacyFlags()
+
+
+# What a user sets before a session; each leaves the legacy getters readable.
+LEGACY_READABLE: dict[str, Callable[[], None]] = {
+    "defaults": lambda: None,
+    "cudnn allow_tf32 False": lambda: setattr(
+        torch.backends.cudnn, "allow_tf32", False
+    ),
+    "matmul allow_tf32 True": lambda: setattr(
+        torch.backends.cuda.matmul, "allow_tf32", True
+    ),
+    "matmul high": lambda: torch.set_float32_matmul_precision("high"),
+}
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16"])
+@pytest.mark.parametrize("user", list(LEGACY_READABLE))
+def test_code_inside_a_scope_reads_the_legacy_tf32_flags(
+    user, precision, pytorch_precision_defaults
+):
+    """No "mix of the legacy and new APIs" error inside a core: cuDNN's flag reads
+    what its convolutions do (as ``allow_tf32 = True`` would give for tf32), also
+    in code Dynamo traces; afterwards, also after an error, the user's state."""
+    from earth2studio_compile.precision import scope
+
+    LEGACY_READABLE[user]()
+    before = observed()
+    tf32 = precision == "tf32"
+    model = HoldsLegacyReader()
+    x = torch.randn(2, 4)
+    with CompileSession(
+        model, regions=("core",), backend=eager_backend, precision=precision
+    ) as session:
+        with torch.no_grad():
+            model.core(x)  # traced by Dynamo, and the fp32 reference runs eagerly
+            assert observed() == before
+            with pytest.raises(RuntimeError, match="shapes"):
+                model.core(torch.randn(2, 3))  # the caller's error, inside the scope
+            assert observed() == before
+    assert observed() == before
+    assert session.report.regions[0].status == "compiled"
+    # The region's calls read the region's precision; the accuracy reference, run
+    # once in fp32 eager, reads fp32.
+    assert model.core.seen[0] == (tf32, tf32)
+    assert set(model.core.seen) <= {(tf32, tf32), (False, False)}
+    with pytest.raises(ValueError), scope(precision, torch.device("cpu")):
+        assert torch.backends.cudnn.allow_tf32 is tf32
+        assert torch.backends.cuda.matmul.allow_tf32 is tf32
+        raise ValueError("user's error")
+    assert observed() == before

@@ -250,9 +250,79 @@ def test_last_report_is_the_calling_threads_own():
     assert a2 is a1 and b2 is b1
 
 
-def test_last_report_is_none_after_a_call_without_compile():
+def test_last_report_keeps_the_latest_compiled_call():
+    """compile=False calls have nothing to report and leave the report alone."""
     model = zoo.build("toy")
+    assert run_in_fresh_context(lambda: run.last_report()) is None
     run_workflow(run.deterministic, "deterministic", model, compile=True)
-    assert run.last_report() is not None
+    compiled = run.last_report()
+    assert compiled is not None and compiled.regions
     run_workflow(run.deterministic, "deterministic", model, compile=False)
-    assert run.last_report() is None
+    assert run.last_report() is compiled
+    run_workflow(run.deterministic, "deterministic", model, compile=True)
+    assert run.last_report() is not compiled
+
+
+def run_in_fresh_context(fn):
+    import contextvars
+
+    return contextvars.Context().run(fn)
+
+
+def _upstream_error(name: str, args: tuple, kwargs: dict) -> str:
+    with pytest.raises(TypeError) as err:
+        getattr(upstream, name)(*args, **kwargs)
+    return str(err.value)
+
+
+def _our_error(name: str, args: tuple, kwargs: dict) -> str:
+    with pytest.raises(TypeError) as err:
+        getattr(run, name)(*args, **kwargs)
+    return str(err.value)
+
+
+# Wrong calls, by workflow: (arguments, keyword arguments). None of them runs
+# anything, so plain placeholders do for the models and data.
+REQUIRED = {"deterministic": 5, "diagnostic": 6, "ensemble": 7}
+
+
+@pytest.mark.parametrize("name", WORKFLOWS)
+@pytest.mark.parametrize(
+    "wrong", ["unknown keyword", "missing positional", "duplicate value"]
+)
+def test_a_wrong_call_says_what_upstream_says(name, wrong):
+    required = tuple(range(REQUIRED[name]))
+    call = {
+        "unknown keyword": (required, {"compiled": True}),
+        "missing positional": (required[:2], {}),
+        "duplicate value": (required, {"time": 1}),
+    }[wrong]
+    theirs = _upstream_error(name, *call)
+    ours = _our_error(name, *call)
+    assert ours.startswith(f"{name}() ")
+    if wrong == "unknown keyword":
+        assert ours == f"{theirs}. Did you mean 'compile'?"
+    else:
+        assert ours == theirs
+
+
+@pytest.mark.parametrize("name", WORKFLOWS)
+def test_too_many_positionals_count_compile_too(name):
+    theirs = _upstream_error(name, tuple(range(20)), {})
+    ours = _our_error(name, tuple(range(20)), {})
+    # Upstream's range plus one: compile may be passed positionally.
+    low, high = (int(n) for n in theirs.split("takes from ")[1].split()[0:3:2])
+    assert ours == (
+        f"{name}() takes from {low} to {high + 1} positional arguments but 20 were "
+        "given"
+    )
+
+
+def test_a_misspelt_upstream_keyword_is_named_with_its_fix():
+    args = (["2024-01-01"], 2)
+    theirs = _upstream_error("ensemble", args, {"n_ensemble": 3})
+    ours = _our_error("ensemble", args, {"n_ensemble": 3})
+    assert theirs == "ensemble() got an unexpected keyword argument 'n_ensemble'"
+    assert ours == f"{theirs}. Did you mean 'nensemble'?"
+    far = _our_error("ensemble", args, {"zzzz": 3})
+    assert far == "ensemble() got an unexpected keyword argument 'zzzz'"
