@@ -292,3 +292,49 @@ def test_more_tensors_than_names_is_refused_not_cut_short(workers):
     io.write([torch.ones(1, 2)] * 2, coords, ["a", "b"])  # the writer goes on
     io.close()
     assert backend.root["b"][0].tolist() == [1.0, 1.0]
+
+
+def test_an_error_reaches_the_caller_only_once_every_earlier_step_is_stored(
+    monkeypatch,
+):
+    """A later step failing on one lane while an earlier one is still being stored
+    on another: the caller hears of it once that earlier step is stored, so a caller
+    that catches it finds every step before the failed one in the store."""
+    from earth2studio.io import KVBackend
+
+    write = KVBackend.write
+    released, failed = threading.Event(), threading.Event()
+
+    def uneven(self, x, coords, array_name):
+        step = int(coords["lead_time"][0])
+        if array_name == "a" and step == 0:
+            assert released.wait(30)
+        if array_name == "b" and step == 1:
+            raise OSError("disk full (injected)")
+        if array_name == "d" and step == 1:
+            failed.set()  # next on b's lane: b's failure is known to the writer
+        write(self, x, coords, array_name)
+
+    monkeypatch.setattr(KVBackend, "write", uneven)
+    names = ["a", "b", "c", "d"]  # lanes: a and c on one, b and d on the other
+    backend = KVBackend()
+    io = OverlappedIO(backend, workers=2, max_pending=4)
+    io.add_array(OrderedDict(lead_time=np.arange(4), x=np.arange(2)), names)
+
+    def write_step(i: int) -> None:
+        io.write(
+            [torch.full((1, 2), 1.0 + i) for _ in names],
+            OrderedDict(lead_time=np.array([i]), x=np.arange(2)),
+            names,
+        )
+
+    write_step(0)
+    write_step(1)
+    assert failed.wait(30)
+    write_step(2)  # step 0 of a and c is not stored yet: not raised here
+    released.set()
+    with pytest.raises(OSError, match="disk full"):
+        io.flush()
+    assert [backend.root[name][0, 0].item() for name in names] == [1.0] * 4
+    assert io.written == 1 and io.dropped == 1
+    io.close()

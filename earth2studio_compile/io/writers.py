@@ -30,6 +30,7 @@ import asyncio
 import itertools
 import math
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Protocol
@@ -95,7 +96,7 @@ class Writer(Protocol):
         ...
 
 
-class _Lanes:
+class _Lanes(ABC):
     """One-thread executors, one lane per array name, shared by the writers below:
     the jobs, skipping after a failure, and closing."""
 
@@ -114,16 +115,50 @@ class _Lanes:
     def _lane(self, name: str | None) -> int:
         return self._lane_of.setdefault(name, len(self._lane_of) % len(self._lanes))
 
-    def _run(
+    def submit(
         self,
-        name: str | None,
         step: int,
-        ready: Sequence[torch.cuda.Event],
-        store: Callable[..., Any],
-        args: list[Any],
-    ) -> Future[bool]:
-        """Queue ``store(*args)`` on the lane of array ``name``."""
-        return self._lanes[self._lane(name)].submit(self._job, step, ready, store, args)
+        x: torch.Tensor | list[torch.Tensor],
+        coords: CoordSystem,
+        array_name: str | list[str],
+        ready: Sequence[torch.cuda.Event] = (),
+    ) -> list[Future[bool]]:
+        """Queue one step; returns at once.
+
+        Parameters
+        ----------
+        step : int
+            Its number, increasing with each call: after a failure, later ones are
+            skipped
+        x : torch.Tensor | list[torch.Tensor]
+            Host tensors, the writer's own (it drops them once stored)
+        coords : CoordSystem
+            Their coordinates, the writer's own
+        array_name : str | list[str]
+            Array name(s), as the backend's ``write`` takes them
+        ready : Sequence[torch.cuda.Event], optional
+            Events to wait for before reading ``x`` (its device-to-host copies)
+
+        Returns
+        -------
+        list[Future[bool]]
+            One per job (see :meth:`_jobs`): True once stored, False if skipped, or
+            the backend's error
+        """
+        return [
+            self._lanes[self._lane(name)].submit(self._job, step, ready, store, args)
+            for name, store, args in self._jobs(x, coords, array_name)
+        ]
+
+    @abstractmethod
+    def _jobs(
+        self,
+        x: torch.Tensor | list[torch.Tensor],
+        coords: CoordSystem,
+        array_name: str | list[str],
+    ) -> list[tuple[str | None, Callable[..., Any], list[Any]]]:
+        """The step's jobs: the array whose lane runs each, ``store`` and its
+        arguments (a list, emptied once run)."""
 
     def _job(
         self,
@@ -150,6 +185,8 @@ class _Lanes:
             args.clear()
 
     def close(self, then: Callable[[], None] | None = None) -> None:
+        """Wait for every job, call ``then``, stop the threads (see
+        :meth:`Writer.close`)."""
         if self._closed:  # by a finalizer at exit, then by the wrapper's close()
             return
         self._closed = True
@@ -161,7 +198,7 @@ class _Lanes:
             if then is not None:
                 then()
 
-        if threading.current_thread().name.startswith(self._name):
+        if threading.current_thread().name.startswith(f"{self._name} lane "):
             self._lanes[0].submit(finish)
             for lane in self._lanes:
                 lane.shutdown(wait=False)  # queued jobs still run
@@ -185,16 +222,13 @@ class SerialWriter(_Lanes):
     def __init__(self, io: IOBackend) -> None:
         super().__init__(io, 1)
 
-    def submit(
+    def _jobs(
         self,
-        step: int,
         x: torch.Tensor | list[torch.Tensor],
         coords: CoordSystem,
         array_name: str | list[str],
-        ready: Sequence[torch.cuda.Event] = (),
-    ) -> list[Future[bool]]:
-        """Queue one step (see :meth:`Writer.submit`)."""
-        return [self._run(None, step, ready, self.io.write, [x, coords, array_name])]
+    ) -> list[tuple[str | None, Callable[..., Any], list[Any]]]:
+        return [(None, self.io.write, [x, coords, array_name])]
 
 
 class KVWriter(_Lanes):
@@ -209,19 +243,15 @@ class KVWriter(_Lanes):
         Lanes: arrays that store at once
     """
 
-    def submit(
+    def _jobs(
         self,
-        step: int,
         x: torch.Tensor | list[torch.Tensor],
         coords: CoordSystem,
         array_name: str | list[str],
-        ready: Sequence[torch.cuda.Event] = (),
-    ) -> list[Future[bool]]:
-        """Queue one step (see :meth:`Writer.submit`)."""
+    ) -> list[tuple[str | None, Callable[..., Any], list[Any]]]:
         xs, names = _per_array(x, array_name)
         return [
-            self._run(name, step, ready, self.io.write, [xi, coords, name])
-            for xi, name in zip(xs, names)
+            (name, self.io.write, [xi, coords, name]) for xi, name in zip(xs, names)
         ]
 
 
@@ -233,7 +263,7 @@ class _Collector:
     def __init__(self, io: IOBackend, args: list[Any]) -> None:
         self._io, self._args = io, args
         self._lock = threading.Lock()
-        self._stores: dict[str, tuple[tuple, np.ndarray]] | None = None
+        self._stores: dict[str, list[tuple[tuple, np.ndarray]]] | None = None
         self._error: BaseException | None = None
 
     def __getattr__(self, name: str) -> Any:
@@ -241,10 +271,11 @@ class _Collector:
 
     def _write_array(self, name: str, selection: tuple, data: np.ndarray) -> None:
         assert self._stores is not None
-        self._stores[name] = (selection, data)
+        self._stores.setdefault(name, []).append((selection, data))
 
     def pop(self, name: str) -> tuple[tuple, np.ndarray]:
-        """The selection and data of array ``name``, which no other job asks for."""
+        """The selection and data of array ``name``'s next job (its jobs run in
+        order, on its lane)."""
         with self._lock:
             if self._stores is None and self._error is None:
                 self._stores = {}
@@ -257,7 +288,7 @@ class _Collector:
             if self._error is not None:
                 raise self._error
             assert self._stores is not None
-            return self._stores.pop(name)
+            return self._stores[name].pop(0)
 
 
 class ZarrWriter(_Lanes):
@@ -278,23 +309,17 @@ class ZarrWriter(_Lanes):
         self._runners = [asyncio.Runner() for _ in range(workers)]
         self._arrays: dict[str, Any] = {}
 
-    def submit(
+    def _jobs(
         self,
-        step: int,
         x: torch.Tensor | list[torch.Tensor],
         coords: CoordSystem,
         array_name: str | list[str],
-        ready: Sequence[torch.cuda.Event] = (),
-    ) -> list[Future[bool]]:
-        """Queue one step (see :meth:`Writer.submit`)."""
+    ) -> list[tuple[str | None, Callable[..., Any], list[Any]]]:
         xs, names = _per_array(x, array_name)
         # Upstream's write runs on a stand-in, not a patched instance: the user's
         # backend stays untouched, also while its write runs here.
         collector = _Collector(self.io, [xs, coords, names])
-        return [
-            self._run(name, step, ready, self._store, [collector, name])
-            for name in names
-        ]
+        return [(name, self._store, [collector, name]) for name in names]
 
     def _store(self, collector: _Collector, name: str) -> None:
         import zarr
