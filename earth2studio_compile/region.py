@@ -11,19 +11,19 @@ call picks an executor (:mod:`earth2studio_compile.executors`) from
 :data:`CANDIDATES` and runs it, *compiled* while that executor runs its calls, and
 *eager* once it has fallen back, for good. The call path
 (:meth:`CompiledRegion._dispatch` to :meth:`CompiledRegion._run`) is the same for
-every compiled executor: :class:`StagedCall` (the arguments compiled code sees,
-and the mutations it makes, handed back), precision, CUDA-graph step marks and
-output clones. The speed probe (:mod:`earth2studio_compile.probe`) and the first
-call's phases (laps of :class:`~earth2studio_compile.metrics.Laps`) only observe.
+every compiled executor: :class:`~earth2studio_compile.staging.StagedCall` (the
+arguments compiled code sees, and the mutations it makes, handed back), precision,
+CUDA-graph step marks and output clones; :class:`~earth2studio_compile.hooks.Hooks`
+what the region changes on its module while installed. The speed probe
+(:mod:`earth2studio_compile.probe`) and the first call's phases (laps of
+:class:`~earth2studio_compile.metrics.Laps`) only observe.
 """
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +31,10 @@ import torch
 from loguru import logger
 
 from earth2studio_compile import _torch, precision, resident
-from earth2studio_compile._torch import MODULE_SLOT, tree_flatten, tree_map
-from earth2studio_compile.aot import AotExecutor
+from earth2studio_compile._torch import tree_map
 from earth2studio_compile.executors import (
     RECOMPILE_LIMIT,
+    AotExecutor,
     Declined,
     DynamoExecutor,
     EagerExecutor,
@@ -42,13 +42,19 @@ from earth2studio_compile.executors import (
     Target,
     recompile_limit,
 )
+from earth2studio_compile.hooks import Hooks
 from earth2studio_compile.metrics import Laps, synchronize
 from earth2studio_compile.models import ModelSpec
-from earth2studio_compile.opaque import OpaqueSubmodule, find_opaque
 from earth2studio_compile.options import CompileOptions, CompilePolicy
-from earth2studio_compile.precision import KeepFp32
 from earth2studio_compile.probe import SpeedProbe, signature
-from earth2studio_compile.report import RegionReport
+from earth2studio_compile.report import RegionReport, describe, interruption
+from earth2studio_compile.staging import (
+    BatchPadding,
+    Call,
+    StagedCall,
+    clone_tensor,
+    no_grad_if_enabled,
+)
 
 __all__ = [
     "CANDIDATES",
@@ -91,230 +97,6 @@ class RegionState(enum.Enum):
     PENDING = "pending"
     COMPILED = "compiled"
     EAGER = "eager"
-
-
-def _first_device(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.device:
-    leaves, _ = tree_flatten((args, kwargs))
-    for leaf in leaves:
-        if isinstance(leaf, torch.Tensor):
-            return leaf.device
-    return torch.device("cpu")
-
-
-@dataclass(frozen=True)
-class Call:
-    """One call's arguments, with what the region derives from them once."""
-
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    device: torch.device
-    batch: int | None
-
-    @classmethod
-    def of(cls, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call:
-        """The call, its device (first tensor's) and batch size (dim 0)."""
-        return cls(args, kwargs, _first_device(args, kwargs), _batch_size(args))
-
-
-def _clone(t: Any) -> Any:
-    return t.clone() if isinstance(t, torch.Tensor) else t
-
-
-def _no_grad() -> contextlib.AbstractContextManager[Any]:
-    # Earth2Studio cores run under inference_mode or no_grad; a core called with
-    # grad enabled would trace an autograd graph it never uses. no_grad rather
-    # than inference_mode keeps outputs usable by later in-place eager code.
-    return torch.no_grad() if torch.is_grad_enabled() else contextlib.nullcontext()
-
-
-def _first_line(err: BaseException) -> str:
-    line = next((x.strip() for x in str(err).splitlines() if x.strip()), "")
-    return line if len(line) <= 300 else line[:300] + "..."
-
-
-def describe(err: BaseException) -> str:
-    """``Outer caused by Root: message``: Dynamo wraps the real cause, often twice."""
-    root, seen = err, {id(err)}
-    while True:
-        inner = getattr(root, "inner_exception", None) or root.__cause__
-        if inner is None or id(inner) in seen:
-            break
-        seen.add(id(inner))
-        root = inner
-    text = f"{type(root).__name__}: {_first_line(root)}".rstrip(": ")
-    return text if root is err else f"{type(err).__name__} caused by {text}"
-
-
-class StagedCall:
-    """The positional arguments compiled code is given, and the way back.
-
-    Compiled code sometimes needs other tensors than the caller's: a copy of a
-    normal tensor under inference mode (the first step's input; every later one is
-    an inference tensor, and Dynamo would recompile on the difference), or a batch
-    padded to the compiled size. Whatever is copied, the caller must see exactly
-    what eager would do: in-place updates to a copy (a stateful core updating its
-    state argument) are written back to the caller's tensor, and an output that *is*
-    a copy is replaced by the caller's tensor.
-
-    Parameters
-    ----------
-    args : tuple[Any, ...]
-        The caller's positional arguments
-    copy_normal : bool
-        Copy tensors that are not inference tensors (the call runs in inference mode)
-    pad_to : int | None
-        Pad every positional tensor's dim 0 up to this size (repeating the first
-        sample keeps padded rows inside the model's valid input range)
-    batch : int | None
-        The caller's batch (dim 0), which outputs of a padded call are cut back to
-    """
-
-    def __init__(
-        self,
-        args: tuple[Any, ...],
-        copy_normal: bool,
-        pad_to: int | None = None,
-        batch: int | None = None,
-    ) -> None:
-        self.originals = args
-        self.pad_to = pad_to
-        self.batch = batch
-        work: list[Any] = []
-        for a in args:
-            w = a
-            if isinstance(a, torch.Tensor):
-                if copy_normal and not a.is_inference():
-                    w = a.clone()
-                if pad_to is not None and a.ndim and a.shape[0] < pad_to:
-                    extra = w[:1].expand(pad_to - a.shape[0], *a.shape[1:])
-                    w = torch.cat([w, extra], dim=0)
-            work.append(w)
-        self.args = tuple(work)
-        # Inference tensors (copies made in inference mode) keep no version counter:
-        # for those, a changed value is what tells a mutation.
-        self._versions = [
-            None if w is a else (-1 if w.is_inference() else _torch.tensor_version(w))
-            for a, w in zip(args, self.args)
-        ]
-
-    def finish(self, out: Any) -> Any:
-        """Hand mutations of copies back to the caller's tensors; map outputs back.
-
-        Outputs of a padded call are cut back to the caller's batch first.
-        """
-        if self.pad_to is not None:
-            out = tree_map(self._unpad, out)
-        for a, w, version in zip(self.originals, self.args, self._versions):
-            if version is None:
-                continue
-            src = w[: a.shape[0]] if w.shape != a.shape else w
-            if version >= 0 and _torch.tensor_version(w) == version:
-                continue
-            if version < 0 and torch.equal(src, a):
-                continue
-            with torch.no_grad():
-                a.copy_(src)
-        copies = {id(w): a for a, w in zip(self.originals, self.args) if w is not a}
-        if not copies:
-            return out
-        return tree_map(
-            lambda t: copies.get(id(t), t) if isinstance(t, torch.Tensor) else t, out
-        )
-
-    def _unpad(self, t: Any) -> Any:
-        if isinstance(t, torch.Tensor) and t.ndim and t.shape[0] == self.pad_to:
-            return t[: self.batch]
-        return t
-
-
-class BatchPadding:
-    """Pads a smaller batch (dim 0) up to the first call's instead of recompiling.
-
-    Only for cores whose samples do not interact (the table's ``pad_batch``).
-
-    Parameters
-    ----------
-    enabled : bool
-        Whether the region pads at all
-    """
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.size: int | None = None
-
-    def pad_to(self, batch: int | None) -> int | None:
-        """The size to pad a call of ``batch`` samples to; None to run it as is."""
-        if not self.enabled or batch is None:
-            return None
-        if self.size is None:
-            self.size = batch
-        return self.size if batch < self.size else None
-
-    def needed(self, batch: int | None) -> bool:
-        """Whether a call of ``batch`` samples differs from the compiled batch."""
-        return self.enabled and self.size is not None and batch not in (None, self.size)
-
-
-class Hooks:
-    """What a region changes on its module while installed, and puts back.
-
-    The module's call slot (the one ``nn.Module.compile()`` fills), and submodules
-    wrapped inside it: fp32 islands under bf16, opaque operators.
-
-    Parameters
-    ----------
-    module : torch.nn.Module
-        The region's module
-    label : str
-        The region's label, which names its opaque operators
-    spec : ModelSpec
-        The table entry that names the submodules' classes
-    precision : str | None
-        The region's precision: fp32 islands exist only under ``"bf16"``
-    """
-
-    def __init__(
-        self,
-        module: torch.nn.Module,
-        label: str,
-        spec: ModelSpec,
-        precision: str | None,
-    ) -> None:
-        self.module = module
-        self.installed = False
-        self.opaque = [
-            OpaqueSubmodule(m, f"{label}.{path}")
-            for path, m in find_opaque(module, spec.opaque)
-        ]
-        self.fp32 = (
-            [KeepFp32(m) for _, m in find_opaque(module, spec.fp32_modules)]
-            if precision == "bf16"
-            else []
-        )
-
-    def install(self, call: Callable[..., Any]) -> None:
-        """Route the module's calls to ``call``; wrap the submodules."""
-        # Set through __dict__: nn.Module.__setattr__ would be fine for a plain
-        # callable too, but this makes the single touched key explicit.
-        self.module.__dict__[MODULE_SLOT] = call
-        self.installed = True
-        # fp32 wrappers first: an opaque operator then calls the wrapped forward.
-        for wrapper in self.fp32:
-            wrapper.install()
-        for op in self.opaque:
-            op.install()
-
-    def restore(self, call: Callable[..., Any]) -> None:
-        """Put the module back exactly as it was: no slot left in its ``__dict__``."""
-        if not self.installed:
-            return
-        if self.module.__dict__.get(MODULE_SLOT) is call:
-            del self.module.__dict__[MODULE_SLOT]
-        for op in reversed(self.opaque):
-            op.restore()
-        for wrapper in reversed(self.fp32):
-            wrapper.restore()
-        self.installed = False
 
 
 class CompiledRegion:
@@ -461,10 +243,16 @@ class CompiledRegion:
         ``setup`` (building the candidates), ``declined`` (candidates that gave
         way), ``stage``, the executor's own phases, and ``finish``.
         """
-        reason = "no executor was offered"
         # Known before any executor takes the region: a fallback's summary needs it.
         self.report.device = call.device.type
-        laps = Laps()
+        return self._choose(call, Laps(), self._compiled)
+
+    def _choose(
+        self, call: Call, laps: Laps, chosen_by: Callable[[Executor, Any, Laps], Any]
+    ) -> Any:
+        """Run ``call`` on the first candidate that takes it; ``chosen_by`` accounts
+        for the call. When none takes it, the region falls back to eager."""
+        reason = "no executor was offered"
         try:
             target = _target(self, call.device)
             candidates = offers(target)
@@ -492,10 +280,37 @@ class CompiledRegion:
             except Exception as err:
                 return self._recover(err, call, laps.clock() - laps.start)
             laps.merge(attempt)
-            return self._compiled(chosen, out, laps)
+            return chosen_by(chosen, out, laps)
         self._executor = None
         self._fall_back(reason, cause=None)
         return self._eager(call)
+
+    def _hand_over(self, call: Call, reason: str) -> Any:
+        """A later call its executor cannot take (an artifact built for other
+        inputs): the candidates are tried again for it, as a recompile, rather
+        than the region turning eager."""
+        assert self._executor is not None
+        self.report.declined.append(f"{self._executor.name}: {reason}")
+        self._drop_executor()
+        return self._choose(call, Laps(), self._recompiled)
+
+    def _recompiled(self, chosen: Executor, out: Any, laps: Laps) -> Any:
+        """Account for a later call that a newly chosen executor compiled."""
+        r = self.report
+        seconds = laps.seconds
+        r.recompiles += 1
+        r.compile_seconds += seconds
+        r.executor = chosen.name
+        self.probe.cudagraphs = chosen.cudagraphs
+        self.probe.compiled_again(r.calls)
+        if chosen.not_compiled is not None:
+            self._fall_back(chosen.not_compiled, cause=None, spent=seconds)
+            return out
+        logger.info(
+            f"{r.label} compiled again at step {r.calls} for inputs its earlier code "
+            f"was not built for ({chosen.name}, {seconds:.1f} s): {r.declined[-1]}"
+        )
+        return out
 
     def _take_kept(self, call: Call) -> None:
         """Run code an earlier session compiled for this module, if it fits."""
@@ -552,6 +367,8 @@ class CompiledRegion:
                     "compiled", r.calls, call.device, lambda: self._run(call)
                 )
             out = self._run(call)
+        except Declined as declined:
+            return self._hand_over(call, str(declined))
         except Exception as err:
             return self._recover(err, call, time.perf_counter() - start)
         if record:
@@ -574,7 +391,7 @@ class CompiledRegion:
         inference = torch.is_inference_mode_enabled()
         staged = StagedCall(call.args, inference, pad_to, call.batch)
         recompiles = r.recompiles
-        with _no_grad(), precision.scope(self.precision, call.device):
+        with no_grad_if_enabled(), precision.scope(self.precision, call.device):
             if executor.cudagraphs:
                 _torch.mark_cudagraph_step()
             if laps is not None:
@@ -588,7 +405,7 @@ class CompiledRegion:
         out = staged.finish(out)
         if executor.cudagraphs:
             # CUDA-graph outputs are overwritten by the next replay.
-            out = tree_map(_clone, out)
+            out = tree_map(clone_tensor, out)
         if laps is not None:
             laps.lap("finish")
         return out
@@ -604,7 +421,7 @@ class CompiledRegion:
     def _eager_probe(self, call: Call) -> Any:
         # As the compiled calls run (no autograd graph): the output is what they
         # return, and the next compiled call gets the inputs it was compiled for.
-        with _no_grad():
+        with no_grad_if_enabled():
             return self._eager(call, count=False)
 
     # -- observing and falling back ----------------------------------------------
@@ -669,12 +486,6 @@ class CompiledRegion:
         )
 
 
-def interruption(err: BaseException) -> str:
-    """What ended a run, for the summary: ``KeyboardInterrupt``, or an error's
-    ``Type: message``."""
-    return describe(err) if isinstance(err, Exception) else type(err).__name__
-
-
 def _target(region: CompiledRegion, device: torch.device) -> Target:
     """What the candidates are asked to run: the region, its policy on ``device``."""
     return Target(
@@ -688,9 +499,3 @@ def _target(region: CompiledRegion, device: torch.device) -> Target:
         opaque=bool(region.hooks.opaque),
         fp32_modules=tuple(region.spec.fp32_modules),
     )
-
-
-def _batch_size(args: tuple[Any, ...]) -> int | None:
-    """Size of dim 0 shared by every positional tensor argument, if any."""
-    sizes = {a.shape[0] for a in args if isinstance(a, torch.Tensor) and a.ndim}
-    return sizes.pop() if len(sizes) == 1 else None

@@ -371,3 +371,27 @@ class CompileReport:
                 )
             parts.append(text)
         return "; ".join(parts) if parts else "nothing to compile"
+
+
+def _first_line(err: BaseException) -> str:
+    line = next((x.strip() for x in str(err).splitlines() if x.strip()), "")
+    return line if len(line) <= 300 else line[:300] + "..."
+
+
+def describe(err: BaseException) -> str:
+    """``Outer caused by Root: message``: Dynamo wraps the real cause, often twice."""
+    root, seen = err, {id(err)}
+    while True:
+        inner = getattr(root, "inner_exception", None) or root.__cause__
+        if inner is None or id(inner) in seen:
+            break
+        seen.add(id(inner))
+        root = inner
+    text = f"{type(root).__name__}: {_first_line(root)}".rstrip(": ")
+    return text if root is err else f"{type(err).__name__} caused by {text}"
+
+
+def interruption(err: BaseException) -> str:
+    """What ended a run, for the summary: ``KeyboardInterrupt``, or an error's
+    ``Type: message``."""
+    return describe(err) if isinstance(err, Exception) else type(err).__name__

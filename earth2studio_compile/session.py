@@ -17,8 +17,13 @@ from earth2studio_compile.cache import cache_root, use_local_cache
 from earth2studio_compile.models import Plan, check_paths, plan
 from earth2studio_compile.options import CompileOptions
 from earth2studio_compile.precision import check_precision
-from earth2studio_compile.region import CompiledRegion, describe, interruption
-from earth2studio_compile.report import CompileReport, RegionReport
+from earth2studio_compile.region import CompiledRegion
+from earth2studio_compile.report import (
+    CompileReport,
+    RegionReport,
+    describe,
+    interruption,
+)
 
 
 class CompileSession:

@@ -1,4 +1,4 @@
-"""Ahead-of-time compiled regions (earth2studio_compile.aot) on CPU.
+"""Ahead-of-time compiled regions (earth2studio_compile.aot, .artifacts) on CPU.
 
 Two real AOTInductor builds per session (each 25-90 s on 2 cores): the small FCN
 core through ``earth2studio_compile.build`` (module fixture), and a cheap core with
@@ -21,7 +21,15 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from earth2studio_compile import aot
+from earth2studio_compile.aot import capture_calls
+from earth2studio_compile.artifacts.aot_build import build_region
+from earth2studio_compile.artifacts.aot_key import key_for
+from earth2studio_compile.artifacts.aot_load import (
+    AotRunner,
+    SignatureMismatch,
+    load_runner,
+    verify,
+)
 from earth2studio_compile.metrics import rel_l2
 
 CPU = torch.device("cpu")
@@ -40,7 +48,7 @@ def built(tmp_path_factory):
         [result] = build(model, precision="fp32")
         x, coords = example_input(model)
         core = model.model
-        args, kwargs = aot._capture(model, [core], x, coords)[id(core)]
+        args, kwargs = capture_calls(model, [core], x, coords)[id(core)]
         yield SimpleNamespace(
             root=root,
             model=model,
@@ -55,7 +63,7 @@ def built(tmp_path_factory):
 def _load(b, module=None, args=None, root=None, **changes):
     settings = dict(precision="fp32", mode=None, owner=b.owner, region="model")
     settings.update(changes)
-    return aot.load_runner(
+    return load_runner(
         module if module is not None else b.core,
         args if args is not None else b.args,
         b.kwargs,
@@ -76,11 +84,11 @@ def test_build_writes_an_artifact_that_matches_eager(built):
     meta = json.loads((built.result.path / "meta.json").read_text())
     assert set(meta["sha256"]) == {"model.pt2"}
     runner = _load(built)
-    assert isinstance(runner, aot.AotRunner), runner
+    assert isinstance(runner, AotRunner), runner
     out = runner(*built.args)
     ref = _eager(built.core, built.args)
     assert rel_l2(out, ref) <= 1e-5
-    assert aot.verify(out, ref, "fp32") is None
+    assert verify(out, ref, "fp32") is None
     # Each phase measured, none a remainder.
     for phase in ("key", "checksum", "aot_load", "bind", "first_run"):
         assert runner.phases[phase] >= 0.0, phase
@@ -88,7 +96,7 @@ def test_build_writes_an_artifact_that_matches_eager(built):
 
 def test_outputs_follow_weight_changes(built):
     runner = _load(built)
-    assert isinstance(runner, aot.AotRunner), runner
+    assert isinstance(runner, AotRunner), runner
     before = runner(*built.args)
     weight = built.core.head.weight
     saved = weight.detach().clone()
@@ -111,8 +119,8 @@ def test_outputs_follow_weight_changes(built):
 
 def test_another_input_shape_is_refused_by_the_runner(built):
     runner = _load(built)
-    assert isinstance(runner, aot.AotRunner), runner
-    with pytest.raises(aot.SignatureMismatch):
+    assert isinstance(runner, AotRunner), runner
+    with pytest.raises(SignatureMismatch):
         runner(torch.cat([built.args[0]] * 2))
 
 
@@ -144,7 +152,7 @@ def _patched_filter_forward(self, x):
     "change", ["structure", "source", "precision", "shape", "torch_version"]
 )
 def test_each_key_change_declines(built, monkeypatch, change):
-    base, _ = aot.key_for(
+    base, _ = key_for(
         built.core, built.args, built.kwargs, CPU, "fp32", None, built.owner, "model"
     )
     module, args, precision = built.core, built.args, "fp32"
@@ -160,7 +168,7 @@ def test_each_key_change_declines(built, monkeypatch, change):
         args = (torch.cat([built.args[0]] * 2),)
     else:
         monkeypatch.setattr(torch, "__version__", "9.9.9")
-    key, _ = aot.key_for(
+    key, _ = key_for(
         module, args, built.kwargs, CPU, precision, None, built.owner, "model"
     )
     assert key != base
@@ -198,11 +206,11 @@ def planted(built, tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("planted")
     other = copy.deepcopy(built.core)
     other.__class__ = type("Shifted", (_Shifted, type(built.core)), {})
-    built_other = aot.build_region(
+    built_other = build_region(
         other, built.args, {}, "fp32", owner=built.owner, region="model", root=tmp_path
     )
     # Planted under the FCN core's own key, with that key's fields.
-    key, fields = aot.key_for(
+    key, fields = key_for(
         built.core, built.args, built.kwargs, CPU, "fp32", None, built.owner, "model"
     )
     planted = tmp_path / "plant" / "aot" / key
@@ -215,8 +223,8 @@ def planted(built, tmp_path_factory):
 
 def test_an_artifact_with_another_answer_is_caught_by_verify(built, planted):
     runner = _load(built, root=planted)
-    assert isinstance(runner, aot.AotRunner), runner
-    reason = aot.verify(runner(*built.args), _eager(built.core, built.args), "fp32")
+    assert isinstance(runner, AotRunner), runner
+    reason = verify(runner(*built.args), _eager(built.core, built.args), "fp32")
     assert reason is not None and "rel. L2" in reason
 
 
@@ -274,17 +282,46 @@ def test_a_wrong_artifact_takes_the_dynamo_path_with_one_warning(
     assert "aot not used" in region_summary(region)
 
 
+def test_inputs_the_artifact_was_not_built_for_go_to_dynamo_not_eager(
+    built, monkeypatch, logs
+):
+    """A later call with another batch size: the artifact declines it before
+    running, and Dynamo compiles it (a recompile) instead of the region turning
+    eager for good with a WARNING."""
+    from conftest import messages
+
+    from earth2studio_compile import CompileSession
+
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(built.root))
+    wider = tuple(
+        torch.cat([a, a]) if isinstance(a, torch.Tensor) else a for a in built.args
+    )
+    with CompileSession(built.model, precision="fp32", probe=False) as session:
+        with torch.no_grad():
+            first = built.core(*built.args)
+            out = built.core(*wider)
+            again = built.core(*wider)
+    [region] = session.report.regions
+    assert region.status == "compiled" and region.executor == "dynamo", region
+    assert region.recompiles == 1 and region.eager_calls == 0, region
+    assert any("built for other inputs" in d for d in region.declined), region
+    assert not messages(logs, "WARNING")
+    assert rel_l2(first, _eager(built.core, built.args)) < 1e-5
+    ref = _eager(built.core, wider)
+    assert rel_l2(out, ref) < 1e-5 and rel_l2(again, ref) < 1e-5
+
+
 def test_verify_reasons():
     a = torch.ones(2, 3)
-    assert aot.verify(a, a.clone(), "fp32") is None
-    assert "structure" in aot.verify((a,), a, "fp32")
-    assert "[3, 2]" in aot.verify(a.T.contiguous(), a, "fp32")
+    assert verify(a, a.clone(), "fp32") is None
+    assert "structure" in verify((a,), a, "fp32")
+    assert "[3, 2]" in verify(a.T.contiguous(), a, "fp32")
     nan = a.clone()
     nan[0, 0] = float("nan")
-    assert "NaN" in aot.verify(nan, a, "fp32")
-    assert aot.verify(nan, nan.clone(), "fp32") is None
-    assert aot.verify(a * (1 + 1e-3), a, "bf16") is None
-    assert "rel. L2" in aot.verify(a * (1 + 1e-3), a, "fp32")
+    assert "NaN" in verify(nan, a, "fp32")
+    assert verify(nan, nan.clone(), "fp32") is None
+    assert verify(a * (1 + 1e-3), a, "bf16") is None
+    assert "rel. L2" in verify(a * (1 + 1e-3), a, "fp32")
 
 
 def test_a_fresh_process_loads_and_matches(built, tmp_path):
@@ -295,16 +332,18 @@ def test_a_fresh_process_loads_and_matches(built, tmp_path):
         import json, os, time
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = {str(tmp_path / "inductor")!r}
         import torch
-        from earth2studio_compile import aot, example_input
+        from earth2studio_compile import example_input
+        from earth2studio_compile.aot import capture_calls
+        from earth2studio_compile.artifacts.aot_load import load_runner
         from earth2studio_compile.metrics import rel_l2
         from earth2studio_compile.tools import zoo
         model = zoo.build("fcn", size="small")
         core = model.model
         x, coords = example_input(model)
-        args, kwargs = aot._capture(model, [core], x, coords)[id(core)]
+        args, kwargs = capture_calls(model, [core], x, coords)[id(core)]
         args = (torch.randn_like(args[0]),)
         start = time.perf_counter()
-        runner = aot.load_runner(core, args, kwargs, torch.device("cpu"), "fp32",
+        runner = load_runner(core, args, kwargs, torch.device("cpu"), "fp32",
                                  None, {built.owner!r}, "model",
                                  root=__import__("pathlib").Path({str(built.root)!r}))
         out = runner(*args)
@@ -348,16 +387,16 @@ def test_cuda_graph_runner_keeps_held_outputs(tmp_path):
     model = zoo.build("fcn", size="small").to(device)
     core = model.model
     x, coords = example_input(model)
-    args, kwargs = aot._capture(model, [core], x, coords)[id(core)]
+    args, kwargs = capture_calls(model, [core], x, coords)[id(core)]
     owner = f"{type(model).__module__}.{type(model).__qualname__}"
     common = dict(precision="fp32", mode="reduce-overhead", owner=owner, region="model")
-    aot.build_region(core, args, kwargs, root=tmp_path, **common)
-    runner = aot.load_runner(core, args, kwargs, device, root=tmp_path, **common)
-    assert isinstance(runner, aot.AotRunner), runner
+    build_region(core, args, kwargs, root=tmp_path, **common)
+    runner = load_runner(core, args, kwargs, device, root=tmp_path, **common)
+    assert isinstance(runner, AotRunner), runner
     assert runner.cudagraphs
     inputs = [torch.randn_like(args[0]) for _ in range(3)]
     outs = [runner(i) for i in inputs]
     assert runner.phases["cudagraph_capture"] >= 0.0
     for i, out in zip(inputs, outs):
         with torch.no_grad(), scope("fp32", device):
-            assert aot.verify(out, core(i), "fp32") is None
+            assert verify(out, core(i), "fp32") is None

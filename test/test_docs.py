@@ -104,3 +104,60 @@ def test_compiled_and_eager_agree_through_the_offline_helpers():
         out[compiled] = {k: v.clone() for k, v in io.root.items()}
     for name, eager in out[False].items():
         torch.testing.assert_close(out[True][name], eager, rtol=1e-5, atol=1e-5)
+
+
+# Measured figures: one source (the benchmark's JSON), each figure once, rendered.
+
+
+def test_every_figure_block_matches_its_json():
+    from earth2studio_compile.tools.bench import figures
+
+    problems = figures.check()
+    assert not problems, (
+        "\n".join(problems)
+        + "\nRun python -m earth2studio_compile.tools.bench.figures to re-render."
+    )
+
+
+@pytest.mark.parametrize("path", ("README.md", "docs/*.md"))
+def test_no_timing_outside_the_figure_blocks(path):
+    from earth2studio_compile.tools.bench import figures
+
+    found = {
+        str(p.relative_to(ROOT)): figures.stray(p.read_text())
+        for p in sorted(ROOT.glob(path))
+    }
+    assert found, f"no file matches {path}"
+    stray = {p: s for p, s in found.items() if s}
+    assert not stray, (
+        f"timings outside the rendered blocks: {stray}. Link to the block that holds "
+        "the figure instead of repeating it, or render a new JSON (figures.FIGURES)."
+    )
+
+
+def test_the_checks_catch_a_changed_json_and_a_stray_figure(tmp_path):
+    import shutil
+
+    from earth2studio_compile.tools.bench import figures
+
+    for doc in figures.DOCS:
+        (tmp_path / doc).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / doc, tmp_path / doc)
+    shutil.copytree(ROOT / figures.BENCH, tmp_path / figures.BENCH)
+    assert figures.check(tmp_path) == []
+    second = tmp_path / figures.BENCH / "2026-11-25-h100/second_call.json"
+    data = second.read_text()
+    second.write_text(data.replace('"wall_s": 5.4001', '"wall_s": 4.4001', 1))
+    assert figures.check(tmp_path) == [
+        "README.md: figures:second-call differs from its JSON"
+    ]
+    assert figures.stray("DLWP 7.32 → 2.48 ms/step (2.95x), 16.74 ms, 6.50 s") == [
+        "line 1: 2.48 ms",
+        "line 1: 2.95x",
+        "line 1: 16.74 ms",
+        "line 1: 6.50 s",
+    ]
+    assert figures.stray("a 720x1440 grid; FCN >= 1.2x per step; (default 300)") == []
+    # A figure inside a block is the block's business.
+    text = (tmp_path / "README.md").read_text()
+    assert "s |" in text and figures.stray(text) == []

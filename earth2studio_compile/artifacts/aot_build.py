@@ -1,0 +1,252 @@
+"""Build one region ahead of time: export it, compile it with AOTInductor, store it.
+
+:func:`build_region` exports the core for one input signature
+(:func:`torch.export.export`) in the region's precision and compiles it with
+``aoti_compile_and_package``, weights kept out of the package. The artifact is
+written to a temporary directory and renamed into place whole, so a reader never
+sees half of one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from loguru import logger
+
+from earth2studio_compile import _torch
+from earth2studio_compile import precision as _precision
+from earth2studio_compile._torch import tree_flatten, tree_map
+from earth2studio_compile.artifacts.aot_key import (
+    META,
+    PACKAGE,
+    TMP_PREFIX,
+    aot_root,
+    key_for,
+    live_tensors,
+    sha256_file,
+    strip_core,
+)
+from earth2studio_compile.opaque import find_opaque
+from earth2studio_compile.precision import KeepFp32
+
+
+class _Scoped(torch.nn.Module):
+    """The core as exported: autocast inside the graph for bf16, outputs cast back.
+
+    ``torch.export`` does not capture an autocast entered around it; entered in
+    ``forward`` it becomes part of the graph.
+    """
+
+    def __init__(self, core: torch.nn.Module, precision: str | None) -> None:
+        super().__init__()
+        self.core = core
+        self.precision = precision
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self.precision != "bf16":
+            return _torch.call_module(self.core, args, kwargs)
+        device = _precision._device_type(args)
+        with torch.autocast(device, dtype=torch.bfloat16):
+            out = _torch.call_module(self.core, args, kwargs)
+        return _precision.restore_dtype(out, "bf16", args)
+
+
+def compile_flags(precision: str | None) -> str | None:
+    # TF32 settings the compile reads (Triton matmul templates bake them in);
+    # bf16's autocast is in the graph, and what it leaves in fp32 runs without TF32.
+    return "fp32" if precision == "bf16" else precision
+
+
+def _inductor_configs(
+    mode: str | None, options: Mapping[str, Any] | None, device: torch.device
+) -> dict[str, Any]:
+    configs = {**(_torch.mode_options(mode) if mode else {}), **(options or {})}
+    # CUDA graphs are the runner's own (AotRunner), not part of any artifact.
+    configs.pop("triton.cudagraphs", None)
+    if device.type == "cpu" and (
+        configs.get("max_autotune") or configs.get("max_autotune_gemm")
+    ):
+        configs.update(_torch.cpu_autotune_fixes())
+    # Weights stay out of the package: bound from the live module at load.
+    configs["aot_inductor.package_constants_in_so"] = False
+    return configs
+
+
+def device_of(args: Any, module: torch.nn.Module) -> torch.device:
+    for leaf in tree_flatten(args)[0]:
+        if isinstance(leaf, torch.Tensor):
+            return leaf.device
+    for t in itertools.chain(module.parameters(), module.buffers()):
+        return t.device
+    return torch.device("cpu")
+
+
+@contextlib.contextmanager
+def _fp32_kept(
+    module: torch.nn.Module, precision: str | None, fp32_modules: Sequence[str]
+) -> Iterator[None]:
+    wrappers = (
+        [KeepFp32(m) for _, m in find_opaque(module, tuple(fp32_modules))]
+        if precision == "bf16"
+        else []
+    )
+    try:
+        for w in wrappers:
+            w.install()
+        yield
+    finally:
+        for w in reversed(wrappers):
+            w.restore()
+
+
+def detached(value: Any) -> Any:
+    # Export traces normal tensors; inference tensors (Earth2Studio's forward runs
+    # in inference mode) cannot be traced.
+    return tree_map(
+        lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, value
+    )
+
+
+def build_region(
+    module: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any] | None = None,
+    precision: str | None = None,
+    mode: str | None = None,
+    owner: str = "",
+    region: str = "",
+    options: Mapping[str, Any] | None = None,
+    fp32_modules: Sequence[str] = (),
+    root: Path | None = None,
+) -> Path:
+    """Export and compile one region ahead of time; write its artifact.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The region's core, on the device it will run on
+    args : tuple[Any, ...]
+        Example positional arguments, with the shapes the forecast will use
+    kwargs : Mapping[str, Any] | None, optional
+        Example keyword arguments, by default none
+    precision, mode, owner, region, options, fp32_modules
+        As in :func:`key_for`
+    root : Path | None, optional
+        Cache root, by default :func:`cache_root`
+
+    Returns
+    -------
+    Path
+        The artifact's directory, ``<root>/aot/<key>``
+
+    Raises
+    ------
+    RuntimeError
+        The cache is off, this PyTorch cannot build, or the core cannot be built
+        ahead of time (it mutates its inputs or buffers, or holds tensors that are
+        neither parameters nor buffers); the Dynamo path still works for it
+    """
+    reason = _torch.missing("aoti_compile")
+    if reason is not None:
+        raise RuntimeError(reason)
+    directory = aot_root(root)
+    if directory is None:
+        raise RuntimeError(
+            "The compile cache is off (EARTH2STUDIO_COMPILE_CACHE): artifacts have "
+            "nowhere to go. Set it to a directory."
+        )
+    kwargs = dict(kwargs or {})
+    args, kwargs = detached(tuple(args)), detached(kwargs)
+    device = device_of((args, kwargs), module)
+    key, fields = key_for(
+        module,
+        args,
+        kwargs,
+        device,
+        precision,
+        mode,
+        owner,
+        region,
+        options,
+        fp32_modules,
+    )
+    label = f"{owner.rsplit('.', 1)[-1]}.{region}" if region else owner or "region"
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    # Outside the precision scope: export reads cuDNN's legacy TF32 flag, which
+    # raises while the scope holds conv and rnn apart; TF32 does not change the
+    # exported graph (bf16's autocast is inside it), only the compile below.
+    with torch.no_grad(), _fp32_kept(module, precision, fp32_modules):
+        program = torch.export.export(
+            _Scoped(module, precision), tuple(args), kwargs, strict=False
+        )
+    timings["export"] = time.perf_counter() - start
+    signature = program.graph_signature
+    if signature.buffers_to_mutate or signature.user_inputs_to_mutate:
+        raise RuntimeError(
+            f"{label} updates its buffers or inputs in place; ahead-of-time "
+            "artifacts bind buffers read-only. It stays on the Dynamo path."
+        )
+    live = live_tensors(module)
+    constants = [*program.state_dict, *program.constants]
+    strays = [n for n in constants if strip_core(n) not in live]
+    if strays:
+        raise RuntimeError(
+            f"{label} computes with tensors that are neither parameters nor "
+            f"buffers ({', '.join(strays[:3])}); they could not be bound from the "
+            "live model. It stays on the Dynamo path."
+        )
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=directory, prefix=TMP_PREFIX))
+    try:
+        start = time.perf_counter()
+        with _precision.scope(compile_flags(precision), device):
+            _torch.aoti_compile(
+                program,
+                str(tmp / PACKAGE),
+                _inductor_configs(mode, options, device),
+            )
+        timings["compile"] = time.perf_counter() - start
+        meta = {
+            "fields": fields,
+            "sha256": {PACKAGE: sha256_file(tmp / PACKAGE)},
+            "build_seconds": timings,
+        }
+        (tmp / META).write_text(json.dumps(meta, indent=1, default=str))
+        target = _install(tmp, directory / key)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    logger.info(
+        f"Built {label} ahead of time ({precision or 'global precision'}, "
+        f"{mode or 'default'}) in {sum(timings.values()):.1f} s: {target}"
+    )
+    return target
+
+
+def _install(tmp: Path, target: Path) -> Path:
+    """Rename a finished artifact directory into place, replacing an old one whole."""
+    old = None
+    if target.exists():
+        old = Path(tempfile.mkdtemp(dir=target.parent, prefix=TMP_PREFIX))
+        os.replace(target, old / "old")
+    try:
+        os.replace(tmp, target)
+    except OSError:
+        if not target.exists():
+            raise
+        # Another process installed the same key meanwhile: both are whole.
+        shutil.rmtree(tmp, ignore_errors=True)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return target

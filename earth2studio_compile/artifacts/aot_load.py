@@ -1,0 +1,417 @@
+"""Load a region's artifact, bind the live weights, run it, verify it against eager.
+
+:func:`load_runner` finds the artifact of a call's key, checks its checksum, loads
+it through AOTInductor's package loader and binds the live module's parameters and
+buffers (no copy) into an :class:`AotRunner`, which captures its own CUDA graph on
+CUDA. :func:`verify` compares a first output with one eager call.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from loguru import logger
+
+from earth2studio_compile import _torch
+from earth2studio_compile import precision as _precision
+from earth2studio_compile._torch import tree_flatten
+from earth2studio_compile.artifacts.aot_build import compile_flags
+from earth2studio_compile.artifacts.aot_key import (
+    META,
+    PACKAGE,
+    aot_root,
+    effective_precision,
+    key_for,
+    live_tensors,
+    sha256_file,
+    strip_core,
+)
+from earth2studio_compile.metrics import rel_l2, synchronize
+from earth2studio_compile.precision import THRESHOLDS
+
+
+class SignatureMismatch(ValueError):
+    """A call's tensors differ from the ones the artifact was built for."""
+
+
+class AotRunner:
+    """A loaded artifact bound to the live module; call it like the module.
+
+    On CUDA with ``cudagraphs``, the second call captures a CUDA graph around the
+    compiled code (static input buffers, inputs copied in, one warm-up run on a
+    side stream first) and later calls replay it; outputs are then overwritten by
+    the next replay, so they are cloned unless ``clone=False`` (a caller that
+    clones itself). The bound tensors are checked at every call: a parameter that
+    was replaced (not updated in place) is rebound, and the graph recaptured.
+
+    Attributes
+    ----------
+    phases : dict[str, float]
+        Seconds of ``checksum``, ``aot_load``, ``bind``, then ``first_run`` and,
+        with CUDA graphs, ``cudagraph_capture`` once they happened
+    path : Path
+        The artifact's directory
+    key : str
+        Its key
+    """
+
+    def __init__(
+        self,
+        loader: Any,
+        module: torch.nn.Module,
+        names: Sequence[str],
+        device: torch.device,
+        precision: str | None,
+        inputs: list[Any],
+        cudagraphs: bool,
+        clone: bool,
+        path: Path,
+        key: str,
+        phases: dict[str, float],
+    ) -> None:
+        self.loader = loader
+        self.module = module
+        self.names = list(names)
+        self.device = device
+        self.precision = precision
+        self.cudagraphs = cudagraphs and device.type == "cuda"
+        self.clone = clone
+        self.path = path
+        self.key = key
+        self.phases = phases
+        self.calls = 0
+        self._inputs = inputs
+        in_spec, out_spec = loader.get_call_spec()
+        self._in_spec = _torch.treespec_loads(in_spec)
+        self._out_spec = _torch.treespec_loads(out_spec)
+        self._bound: list[torch.Tensor] = []
+        self._pointers: tuple[int, ...] = ()
+        self._graph: Any = None
+        self._static_in: list[torch.Tensor] = []
+        self._static_out: list[torch.Tensor] = []
+        self.bind()
+
+    def _live(self) -> tuple[int, ...]:
+        return tuple(
+            t.data_ptr()
+            for t in itertools.chain(self.module.parameters(), self.module.buffers())
+        )
+
+    def bind(self) -> None:
+        """Bind the live module's parameters and buffers (no copy).
+
+        Raises
+        ------
+        RuntimeError
+            A tensor the artifact needs is missing or changed shape or dtype
+        """
+        live = live_tensors(self.module)
+        want = self._wanted
+        tensors: dict[str, torch.Tensor] = {}
+        for name in self.names:
+            short = strip_core(name)
+            t = live.get(short)
+            if t is None:
+                raise RuntimeError(f"the model has no tensor {short!r}")
+            expected = want.get(short)
+            if expected is not None and expected != [list(t.shape), str(t.dtype)]:
+                raise RuntimeError(
+                    f"{short} is now {list(t.shape)} {t.dtype}, the artifact "
+                    f"was built for {expected[0]} {expected[1]}"
+                )
+            tensors[name] = t.detach()
+        # user_managed: the runner keeps the pointers, so the tensors are kept here.
+        self.loader.load_constants(tensors, False, True, True)
+        self._bound = list(tensors.values())
+        self._pointers = self._live()
+        self._graph = None
+
+    @property
+    def _wanted(self) -> dict[str, list[Any]]:
+        if not hasattr(self, "_shapes"):
+            self._shapes = {
+                n: [list(t.shape), str(t.dtype)]
+                for n, t in live_tensors(self.module).items()
+            }
+        return self._shapes
+
+    def _flat(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+        if kwargs:
+            order = self._in_spec.children()[1].context
+            if set(order) != set(kwargs):
+                raise SignatureMismatch(
+                    f"keyword arguments {sorted(kwargs)}, built for {sorted(order)}"
+                )
+            kwargs = {k: kwargs[k] for k in order}
+        leaves, spec = tree_flatten((tuple(args), kwargs))
+        if spec != self._in_spec:
+            raise SignatureMismatch("arguments of another structure")
+        tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
+        got = [[list(t.shape), str(t.dtype), t.device.type] for t in tensors]
+        if got != self._inputs:
+            raise SignatureMismatch(f"inputs {got}, built for {self._inputs}")
+        return tensors
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        tensors = self._flat(args, kwargs)
+        if self._live() != self._pointers:
+            self.bind()
+        self.calls += 1
+        with (
+            torch.no_grad(),
+            _precision.scope(compile_flags(self.precision), self.device),
+        ):
+            if self.calls == 1:
+                start = time.perf_counter()
+                out = self.loader.boxed_run(tensors)
+                synchronize(self.device)
+                self.phases["first_run"] = time.perf_counter() - start
+            elif self.cudagraphs:
+                out = self._replay(tensors)
+                if self.clone:
+                    out = [t.clone() for t in out]
+            else:
+                out = self.loader.boxed_run(tensors)
+        return _torch.tree_unflatten(list(out), self._out_spec)
+
+    def _replay(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        if self._graph is None:
+            start = time.perf_counter()
+            self._static_in = [t.clone() for t in tensors]
+            stream = torch.cuda.Stream(self.device)
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(stream):
+                self.loader.boxed_run(list(self._static_in))
+            torch.cuda.current_stream(self.device).wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                self._static_out = list(self.loader.boxed_run(list(self._static_in)))
+            self._graph = graph
+            synchronize(self.device)
+            self.phases.setdefault("cudagraph_capture", time.perf_counter() - start)
+        else:
+            for static, t in zip(self._static_in, tensors):
+                static.copy_(t)
+        self._graph.replay()
+        return self._static_out
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    meta = json.loads((path / META).read_text())
+    if not isinstance(meta, dict) or not isinstance(meta.get("fields"), dict):
+        raise ValueError(f"{META} has no fields")
+    return meta
+
+
+def _differences(fields: Mapping[str, Any], directory: Path) -> str:
+    """What the artifacts of the same region differ in, for the reason."""
+    diffs: set[str] = set()
+    for meta_path in directory.glob(f"*/{META}"):
+        try:
+            other = _read_meta(meta_path.parent)["fields"]
+        except Exception:  # an unreadable neighbour says nothing
+            continue
+        if (
+            other.get("model") != fields["model"]
+            or other.get("region") != fields["region"]
+        ):
+            continue
+        diffs.update(k for k in fields if other.get(k) != fields[k])
+    if not diffs:
+        return ""
+    return f"; the artifacts built for this region differ in {', '.join(sorted(diffs))}"
+
+
+def load_runner(
+    module: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any] | None,
+    device: torch.device,
+    precision: str | None,
+    mode: str | None,
+    owner: str,
+    region: str = "",
+    options: Mapping[str, Any] | None = None,
+    fp32_modules: Sequence[str] = (),
+    cudagraphs: bool | None = None,
+    clone: bool = True,
+    root: Path | None = None,
+) -> AotRunner | str:
+    """The region's artifact, loaded and bound to ``module``, or why not.
+
+    Parameters
+    ----------
+    module, args, kwargs, device, precision, mode, owner, region, options, fp32_modules
+        As in :func:`key_for`
+    cudagraphs : bool | None, optional
+        Capture a CUDA graph around the artifact; None: when ``mode`` or
+        ``options`` ask for CUDA graphs on a CUDA device, by default None
+    clone : bool, optional
+        Clone CUDA-graph outputs before returning them, by default True
+    root : Path | None, optional
+        Cache root, by default :func:`cache_root`
+
+    Returns
+    -------
+    AotRunner | str
+        The runner, or the reason it declined: no artifact for the key (naming
+        what differs from the region's other artifacts), a damaged artifact
+        (checksum or load error), a model that cannot be bound, or a PyTorch
+        without the loader
+    """
+    phases: dict[str, float] = {}
+    start = time.perf_counter()
+    reason = _torch.missing("aoti_loader")
+    if reason is not None:
+        return reason
+    directory = aot_root(root)
+    if directory is None:
+        return "the compile cache is off"
+    kwargs = dict(kwargs or {})
+    try:
+        key, fields = key_for(
+            module,
+            args,
+            kwargs,
+            device,
+            precision,
+            mode,
+            owner,
+            region,
+            options,
+            fp32_modules,
+        )
+    except Exception as err:  # an odd argument: no artifact can match
+        return f"no key for its arguments ({type(err).__name__}: {err})"
+    path = directory / key
+    found = (path / META).is_file()
+    # Each phase starts where the last ended: together they are the whole load.
+    phases["key"], start = _lap(start)
+    if not found:
+        return f"no artifact for its key {key}" + _differences(fields, directory)
+    try:
+        meta = _read_meta(path)
+        if meta["fields"] != fields:
+            diff = sorted(k for k in fields if meta["fields"].get(k) != fields[k])
+            return f"artifact {path} was made for a different {', '.join(diff)}"
+        if sha256_file(path / PACKAGE) != meta.get("sha256", {}).get(PACKAGE):
+            return f"damaged artifact {path}: checksum mismatch"
+    except Exception as err:  # unreadable: damaged
+        return f"damaged artifact {path} ({type(err).__name__}: {err})"
+    phases["checksum"], start = _lap(start)
+    try:
+        index = device.index if device.type == "cuda" and device.index else -1
+        loader = _torch.aoti_loader(str(path / PACKAGE), index)
+        names = list(loader.get_constant_fqns())
+    except Exception as err:  # a damaged or foreign library
+        return (
+            f"damaged artifact {path}: could not load it ({type(err).__name__}: {err})"
+        )
+    phases["aot_load"], start = _lap(start)
+    if cudagraphs is None:
+        wants = {**(_torch.mode_options(mode) if mode else {}), **(options or {})}
+        cudagraphs = bool(wants.get("triton.cudagraphs"))
+    leaves = tree_flatten((tuple(args), kwargs))[0]
+    inputs = [
+        [list(t.shape), str(t.dtype), t.device.type]
+        for t in leaves
+        if isinstance(t, torch.Tensor)
+    ]
+    try:
+        runner = AotRunner(
+            loader,
+            module,
+            names,
+            device,
+            precision,
+            inputs,
+            cudagraphs,
+            clone,
+            path,
+            key,
+            phases,
+        )
+    except Exception as err:  # binding failed: the model is not what was built
+        return f"could not bind the model to {path} ({type(err).__name__}: {err})"
+    # From the loaded library to a runner bound to the live weights.
+    phases["bind"], _ = _lap(start)
+    return runner
+
+
+def _lap(start: float) -> tuple[float, float]:
+    """Seconds since ``start``, and now: the next phase's start."""
+    now = time.perf_counter()
+    return now - start, now
+
+
+# Relative L2 of an artifact's first output against one eager call in the same
+# precision, above which the artifact is not used. fp32: the same network compiled
+# two ways differs by reduction order only (AOTInductor vs eager: 4.9e-7 for FCN on
+# an H100, 1.7e-6 max abs on CPU; Dynamo vs eager 2.5e-6 max abs), while a wrong
+# graph is off by O(1); 1e-5 leaves a factor of 6-20 for other cores. Reduced
+# precisions: both sides round differently, so the documented cost of the
+# precision itself (precision.THRESHOLDS) bounds their difference.
+TOLERANCES = {"fp32": 1e-5, "tf32": THRESHOLDS["tf32"], "bf16": THRESHOLDS["bf16"]}
+
+
+def verify(runner_out: Any, eager_out: Any, precision: str | None) -> str | None:
+    """Why an artifact's output is not the eager output, or None if it is.
+
+    Parameters
+    ----------
+    runner_out : Any
+        The artifact's output for one call
+    eager_out : Any
+        The eager output for the same input, in the same precision
+    precision : str | None
+        The region's precision; None means PyTorch's settings (TF32 tolerance on a
+        GPU where TF32 is enabled)
+
+    Returns
+    -------
+    str | None
+        The reason, or None when every output is within :data:`TOLERANCES`
+    """
+    got, got_spec = tree_flatten(runner_out)
+    want, want_spec = tree_flatten(eager_out)
+    if got_spec != want_spec:
+        return "its outputs have another structure than the eager outputs"
+    worst = 0.0
+    for i, (g, w) in enumerate(zip(got, want)):
+        if not isinstance(w, torch.Tensor):
+            if g != w:
+                return f"output {i} is {g!r}, eager gives {w!r}"
+            continue
+        if not isinstance(g, torch.Tensor):
+            return f"output {i} is not a tensor"
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return (
+                f"output {i} is {list(g.shape)} {g.dtype}, eager gives "
+                f"{list(w.shape)} {w.dtype}"
+            )
+        effective = effective_precision(precision, w.device)
+        tolerance = TOLERANCES[effective]
+        if not w.is_floating_point() and not w.is_complex():
+            if not torch.equal(g, w.to(g.device)):
+                return f"output {i} differs from eager"
+            continue
+        g, w = g.detach(), w.detach().to(g.device)
+        nan = torch.isnan(w)
+        if not torch.equal(torch.isnan(g), nan):
+            return f"output {i} has NaNs where eager has none (or the reverse)"
+        error = rel_l2(g[~nan], w[~nan]) if nan.any() else rel_l2(g, w)
+        if not math.isfinite(error) or error > tolerance:
+            return (
+                f"output {i} is off by rel. L2 {error:.1e} against eager, above the "
+                f"{tolerance:.0e} allowed for {effective}"
+            )
+        worst = max(worst, error)
+    logger.debug(f"Artifact verified against eager: rel. L2 {worst:.1e}")
+    return None

@@ -1,0 +1,128 @@
+"""A region's ahead-of-time artifact as an executor, verified at its first call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from loguru import logger
+
+from earth2studio_compile import _torch
+from earth2studio_compile.artifacts.aot_load import (
+    AotRunner,
+    SignatureMismatch,
+    load_runner,
+    verify,
+)
+from earth2studio_compile.executors.base import Declined, Target
+from earth2studio_compile.metrics import Laps
+from earth2studio_compile.report import RegionReport
+
+
+def _loader_safe(device: torch.device) -> None:
+    """Import what the package loader needs in this process before it runs.
+
+    On an H100 with torch 2.11 the AOTInductor package loader crashed the process
+    (SIGSEGV, for any package, a one-layer one included) unless
+    ``earth2studio.models.px`` had been imported first; with it, it loaded FCN's
+    package in 0.15 s (docs/bench/2026-11-24-h100/aot-probe/). The cause is not
+    known; a crash cannot be caught, so the import is made first. Every process
+    with an Earth2Studio model has made it already, so it costs nothing there.
+    """
+    if device.type == "cuda":
+        import importlib
+
+        from earth2studio_compile._imports import quiet_imports
+
+        with quiet_imports():
+            importlib.import_module("earth2studio.models.px")
+
+
+class AotExecutor:
+    """A region's ahead-of-time artifact, verified at its first call.
+
+    :meth:`build` offers it whenever artifacts can exist (the cache is on, no
+    opaque submodules, the loader is there); :meth:`first_call` then looks for the
+    artifact of the call's key, runs it, and compares its output with one eager
+    call on the same input (:func:`verify`). No artifact, a damaged one or a wrong
+    answer raises :class:`~earth2studio_compile.executors.Declined` before anything
+    is handed back, and the region goes on to the next candidate (Dynamo); a wrong
+    answer also logs one WARNING.
+    """
+
+    name = "aot"
+    source: str | None = None
+    not_compiled: str | None = None
+    # The runner binds the module's live weights: kept in a session only.
+    keepable = False
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.cudagraphs = target.policy.cudagraphs and target.device.type == "cuda"
+        self.runner: AotRunner | None = None
+
+    @classmethod
+    def build(cls, target: Target) -> AotExecutor | str:
+        """The executor for ``target``, or why no artifact can serve it."""
+        if target.artifacts is None:
+            return "the compile cache is off"
+        if target.opaque:
+            return "opaque submodules (Python operators) need the Dynamo path"
+        return _torch.missing("aoti_loader") or cls(target)
+
+    def first_call(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], laps: Laps
+    ) -> Any:
+        """Load, run and verify the artifact; a lap for each phase."""
+        t = self.target
+        _loader_safe(t.device)
+        runner = load_runner(
+            t.module,
+            args,
+            kwargs,
+            t.device,
+            t.precision,
+            t.policy.mode,
+            t.owner,
+            t.report.region,
+            t.policy.options,
+            t.fp32_modules,
+            cudagraphs=self.cudagraphs,
+            clone=False,  # the region clones what escapes a CUDA graph
+            root=t.artifacts.parent if t.artifacts is not None else None,
+        )
+        if isinstance(runner, str):
+            raise Declined(runner)
+        # The loader's import above is part of finding the artifact: "key".
+        loaded = ("checksum", "aot_load", "bind")
+        laps.lap("key", **{k: runner.phases[k] for k in loaded})
+        out = runner(*args, **kwargs)
+        laps.lap("first_run")
+        reason = verify(out, _torch.call_module(t.module, args, kwargs), t.precision)
+        laps.lap("verify")
+        if reason is not None:
+            logger.warning(
+                f"The ahead-of-time artifact {runner.path} of {t.report.label} gives "
+                f"another answer than eager ({reason}): not used; "
+                f"{t.report.label} compiles with torch.compile instead. Rebuild it "
+                "with earth2studio_compile.build(..., force=True)."
+            )
+            raise Declined(f"its artifact failed verification ({reason})")
+        self.runner = runner
+        self.source = f"the ahead-of-time artifact {runner.path}"
+        return out
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """A later call; inputs the artifact was not built for decline it
+        (:class:`~earth2studio_compile.executors.Declined`), before anything runs."""
+        assert self.runner is not None
+        try:
+            return self.runner(*args, **kwargs)
+        except SignatureMismatch as err:
+            raise Declined(f"its artifact was built for other inputs ({err})") from err
+
+    def detach(self) -> None:
+        """Never kept (:attr:`keepable` is False)."""
+
+    def adopt(self, report: RegionReport) -> None:
+        """Never kept (:attr:`keepable` is False)."""

@@ -1,0 +1,133 @@
+"""What every executor is: the Protocol, the target it runs, how it declines.
+
+A :class:`~earth2studio_compile.region.CompiledRegion` picks one executor at its
+first call, from its list of candidates, and keeps it until it falls back to eager.
+An executor only runs the core: it is given the arguments the region staged
+(copied, padded) inside the region's precision scope, and returns what the core
+returned. Everything every compiled executor needs (staging and write-back,
+CUDA-graph step marks and output clones, precision, fallback) is the region's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from earth2studio_compile import _torch
+from earth2studio_compile.metrics import Laps
+from earth2studio_compile.options import CompilePolicy
+from earth2studio_compile.report import RegionReport
+
+# Compiled variants a region may hold before it is declared a storm. Legitimate
+# shape changes settle quickly: a smaller last ensemble batch needs 2 variants, many
+# batch sizes 3 (static, dynamic, and batch 1, which Dynamo specializes), batch and
+# grid changing together 4 (measured on CPU with torch 2.14, see docs/user-guide.md,
+# "Recompile storms"). A storm is caught at its 4th recompile instead of Dynamo's 8th.
+RECOMPILE_LIMIT = 4
+
+
+def recompile_limit() -> int:
+    """Compiled variants a Dynamo region may hold (a user's lower limit wins)."""
+    return min(RECOMPILE_LIMIT, _torch.recompile_limit() or RECOMPILE_LIMIT)
+
+
+class Executor(Protocol):
+    """One way to run a region's module.
+
+    Attributes
+    ----------
+    name : str
+        ``"eager"``, ``"dynamo"`` (later ``"aot"``)
+    cudagraphs : bool
+        Outputs live in CUDA-graph memory that the next replay overwrites: the
+        region marks each call as a new step and clones what it returns
+    source : str | None
+        Where the executor's code came from when not built in this process (e.g.
+        ``"the compile cache bundle <path>"``), named when its first call fails
+    not_compiled : str | None
+        Set by :meth:`first_call` when that call ran no compiled code (its output
+        is still right): why. The region then falls back to eager.
+    keepable : bool
+        Its compiled code can serve a later session over the same module
+        (:mod:`earth2studio_compile.resident`): :meth:`detach` and :meth:`adopt`
+        move it there
+    """
+
+    name: str
+    cudagraphs: bool
+    source: str | None
+    not_compiled: str | None
+    keepable: bool
+
+    def detach(self) -> None:
+        """Let go of the module and the session's state before being kept."""
+        ...
+
+    def adopt(self, report: RegionReport) -> None:
+        """Record into ``report`` from now on (a later session's region)."""
+        ...
+
+    def first_call(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], laps: Laps
+    ) -> Any:
+        """Run the first call and return its output.
+
+        Every second of it goes into ``laps``, one lap per phase (the report's
+        :attr:`~earth2studio_compile.report.RegionReport.FIRST_CALL` names them).
+        """
+        ...
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run a later call; raise :class:`Declined` for one it cannot take."""
+        ...
+
+
+class Declined(Exception):
+    """Raised by an executor to give way: the region tries the candidates again.
+
+    At the first call the next candidate takes over; at a later call (inputs an
+    ahead-of-time artifact was not built for) the candidates are tried again for
+    that call, counted as a recompile. The executor must not have changed anything
+    the caller can see (no output returned, no input or buffer written), so the
+    next candidate runs the same call.
+    """
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a candidate executor is asked to run: one region, at its first call.
+
+    Attributes
+    ----------
+    module : torch.nn.Module
+        The region's module
+    report : RegionReport
+        The region's report (label, figures the executor records)
+    policy : CompilePolicy
+        What the region compiles with on ``device``
+    device : torch.device
+        Device of the first call's first tensor argument
+    precision : str | None
+        The region's precision (part of every compiled artifact's key)
+    artifacts : Path | None
+        Directory of portable bundles and artifacts, None when the cache is off
+    owner : str
+        Qualified class name of the model that owns the region
+    opaque : bool
+        The region calls opaque submodules inside its graph
+    fp32_modules : tuple[str, ...]
+        Class names of submodules kept in fp32 under ``"bf16"`` (the table's)
+    """
+
+    module: torch.nn.Module
+    report: RegionReport
+    policy: CompilePolicy
+    device: torch.device
+    precision: str | None
+    artifacts: Path | None
+    owner: str
+    opaque: bool
+    fp32_modules: tuple[str, ...] = ()
