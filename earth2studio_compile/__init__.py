@@ -10,9 +10,9 @@ The workflows live in :mod:`earth2studio_compile.run` (imported on demand: impor
 from earth2studio_compile import _torch
 from earth2studio_compile.aot import build
 from earth2studio_compile.cache import cache_root
+from earth2studio_compile.io import OverlappedIO
 from earth2studio_compile.models import MODEL_TABLE, ModelSpec, plan, register_model
 from earth2studio_compile.options import CompileOptions
-from earth2studio_compile.overlap import OverlappedIO
 from earth2studio_compile.report import CompileReport, RegionReport
 from earth2studio_compile.resident import release
 from earth2studio_compile.session import CompileSession, example_input

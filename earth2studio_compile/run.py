@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from earth2studio_compile._imports import quiet_imports
-from earth2studio_compile.overlap import drain
+from earth2studio_compile.io import drain
 from earth2studio_compile.precision import env_precision, warn_bad_env
 from earth2studio_compile.report import CompileReport
 from earth2studio_compile.session import CompileSession
@@ -71,7 +71,7 @@ _COMPILE_DOC = """    compile : bool, optional
         Compile the models' core networks with torch.compile for this call
         (earth2studio-compile), by default False. Falls back to eager, with a
         WARNING, wherever compiling fails. An ``io`` wrapped in
-        ``earth2studio_compile.overlap.OverlappedIO`` writes in the background and
+        ``earth2studio_compile.io.OverlappedIO`` writes in the background and
         is flushed before the workflow returns. The environment variable
         ``EARTH2STUDIO_COMPILE_PRECISION`` (``fp32``, ``tf32``, ``bf16``) sets the
         compiled cores' precision; its accuracy cost is in the summary. A bad

@@ -85,19 +85,20 @@ def run_workflow(
 ) -> dict[str, torch.Tensor]:
     """Run one of the three workflows from the same seeded data; return its arrays.
 
-    ``overlap`` writes through :class:`~earth2studio_compile.overlap.OverlappedIO`.
+    ``overlap`` writes through :class:`~earth2studio_compile.io.OverlappedIO`.
     """
     from earth2studio.io import KVBackend
     from earth2studio.models.dx import Identity
     from earth2studio.perturbation import Gaussian
 
-    from earth2studio_compile.overlap import OverlappedIO
+    from earth2studio_compile.io import OverlappedIO
     from earth2studio_compile.tools import zoo
 
     np.random.seed(seed)
     torch.manual_seed(seed)
     data = zoo.random_source(model)
-    io = OverlappedIO(KVBackend()) if overlap else KVBackend()
+    backend = KVBackend()
+    io = OverlappedIO(backend) if overlap else backend
     common = dict(device=torch.device(device), verbose=False, **kwargs)
     if kind == "deterministic":
         workflow(TIME, nsteps, model, data, io, **common)
@@ -118,7 +119,8 @@ def run_workflow(
         )
     else:
         raise ValueError(kind)
-    return {k: v.detach().cpu().clone() for k, v in io.root.items()}
+    # The workflow flushed an OverlappedIO before it returned.
+    return {k: v.detach().cpu().clone() for k, v in backend.root.items()}
 
 
 def snapshot(model: torch.nn.Module) -> dict:

@@ -14,7 +14,7 @@ compile itself, done once by :meth:`CompileSession.warmup` the way a service doe
     (the checkpoint call, the workflow's own Python). Then the tail: closing the IO.
 ``walls``
     Plain runs, no synchronization added, best of ``repeats``: eager and compiled,
-    each synchronous, with :class:`~earth2studio_compile.overlap.OverlappedIO` and
+    each synchronous, with :class:`~earth2studio_compile.io.OverlappedIO` and
     one writer, and with parallel writers (``workers``) where the backend takes them.
     Each row has its speedup over the synchronous eager run and its ratio to the
     floor, the set-up plus N x the compiled model step (of the same precision): what
@@ -223,7 +223,7 @@ def wall(
         ``wall_s``; with an :class:`OverlappedIO`, its ``workers`` and ``blocked_s``
         (seconds the workflow waited for storage)
     """
-    from earth2studio_compile.overlap import OverlappedIO
+    from earth2studio_compile.io import OverlappedIO
 
     io = make_io(io_name, tmp, model, nsteps)
     if writers is None:
@@ -239,7 +239,7 @@ def wall(
 
 def parallel_capable(io_name: str, model: Any, tmp: Path) -> bool:
     """Whether :class:`OverlappedIO` can write this backend with several workers."""
-    from earth2studio_compile.writers import parallel_writer
+    from earth2studio_compile.io import parallel_writer
 
     io = make_io(io_name, tmp, model, 1)
     try:

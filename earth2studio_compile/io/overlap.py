@@ -1,130 +1,55 @@
 """Overlap output writing with the next step's compute, for any Earth2Studio IO backend.
 
 :class:`OverlappedIO` wraps a backend so that ``write`` only queues non-blocking copies
-into pinned host memory and returns; ``concurrent.futures`` threads wait for each copy
-and store it. Writes reach the backend in the caller's order (per array, with parallel
-writers); host copies exist for at most ``max_pending + 1`` steps; the stored result is
-bitwise the synchronous one. A backend error reaches the caller once, as the original
-exception, at the next ``write``, ``add_array``, ``flush`` or ``close`` (the workflows
-of :mod:`earth2studio_compile.run` flush before they return); later writes raise a
-``RuntimeError`` chained to it; only writes queued after the failed one are skipped.
+into pinned host memory and returns; a :class:`~earth2studio_compile.io.writers.Writer`
+waits for each copy and stores it, one future per array. Writes reach the backend in
+the caller's order (per array, with parallel writers); host copies exist for at most
+``max_pending + 1`` steps; the stored result is bitwise the synchronous one.
 
-Threads live only while writes are pending. One never closed loses nothing: dropping
-it, or the interpreter exiting, flushes it with a WARNING (at exit, before Python stops
-the thread pools that Zarr stores through). Several threads may share one: each call
-runs whole under a lock, so each thread's writes keep their order.
+A backend error reaches the caller once, as the original exception, at the next
+``write``, ``add_array``, ``flush`` or ``close`` once every earlier step is stored (the
+workflows of :mod:`earth2studio_compile.run` flush before they return); later writes
+raise a ``RuntimeError`` chained to it; only writes queued after the failed one are
+skipped.
+
+Threads live only while writes are pending. One never closed loses nothing: when it is
+collected, or the interpreter exits, a finalizer waits for its writes and closes the
+backend, with a WARNING (at exit, before Python stops the thread pools that Zarr
+stores through). Several threads may share one: each call runs whole under a lock, so
+each thread's writes keep their order.
 
 Examples
 --------
->>> io = OverlappedIO(ZarrBackend())  # doctest: +SKIP
->>> deterministic(["2024-01-01"], 20, model, data, io, compile=True)  # doctest: +SKIP
->>> io.close()  # doctest: +SKIP
+>>> with OverlappedIO(ZarrBackend()) as io:  # doctest: +SKIP
+...     deterministic(["2024-01-01"], 20, model, data, io, compile=True)
 """
 
 from __future__ import annotations
 
 import atexit
-import inspect
-import math
 import os
 import threading
 import time
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
-from functools import partial
+from collections.abc import Sequence
+from concurrent.futures import Future, wait
 from types import TracebackType
 from typing import Any
 
 import numpy as np
 import torch
+from earth2studio.io.base import IOBackend
+from earth2studio.utils.type import CoordSystem
 from loguru import logger
 
-from earth2studio_compile.writers import ParallelWriter, parallel_writer
+from earth2studio_compile.io.writers import SerialWriter, Writer, parallel_writer
 
-__all__ = ["OverlappedIO"]
+__all__ = ["OverlappedIO", "drain"]
 
-# Wrappers not yet garbage, for the exit hook; weak, so that it keeps none alive.
+# Wrappers with writes pending, for the exit hook; weak, so that it keeps none alive.
 _live: weakref.WeakSet[OverlappedIO] = weakref.WeakSet()
-_PREFIX = "OverlappedIO"
-
-
-class _Background:
-    """What the threads share. They hold this, never the wrapper, so an unclosed
-    wrapper is collected (and flushed) while its writes are pending."""
-
-    def __init__(self, io: Any, parallel: type[ParallelWriter] | None, workers: int):
-        name = f"{_PREFIX}({type(io).__name__})"
-        self.io, self.lock = io, threading.Lock()
-        self.dispatcher = ThreadPoolExecutor(1, thread_name_prefix=name)
-        self.writer = parallel(io, workers, name) if parallel else None
-        self.error: BaseException | None = None
-        self.cut = math.inf  # the earliest failed write: later ones are skipped
-
-    def submit(self, seq: int, job: list) -> Future:
-        """Queue one step; its future resolves to its per-array futures, or to
-        whether it was written whole."""
-        future = self.dispatcher.submit(self._dispatch, seq, job)
-        future.add_done_callback(partial(self._done, seq))
-        return future
-
-    def _dispatch(self, seq: int, job: list) -> list[Future] | bool:
-        x, coords, names, events = job
-        job.clear()  # a waiter on this future may copy a new step: free this one
-        go = partial(self._go, seq)
-        if not go():
-            return False
-        for event in events:
-            event.synchronize()
-        if self.writer is None:
-            self.io.write(x, coords, names)
-            return True
-        listed = [names] if isinstance(names, str) else names
-        futures = self.writer.submit(_listed(x), coords, listed, go)
-        for future in futures:
-            future.add_done_callback(partial(self._done, seq))
-        return futures
-
-    def _go(self, seq: int) -> bool:
-        return seq <= self.cut
-
-    def _done(self, seq: int, future: Future) -> None:
-        error = future.exception()
-        if error is None:
-            return
-        with self.lock:
-            first, self.cut = self.error is None, min(self.cut, seq)
-            self.error = self.error or error
-        if first:
-            logger.debug(f"OverlappedIO: write failed in the background: {error!r}")
-        else:
-            logger.error(f"OverlappedIO: another background write failed: {error!r}")
-
-    def close(self) -> None:
-        self.dispatcher.shutdown()
-        if self.writer is not None:
-            self.writer.close()
-
-
-def _parts(step: Future) -> list[Future]:
-    result = step.result() if step.done() and not step.exception() else []
-    return result if isinstance(result, list) else []
-
-
-def _finished(step: Future) -> bool:
-    return step.done() and all(part.done() for part in _parts(step))
-
-
-def _status(step: Future) -> str:
-    """How a step ended, once it has: "written", "skipped" or "failed"."""
-    wait([step])
-    wait(_parts(step))
-    if step.exception() or any(part.exception() for part in _parts(step)):
-        return "failed"
-    result = step.result()
-    stored = all(p.result() for p in result) if isinstance(result, list) else result
-    return "written" if stored else "skipped"
+_exiting = False
 
 
 class OverlappedIO:
@@ -134,11 +59,11 @@ class OverlappedIO:
     ----------
     io : IOBackend
         Any Earth2Studio IO backend (``ZarrBackend``, ``NetCDF4Backend``,
-        ``AsyncZarrBackend``, ``KVBackend``, ...)
+        ``AsyncZarrBackend``, ``KVBackend``, ...); read it (``io.io``) after
+        ``flush()``, ``close()`` or a workflow of :mod:`earth2studio_compile.run`
     max_pending : int, optional
         Steps that may wait before ``write`` blocks, by default 2: host copies exist
-        for at most ``max_pending + 1`` steps, with any number of workers (Zarr's
-        parallel writer may keep one array per worker until its next store)
+        for at most ``max_pending + 1`` steps, with any number of workers
     pin_memory : bool | None, optional
         Copy CUDA tensors into pinned host memory, asynchronously; by default None,
         meaning yes whenever CUDA is available
@@ -158,7 +83,7 @@ class OverlappedIO:
 
     def __init__(
         self,
-        io: Any,
+        io: IOBackend,
         max_pending: int = 2,
         pin_memory: bool | None = None,
         workers: int | None = None,
@@ -186,13 +111,14 @@ class OverlappedIO:
         )
         self._parallel = parallel if self.workers > 1 else None
         self._lock = threading.RLock()
-        self._background: _Background | None = None
-        self._steps: deque[Future] = deque()
-        self._seq, self._blocked = 0, 0.0
+        self._writer: Writer | None = None
+        # Waits for the writer if this is dropped unclosed; set while writes pend.
+        self._finalizer: weakref.finalize | None = None
+        self._steps: deque[list[Future[bool]]] = deque()  # a future per array
+        self._step, self._blocked = 0, 0.0
         self._error: BaseException | None = None
         self._delivered = self._closed = False
         self._counts = dict.fromkeys(("written", "skipped", "failed", "reported"), 0)
-        _live.add(self)
 
     @property
     def written(self) -> int:
@@ -211,13 +137,13 @@ class OverlappedIO:
         return self._blocked
 
     def add_array(
-        self, coords: OrderedDict, array_name: str | list[str], **kwargs: Any
+        self, coords: CoordSystem, array_name: str | list[str], **kwargs: Any
     ) -> None:
         """Create arrays in the wrapped backend, after every queued write.
 
         Parameters
         ----------
-        coords : OrderedDict
+        coords : CoordSystem
             Coordinates of the arrays
         array_name : str | list[str]
             Names of the arrays
@@ -232,7 +158,7 @@ class OverlappedIO:
     def write(
         self,
         x: torch.Tensor | list[torch.Tensor],
-        coords: OrderedDict,
+        coords: CoordSystem,
         array_name: str | list[str],
     ) -> None:
         """Queue a write; returns once the device-to-host copies are enqueued.
@@ -241,21 +167,32 @@ class OverlappedIO:
         ----------
         x : torch.Tensor | list[torch.Tensor]
             Tensor(s) to write, on any device; the caller may reuse them at once
-        coords : OrderedDict
+        coords : CoordSystem
             Their coordinates (copied)
         array_name : str | list[str]
-            Array name(s)
+            Array name(s), one per tensor
 
         Raises
         ------
+        ValueError
+            ``x`` and ``array_name`` differ in length
         Exception
             Whatever an earlier background write raised, if not raised before
         RuntimeError
             The writer is closed, or stopped after an earlier write error
         """
+        tensors = _listed(x)
+        names = [array_name] if isinstance(array_name, str) else list(array_name)
+        if len(tensors) != len(names):
+            # Upstream raises this too, but in the background, and a parallel writer
+            # would have paired them up and dropped the rest.
+            raise ValueError(
+                f"write got {len(tensors)} tensor(s) in x but {len(names)} name(s) in "
+                "array_name; pass one name per tensor."
+            )
         with self._lock:
             self._check()
-            while self._steps and _finished(self._steps[0]):
+            while self._steps and all(f.done() for f in self._steps[0]):
                 self._retire(1)
             if len(self._steps) > self.max_pending:
                 # The oldest step is stored before this one is copied: that is the
@@ -264,22 +201,23 @@ class OverlappedIO:
                 self._retire(len(self._steps) - self.max_pending)
                 self._blocked += time.perf_counter() - start
             self._check()  # a write may have failed meanwhile
-            host = [self._to_host(t) for t in _listed(x)]
-            events = []  # recorded after the copies: the writer waits for them
-            for device in {t.device for t in _listed(x) if t.device.type == "cuda"}:
-                events.append(torch.cuda.Event())
-                events[-1].record(torch.cuda.current_stream(device))
-            job = [
-                host[0] if isinstance(x, torch.Tensor) else host,
-                OrderedDict((k, np.array(v, copy=True)) for k, v in coords.items()),
-                array_name if isinstance(array_name, str) else list(array_name),
-                events,
-            ]
-            del host
-            if self._background is None:
-                self._background = _Background(self.io, self._parallel, self.workers)
-            self._seq += 1
-            self._steps.append(self._background.submit(self._seq, job))
+            host = [self._to_host(t) for t in tensors]
+            ready = []  # recorded after the copies: the writer waits for them
+            for device in {t.device for t in tensors if t.device.type == "cuda"}:
+                ready.append(torch.cuda.Event())
+                ready[-1].record(torch.cuda.current_stream(device))
+            copied = OrderedDict((k, np.array(v, copy=True)) for k, v in coords.items())
+            writer = self._writer or self._start()
+            self._step += 1
+            self._steps.append(
+                writer.submit(
+                    self._step,
+                    host[0] if isinstance(x, torch.Tensor) else host,
+                    copied,
+                    array_name if isinstance(array_name, str) else names,
+                    ready,
+                )
+            )
 
     def flush(self) -> None:
         """Wait until every queued write is stored; the threads stop until the next.
@@ -291,10 +229,12 @@ class OverlappedIO:
         """
         with self._lock:
             self._retire(len(self._steps))
-            background, self._background = self._background, None
-            if background is not None:
-                background.close()
-                self._error = self._error or background.error
+            writer, self._writer = self._writer, None
+            if writer is not None:
+                assert self._finalizer is not None
+                self._finalizer.detach()
+                _live.discard(self)
+                writer.close()
             dropped = self._counts["skipped"] - self._counts["reported"]
             if dropped:
                 logger.error(
@@ -314,9 +254,7 @@ class OverlappedIO:
             try:
                 self.flush()
             finally:
-                close = getattr(self.io, "close", None)
-                if callable(close):
-                    close()
+                _close_backend(self.io)
 
     def __enter__(self) -> OverlappedIO:
         return self
@@ -329,62 +267,49 @@ class OverlappedIO:
     ) -> None:
         if exc_type is None:
             self.close()
-        else:
-            self._close_logged()  # the caller's exception, not a writer error, goes on
-
-    def __getattr__(self, name: str) -> Any:
-        # Reading the backend (``io.root``) sees every write issued so far; an
-        # attribute the backend lacks fails at once, without waiting.
-        io = self.__dict__.get("io")
-        if name.startswith("_") or io is None:
-            raise AttributeError(name)
-        inspect.getattr_static(io, name)
-        self.flush()
-        return getattr(io, name)
-
-    def __getitem__(self, key: Any) -> Any:
-        self.flush()
-        return self.io[key]
-
-    def __del__(self) -> None:
-        # Through __dict__: __init__ may have raised before setting these.
-        if self.__dict__.get("_closed", True) or not self.__dict__.get("_background"):
             return
-        self._warn_unclosed("")
-        if threading.current_thread().name.startswith(_PREFIX):
-            # Collected on one of the threads, which cannot wait for itself.
-            threading.Thread(target=self._close_logged, name=f"{_PREFIX} close").start()
-        else:
-            self._close_logged()
-
-    def _at_exit(self) -> None:
-        if self._closed or self._background is None:
-            return
-        self._warn_unclosed(" before exit")
-        try:
-            self.flush()
-        except Exception as err:  # nobody left to raise it in
-            logger.error(f"OverlappedIO: a pending write failed: {err!r}")
-
-    def _close_logged(self) -> None:
         try:
             self.close()
-        except Exception as err:  # no caller to raise it in
+        except Exception as err:  # the caller's exception, not a writer error, goes on
             logger.error(f"OverlappedIO: a pending write failed: {err!r}")
 
-    def _warn_unclosed(self, when: str) -> None:
-        pending = sum(not _finished(step) for step in self._steps)
-        if pending:  # nothing pending is nothing lost: workflows flush it
-            logger.warning(
-                f"OverlappedIO around {type(self.io).__name__} was not closed{when}; "
-                f"flushing its {pending} pending write(s). Call close() or use it "
-                "in a with block."
-            )
+    def _start(self) -> Writer:
+        """The writer, with its threads, for the writes until the next flush."""
+        if self._parallel is not None:
+            writer: Writer = self._parallel(self.io, self.workers)
+        else:
+            writer = SerialWriter(self.io)
+        self._writer = writer
+        # The finalizer holds what it waits for, never this wrapper, so that an
+        # unclosed one is collected while its writes are pending.
+        self._finalizer = weakref.finalize(
+            self, _abandoned, self.io, writer, self._steps
+        )
+        _live.add(self)
+        return writer
 
     def _retire(self, n: int) -> None:
         """Wait for the ``n`` oldest steps and count how they ended."""
         for _ in range(n):
-            self._counts[_status(self._steps.popleft())] += 1
+            futures = self._steps.popleft()
+            wait(futures)
+            errors = [f.exception() for f in futures if f.exception() is not None]
+            for error in errors:
+                if self._error is None:
+                    self._error = error
+                    logger.debug(
+                        f"OverlappedIO: write failed in the background: {error!r}"
+                    )
+                else:
+                    logger.error(
+                        f"OverlappedIO: another background write failed: {error!r}"
+                    )
+            if errors:
+                self._counts["failed"] += 1
+            elif all(f.result() for f in futures):
+                self._counts["written"] += 1
+            else:
+                self._counts["skipped"] += 1
 
     def _to_host(self, t: torch.Tensor) -> torch.Tensor:
         t = t.detach()
@@ -395,8 +320,6 @@ class OverlappedIO:
         return out.copy_(t, non_blocking=self.pin_memory)
 
     def _raise_once(self) -> None:
-        if self._error is None and self._background is not None:
-            self._error = self._background.error
         if self._error is not None and not self._delivered:
             self._delivered = True
             raise self._error
@@ -414,6 +337,32 @@ class OverlappedIO:
             f"OverlappedIO: the writer stopped after an earlier write error "
             f"({self._error!r}); create a new one to write again."
         ) from self._error
+
+
+def _abandoned(io: IOBackend, writer: Writer, steps: deque[list[Future[bool]]]) -> None:
+    """Finish an OverlappedIO collected, or left at exit, with writes pending: wait
+    for them, log what failed (nobody is left to raise it to), close the backend."""
+    pending = sum(not all(f.done() for f in step) for step in steps)
+    if pending:  # nothing pending is nothing lost: workflows flush it
+        logger.warning(
+            f"OverlappedIO around {type(io).__name__} was not closed"
+            f"{' before exit' * _exiting}; flushing its {pending} pending write(s). "
+            "Call close() or use it in a with block."
+        )
+
+    def report_and_close() -> None:
+        for error in {f.exception() for step in steps for f in step} - {None}:
+            logger.error(f"OverlappedIO: a pending write failed: {error!r}")
+        _close_backend(io)
+
+    # On one of the writer's own threads this returns at once: the rest is done there.
+    writer.close(then=report_and_close)
+
+
+def _close_backend(io: IOBackend) -> None:
+    close = getattr(io, "close", None)
+    if callable(close):
+        close()
 
 
 def _listed(x: torch.Tensor | list[torch.Tensor]) -> list[torch.Tensor]:
@@ -451,20 +400,17 @@ def drain(ios: Sequence[Any], failed: bool) -> None:
                 logger.error(f"OverlappedIO: a pending write also failed: {err!r}")
 
 
-def _before_thread_pools_stop(hook: Callable[[], None]) -> None:
-    """Run ``hook`` at interpreter exit before Python's thread pools refuse work.
-
-    ``atexit`` hooks run after ``concurrent.futures`` (so asyncio's default executors,
-    which Zarr stores through) shut down. Those pools register through
-    ``threading._register_atexit``, whose hooks run in reverse order: one registered
-    after importing ``concurrent.futures`` runs first. ``atexit`` where it is missing.
-    """
-    getattr(threading, "_register_atexit", atexit.register)(hook)
-
-
-def _flush_all_at_exit() -> None:
+def _finish_all_at_exit() -> None:
+    global _exiting
+    _exiting = True
     for io in list(_live):
-        io._at_exit()
+        if io._finalizer is not None:
+            io._finalizer()
 
 
-_before_thread_pools_stop(_flush_all_at_exit)
+# ``atexit`` hooks (and weakref.finalize's) run after ``concurrent.futures`` stops
+# taking work, and with it asyncio's default executors, which Zarr stores through.
+# Those pools register through ``threading._register_atexit``, whose hooks run in
+# reverse order: this one, registered after importing them (writers did), runs first.
+# Where it is missing, the finalizers still run at exit, through ``atexit``.
+getattr(threading, "_register_atexit", atexit.register)(_finish_all_at_exit)

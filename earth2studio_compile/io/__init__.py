@@ -1,0 +1,27 @@
+"""Output writing that overlaps the next step's compute.
+
+- :mod:`~earth2studio_compile.io.overlap`: :class:`OverlappedIO`, the wrapper around
+  any Earth2Studio IO backend, and :func:`drain`, which the workflows call on return.
+- :mod:`~earth2studio_compile.io.writers`: the :class:`Writer` protocol and the
+  writers that store each step (one thread for any backend; per-array lanes for
+  ``KVBackend`` and ``ZarrBackend``).
+"""
+
+from earth2studio_compile.io.overlap import OverlappedIO, drain
+from earth2studio_compile.io.writers import (
+    KVWriter,
+    SerialWriter,
+    Writer,
+    ZarrWriter,
+    parallel_writer,
+)
+
+__all__ = [
+    "KVWriter",
+    "OverlappedIO",
+    "SerialWriter",
+    "Writer",
+    "ZarrWriter",
+    "drain",
+    "parallel_writer",
+]
