@@ -60,6 +60,17 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
+def as_new_process() -> None:
+    """What a new process would find in this one: no compiled code kept
+    (:mod:`earth2studio_compile.resident`) and empty Dynamo caches."""
+    import torch._dynamo
+
+    from earth2studio_compile import resident
+
+    resident.release()
+    torch._dynamo.reset()
+
+
 @pytest.fixture
 def logs():
     """Loguru records emitted during the test."""

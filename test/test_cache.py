@@ -23,7 +23,7 @@ from pathlib import Path
 import earth2studio.run as upstream
 import pytest
 import torch
-from conftest import messages, run_workflow
+from conftest import as_new_process, messages, run_workflow
 
 from earth2studio_compile import CompileSession, cache
 from earth2studio_compile.metrics import rel_l2
@@ -94,7 +94,7 @@ def test_bundle_saved_then_loaded(bundles):
     out, region = _toy_rollout(model)
     assert region.status == "compiled" and region.artifact == "saved"
     assert len(list(bundles.glob("*.tar"))) == 1
-    torch._dynamo.reset()
+    as_new_process()
     out2, region2 = _toy_rollout(model)
     assert region2.artifact == "loaded" and region2.cache == "warm"
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
@@ -104,11 +104,11 @@ def test_bundle_saved_then_loaded(bundles):
 def test_corrupt_bundle_is_ignored_with_one_warning(bundles, logs):
     model = zoo.build("toy")
     expected, _ = _toy_rollout(model, {"cache": False})
-    torch._dynamo.reset()
+    as_new_process()
     _toy_rollout(model)
     (path,) = bundles.glob("*.tar")
     path.write_bytes(b"not a tar file" * 100)
-    torch._dynamo.reset()
+    as_new_process()
     out, region = _toy_rollout(model)
     assert region.status == "compiled"
     assert region.artifact.startswith("ignored: ") and region.artifact.endswith(
@@ -123,7 +123,7 @@ def test_bundle_made_for_another_version_is_not_used(bundles, logs, monkeypatch)
     model = zoo.build("toy")
     _toy_rollout(model)
     (saved,) = bundles.glob("*.tar")
-    torch._dynamo.reset()
+    as_new_process()
     real = cache._versions
     monkeypatch.setattr(cache, "_versions", lambda: {**real(), "torch": "9.9.9"})
     _, region = _toy_rollout(model)
@@ -133,7 +133,7 @@ def test_bundle_made_for_another_version_is_not_used(bundles, logs, monkeypatch)
     (other,) = set(bundles.glob("*.tar")) - {saved}
     # A bundle copied under the wrong name is caught by its own metadata.
     other.write_bytes(saved.read_bytes())
-    torch._dynamo.reset()
+    as_new_process()
     _, region = _toy_rollout(model)
     assert region.artifact.startswith("ignored: ValueError: made for a different torch")
     assert any("made for a different torch" in m for m in messages(logs, "WARNING"))
@@ -147,9 +147,9 @@ def saved_bundle(tmp_path_factory) -> Path:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(cache.ENV, str(tmp / "root"))
         mp.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp / "local"))
-        torch._dynamo.reset()
+        as_new_process()
         _, region = _toy_rollout(zoo.build("toy"))
-        torch._dynamo.reset()
+        as_new_process()
     assert region.artifact == "saved"
     (path,) = (tmp / "root" / "artifacts").glob("*.tar")
     with tarfile.open(path) as tar:
@@ -454,7 +454,7 @@ def test_warm_start_does_not_start_compile_workers(bundles, monkeypatch):
     monkeypatch.setattr(async_compile, "get_compile_threads", spy)
     model = zoo.build("toy")
     _, cold = _toy_rollout(model)
-    torch._dynamo.reset()
+    as_new_process()
     seen.clear()
     _, warm = _toy_rollout(model)
     assert (cold.artifact, warm.artifact) == ("saved", "loaded")
@@ -482,7 +482,7 @@ def test_a_root_that_cannot_be_a_directory_compiles_without_the_cache(
         assert region.status == "compiled", region.reason
         assert region.artifact is None
         torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
-        torch._dynamo.reset()
+        as_new_process()
     (warning,) = messages(logs, "WARNING")
     assert str(root) in warning and "compile cache is off" in warning
     assert f"{cache.ENV} to a writable directory" in warning
