@@ -609,3 +609,44 @@ def test_workflow_mode_runs_small_fcn_on_cpu(tmp_path, capsys):
     # 3 lead times x 26 variables x 16 x 32 float32
     assert floor["store_bytes_expected"] == 4 * 3 * 26 * 16 * 32
     assert "Whole call" in capsys.readouterr().out
+
+
+def test_workflow_calls_of_an_ensemble_and_overlapped_writes(tmp_path, monkeypatch):
+    """The child's calls in this process: upstream's ensemble eager then ours
+    compiled (a padded last batch) into AsyncZarrBackend, the floors of a batched
+    ensemble, and a compiled deterministic call writing through OverlappedIO."""
+    from earth2studio_compile.tools.bench import calls
+
+    monkeypatch.delenv("EARTH2STUDIO_COMPILE_PRECISION", raising=False)
+    base = {"model": "fcn", "size": "small", "device": "cpu", "precision": "tf32"}
+    ens = base | {"workflow": "ensemble", "steps": 2, "members": 3, "batch_size": 2}
+    spec = ens | {"io": "async-zarr", "kind": "second", "repeats": 1}
+    eager, compiled = calls.run(spec, tmp_path / "out.json", tmp_path)
+    assert [(r["run"], r["call"]) for r in (eager, compiled)] == [
+        ("eager", 1),
+        ("compiled", 1),
+    ]
+    # 3 members x 3 lead times x 26 variables x 16 x 32 float32, in both stores
+    expected = calls.store_bytes(spec, _small_fcn())
+    assert expected == 4 * 3 * 3 * 26 * 16 * 32
+    assert eager["store_bytes"] == compiled["store_bytes"] > expected // 2
+    assert compiled["wall_s"] >= compiled["returned_s"] > 0
+    assert "padded batch" in compiled["report"]["summary"]  # the last batch: 1 of 2
+    assert json.loads((tmp_path / "out.json").read_text())["rows"][1]["call"] == 1
+    (floor,) = calls.run(
+        ens | {"io": None, "kind": "floor"}, tmp_path / "f.json", tmp_path
+    )
+    assert floor["model_steps"] == 4  # 2 steps x 2 batches
+    assert floor["eager_step_ms"] > 0 and floor["compiled_step_ms"] > 0
+    assert floor["floor_s"] == floor["compute_floor_s"] + floor["io_floor_s"] > 0
+    det = base | {"workflow": "deterministic", "steps": 2, "members": 1}
+    det |= {"batch_size": 1, "io": "overlapped", "kind": "fresh", "run": "compiled"}
+    (row,) = calls.run(det, tmp_path / "d.json", tmp_path)
+    assert row["store_bytes"] > 0 and row["wall_s"] >= row["returned_s"] > 0
+    assert {x["status"] for x in row["report"]["regions"]} == {"compiled"}
+
+
+def _small_fcn():
+    from earth2studio_compile.tools import zoo
+
+    return zoo.build("fcn", size="small")

@@ -196,7 +196,8 @@ def floor(spec: dict[str, Any], model: Any, device: Any, tmp: Path) -> dict[str,
     if spec["workflow"] == "ensemble":
         x = x.unsqueeze(0).repeat(batch, *([1] * x.dim()))
         coords = OrderedDict([("ensemble", np.arange(batch)), *coords.items()])
-    steps = max(spec["steps"], 3)
+    # Enough steps for medians over whole model calls (DLWP: two steps per call).
+    steps = max(spec["steps"], 8)
     scoped = spec["precision"] if spec["precision"] == "bf16" else None
     with eager_precision(model, scoped):
         time_rollout(model, x, coords, 2)  # one-time costs (kernel selection)
