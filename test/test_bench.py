@@ -477,16 +477,16 @@ def test_workflow_plan_pairs_and_shares_caches():
     per_io.append(("second", "both"))
     expected = []
     for job in ("fcn", "dlwp-ens"):
-        for io in ("zarr-disk", "overlapped"):
-            expected += [(job, io, way, run) for way, run in per_io]
-        expected.append((job, None, "floor", "floor"))
+        expected += [(job, "zarr-disk", way, run) for way, run in per_io]
+        expected.append((job, None, "floor", "floor"))  # early: before a deadline
+        expected += [(job, "overlapped", way, run) for way, run in per_io]
     assert kinds == expected
     fcn, dlwp = specs[0], specs[9]
     assert (fcn["steps"], fcn["workflow"]) == (40, "deterministic")
     assert (dlwp["steps"], dlwp["members"], dlwp["batch_size"]) == (20, 16, 8)
     # eager runs in empty caches of its own; cold, warm and second share theirs
     assert fcn["cache"] is None
-    assert {s["cache"] for s in specs[1:4]} == {"fcn-tf32-zarr-disk"}
+    assert {s["cache"] for s in specs[1:5]} == {"fcn-tf32-zarr-disk"}  # floor too
     assert specs[8]["cache"] == "fcn-tf32-overlapped"
     small = workflow.parse(["--device", "cpu", "--jobs", "ens:toy,det:toy"])
     small.members, small.batch_size = 2, 8

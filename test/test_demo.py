@@ -244,7 +244,7 @@ def test_whole_call_lines_show_the_compiling_first_call():
     from earth2studio_compile.tools.demo import Row, whole_call_lines
 
     report = {"regions": [{"status": "compiled"}]}
-    eager = Row(False, None, call_seconds=[0.08, 0.08, 0.09])
+    eager = Row(False, None, call_seconds=[0.08, 0.08, 0.08])
     compiled = Row(True, None, report=report, call_seconds=[23.0, 0.06, 0.06])
     lines = whole_call_lines([eager, compiled], 20)
     assert lines[0].startswith("  Whole rollout of 20 steps")

@@ -85,11 +85,20 @@ def store_bytes(spec: dict[str, Any], model: Any) -> int:
     return 4 * members * (spec["steps"] + 1) * grid
 
 
-def _tree_bytes(io: Any) -> int | None:
+def _store_bytes_then_remove(io: Any) -> int | None:
+    """Bytes of the store on disk; then the store is deleted, so that the calls of a
+    second-call child do not fill the disk (DLWP's 16 x 20 store is ~10 GB)."""
+    import shutil
+
     from earth2studio_compile.tools.bench import ensemble
 
-    inner = getattr(io, "io", io)  # OverlappedIO's backend
-    return ensemble._tree_bytes(ensemble._store_path(inner))
+    path = ensemble._store_path(getattr(io, "io", io))  # OverlappedIO's backend
+    size = ensemble._tree_bytes(path)
+    if path is not None and path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    elif path is not None:
+        path.unlink(missing_ok=True)
+    return size
 
 
 def _report(compiled: bool) -> dict[str, Any] | None:
@@ -164,7 +173,7 @@ def call(
         "run": "compiled" if compiled else "eager",
         "wall_s": wall,
         "returned_s": marks["returned"] - start,
-        "store_bytes": _tree_bytes(io),
+        "store_bytes": _store_bytes_then_remove(io),
         "report": _report(compiled),
     }
 
@@ -223,6 +232,8 @@ def floor(spec: dict[str, Any], model: Any, device: Any, tmp: Path) -> dict[str,
         np.save(tmp / f"floor-{i}.npy", step.cpu().numpy())
     synchronize(device)
     out["io_floor_s"] = time.perf_counter() - start
+    for i in range(writes):
+        (tmp / f"floor-{i}.npy").unlink()
     out["floor_s"] = out["compute_floor_s"] + out["io_floor_s"]
     return out
 
@@ -249,8 +260,10 @@ def run(spec: dict[str, Any], out: Path, tmp: Path) -> list[dict[str, Any]]:
     logger.add(sys.stderr, level="WARNING")
     rows: list[dict[str, Any]] = []
 
-    def save() -> None:
-        out.write_text(json.dumps({**head, "rows": rows}))
+    def save() -> None:  # whole or not at all: the parent may read it any time
+        part = out.with_suffix(".part")
+        part.write_text(json.dumps({**head, "rows": rows}))
+        part.replace(out)
 
     start = time.perf_counter()
     set_precision(spec["precision"])
