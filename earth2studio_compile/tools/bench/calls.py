@@ -60,7 +60,7 @@ def make_call_io(spec: dict[str, Any], model: Any, tmp: Path) -> Any:
     ``AsyncZarrBackend(blocking=False)``, ``overlapped`` ``OverlappedIO`` around a
     ``ZarrBackend`` on a path with its default writers.
     """
-    from earth2studio_compile.overlap import OverlappedIO
+    from earth2studio_compile import OverlappedIO  # where it lives moves; this stays
     from earth2studio_compile.tools.bench.ensemble import make_ensemble_io
 
     name = spec["io"]
