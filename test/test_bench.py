@@ -6,6 +6,7 @@ tests keep the arithmetic and the error messages honest without timing anything.
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 
@@ -442,3 +443,210 @@ def test_an_aot_row_builds_first_and_says_when_the_artifact_was_not_used(
     }
     bench._say_which_path(fell)
     assert fell["cache"] == "aot-declined" and fell["aot_declined"] == [reason]
+
+
+# -- workflow mode --------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--ways", "warm"], "--ways warm reuses the cold row's caches; add cold"),
+        (["--ways", "hot"], "--ways: unknown 'hot'"),
+        (["--io", "zarr"], "--io: unknown 'zarr'"),
+        (["--io", ","], "--io is empty"),
+        (["--jobs", "gfs"], "--jobs: unknown 'gfs'; use fcn, dlwp-ens, det:MODEL"),
+        (["--precision", "fp16"], "--precision: unknown 'fp16'"),
+        (["--steps", "0"], "--steps must be >= 1, not 0"),
+        (["--device", "tpu"], "--device must be cuda or cpu"),
+    ],
+)
+def test_workflow_bad_arguments_name_the_fix(argv, message, capsys):
+    from earth2studio_compile.tools.bench import workflow
+
+    with pytest.raises(SystemExit):
+        workflow.parse(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_workflow_plan_pairs_and_shares_caches():
+    from earth2studio_compile.tools.bench import workflow
+
+    args = workflow.parse(["--device", "cpu", "--io", "zarr-disk,overlapped"])
+    specs = workflow.plan(args)
+    kinds = [(s["job"], s["io"], s["way"], s["run"]) for s in specs]
+    per_io = [("fresh", "eager"), ("cold", "compiled"), ("warm", "compiled")]
+    per_io.append(("second", "both"))
+    expected = []
+    for job in ("fcn", "dlwp-ens"):
+        expected += [(job, "zarr-disk", way, run) for way, run in per_io]
+        expected.append((job, None, "floor", "floor"))  # early: before a deadline
+        expected += [(job, "overlapped", way, run) for way, run in per_io]
+    assert kinds == expected
+    fcn, dlwp = specs[0], specs[9]
+    assert (fcn["steps"], fcn["workflow"]) == (40, "deterministic")
+    assert (dlwp["steps"], dlwp["members"], dlwp["batch_size"]) == (20, 16, 8)
+    # eager runs in empty caches of its own; cold, warm and second share theirs
+    assert fcn["cache"] is None
+    assert {s["cache"] for s in specs[1:5]} == {"fcn-tf32-zarr-disk"}  # floor too
+    assert specs[8]["cache"] == "fcn-tf32-overlapped"
+    small = workflow.parse(["--device", "cpu", "--jobs", "ens:toy,det:toy"])
+    small.members, small.batch_size = 2, 8
+    job = workflow._job(argparse.ArgumentParser(), "ens:toy", small)
+    assert (job["model"], job["members"], job["batch_size"]) == ("toy", 2, 2)
+
+
+# A child that imports nothing heavy: a fresh row returns at once, the second-call
+# child finishes three calls and then hangs until the parent's timeout kills it.
+# Each row notes how many rows the parent's JSON held when the child started.
+_FAKE_CHILD = r"""
+import json, os, sys, time
+spec, out = json.loads(sys.argv[1]), sys.argv[2]
+path = os.environ["FAKE_PARENT_JSON"]
+seen = len(json.load(open(path))["rows"]) if os.path.exists(path) else 0
+head = {"import_s": time.time() - spec["launched"], "setup_s": 0.01}
+rows = []
+def save():
+    with open(out + ".tmp", "w") as f:
+        json.dump({**head, "rows": rows}, f)
+    os.replace(out + ".tmp", out)
+if spec["kind"] == "floor":
+    rows.append({"run": "floor", "floor_s": 0.5, "eager_step_ms": 20.0,
+                 "compiled_step_ms": 10.0, "model_steps": 2, "compute_floor_s": 0.02,
+                 "io_floor_s": 0.48, "store_bytes_expected": 1000, "seen": seen})
+elif spec["kind"] == "fresh":
+    wall = 2.0 if spec["run"] == "eager" else 1.0
+    rows.append({"run": spec["run"], "wall_s": wall, "seen": seen})
+else:
+    for call in (1, 2):
+        for run in ("eager", "compiled"):
+            if call == 2 and run == "compiled":
+                time.sleep(600)
+            rows.append({"run": run, "call": call, "wall_s": 1.0 + call, "seen": seen})
+            save()
+save()
+"""
+
+
+def test_workflow_keeps_what_finished_when_a_child_is_killed(
+    monkeypatch, tmp_path, capsys
+):
+    from earth2studio_compile.tools.bench import workflow
+
+    out = tmp_path / "wf.json"
+    monkeypatch.setattr(workflow, "CHILD", ("-c", _FAKE_CHILD))
+    monkeypatch.setenv("FAKE_PARENT_JSON", str(out))
+    argv = ["--jobs", "fcn", "--device", "cpu", "--io", "zarr-disk", "--steps", "2"]
+    argv += ["--ways", "cold,second", "--repeats", "2", "--timeout", "4"]
+    assert workflow.main([*argv, "--json", str(out)]) == 1  # the killed child
+    payload = json.loads(out.read_text())
+    rows = payload["rows"]
+    assert [(r["way"], r["run"], r.get("call")) for r in rows] == [
+        ("fresh", "eager", None),
+        ("cold", "compiled", None),
+        ("second", "eager", 1),
+        ("second", "compiled", 1),
+        ("second", "eager", 2),
+        ("second", "both", None),  # what was left when it was killed
+        ("floor", "floor", None),
+    ]
+    assert rows[5]["error"] == "timed out after 4 s" and rows[5]["process_s"] >= 4
+    # The JSON held every earlier row when each child started, the killed child's
+    # three finished calls included.
+    assert [r["seen"] for r in rows if "seen" in r] == [0, 1, 2, 2, 2, 6]
+    # Pairs: compiled with the eager fresh process, call 1 with eager call 1.
+    assert (rows[1]["pair"], rows[1]["vs_eager"]) == (0, 2.0)
+    assert (rows[3]["pair"], rows[3]["eager_wall_s"]) == (2, 2.0)
+    assert "pair" not in rows[4] and "pair" not in rows[0]
+    assert rows[0]["wall_over_floor"] == pytest.approx(4.0)  # 2 s over 0.5 s
+    assert rows[1]["cache"] == "cold" and rows[0]["cache"] is None
+    assert all(r["process_s"] >= r["import_s"] > 0 for r in rows[:2])
+    assert payload["meta"]["command"].endswith("--json " + str(out))
+    text = capsys.readouterr().out
+    whole, per_step = text.split("Per step")
+    assert "timed out after 4 s" in whole and "2.00" in whole
+    assert "20.00" in per_step and "10.00" in per_step  # ms/step, eager and compiled
+
+
+def test_workflow_deadline_starts_nothing(monkeypatch, tmp_path, capsys):
+    from earth2studio_compile.tools.bench import workflow
+
+    monkeypatch.setattr(workflow, "CHILD", ("-c", "raise SystemExit(3)"))
+    out = tmp_path / "wf.json"
+    argv = ["--jobs", "fcn", "--device", "cpu", "--io", "async-zarr", "--deadline"]
+    assert workflow.main([*argv, "0", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 5 and all(r["skipped"] == "skipped: deadline" for r in rows)
+    assert "skipped: deadline" in capsys.readouterr().out
+
+
+def test_workflow_mode_runs_small_fcn_on_cpu(tmp_path, capsys):
+    """The CLI end to end on CPU: an eager and a cold compiled fresh process and the
+    floors, each a real child; every figure present, positive and consistent."""
+    out = tmp_path / "wf.json"
+    argv = ["workflow", "--jobs", "fcn", "--size", "small", "--device", "cpu"]
+    argv += ["--steps", "2", "--io", "zarr-disk", "--ways", "cold"]
+    assert cli.main([*argv, "--json", str(out), "--workdir", str(tmp_path)]) == 0
+    payload = json.loads(out.read_text())
+    meta = payload["meta"]
+    assert meta["environment"]["torch"] and meta["environment"]["earth2studio"]
+    assert meta["environment"]["python"] and meta["environment"]["date"]
+    assert meta["precision"] == ["tf32"] and meta["device_name"]
+    eager, compiled, floor = payload["rows"]
+    for r in (eager, compiled):
+        assert "error" not in r, r.get("error")
+        assert r["process_s"] >= r["import_s"] + r["setup_s"] + r["wall_s"]
+        assert r["wall_s"] >= r["returned_s"] > 0 and r["setup_s"] > 0
+        assert r["store_bytes"] > 0
+        assert r["wall_over_floor"] == pytest.approx(r["wall_s"] / floor["floor_s"])
+    assert compiled["pair"] == 0 and compiled["cache"] == "cold"
+    assert compiled["vs_eager"] == pytest.approx(eager["wall_s"] / compiled["wall_s"])
+    assert {x["status"] for x in compiled["report"]["regions"]} == {"compiled"}
+    assert eager["report"] is None
+    assert floor["compute_floor_s"] == pytest.approx(
+        floor["model_steps"] * floor["compiled_step_ms"] / 1e3
+    )
+    assert floor["model_steps"] == 2 and floor["io_floor_s"] > 0
+    assert floor["floor_s"] == floor["compute_floor_s"] + floor["io_floor_s"]
+    # 3 lead times x 26 variables x 16 x 32 float32
+    assert floor["store_bytes_expected"] == 4 * 3 * 26 * 16 * 32
+    assert "Whole call" in capsys.readouterr().out
+
+
+def test_workflow_calls_of_an_ensemble_and_overlapped_writes(tmp_path, monkeypatch):
+    """The child's calls in this process: upstream's ensemble eager then ours
+    compiled (a padded last batch) into AsyncZarrBackend, the floors of a batched
+    ensemble, and a compiled deterministic call writing through OverlappedIO."""
+    from earth2studio_compile.tools.bench import calls
+
+    monkeypatch.delenv("EARTH2STUDIO_COMPILE_PRECISION", raising=False)
+    base = {"model": "fcn", "size": "small", "device": "cpu", "precision": "tf32"}
+    ens = base | {"workflow": "ensemble", "steps": 2, "members": 3, "batch_size": 2}
+    spec = ens | {"io": "async-zarr", "kind": "second", "repeats": 1}
+    eager, compiled = calls.run(spec, tmp_path / "out.json", tmp_path)
+    assert [(r["run"], r["call"]) for r in (eager, compiled)] == [
+        ("eager", 1),
+        ("compiled", 1),
+    ]
+    # 3 members x 3 lead times x 26 variables x 16 x 32 float32, in both stores
+    expected = calls.store_bytes(spec, _small_fcn())
+    assert expected == 4 * 3 * 3 * 26 * 16 * 32
+    assert eager["store_bytes"] == compiled["store_bytes"] > expected // 2
+    assert compiled["wall_s"] >= compiled["returned_s"] > 0
+    assert "padded batch" in compiled["report"]["summary"]  # the last batch: 1 of 2
+    assert json.loads((tmp_path / "out.json").read_text())["rows"][1]["call"] == 1
+    (floor,) = calls.run(
+        ens | {"io": None, "kind": "floor"}, tmp_path / "f.json", tmp_path
+    )
+    assert floor["model_steps"] == 4  # 2 steps x 2 batches
+    assert floor["eager_step_ms"] > 0 and floor["compiled_step_ms"] > 0
+    assert floor["floor_s"] == floor["compute_floor_s"] + floor["io_floor_s"] > 0
+    det = base | {"workflow": "deterministic", "steps": 2, "members": 1}
+    det |= {"batch_size": 1, "io": "overlapped", "kind": "fresh", "run": "compiled"}
+    (row,) = calls.run(det, tmp_path / "d.json", tmp_path)
+    assert row["store_bytes"] > 0 and row["wall_s"] >= row["returned_s"] > 0
+    assert {x["status"] for x in row["report"]["regions"]} == {"compiled"}
+
+
+def _small_fcn():
+    from earth2studio_compile.tools import zoo
+
+    return zoo.build("fcn", size="small")

@@ -17,12 +17,16 @@ writers, and compiled in TF32::
 
     python -m earth2studio_compile.tools.bench --models fcn --skip-rollouts \\
         --io zarr-disk --e2e-steps 20 --writers auto --precision tf32
+
+Whole workflow calls as a user makes them, fresh processes and second calls (see
+:mod:`.workflow` and ``python -m earth2studio_compile.tools.bench workflow --help``)::
+
+    python -m earth2studio_compile.tools.bench workflow --json workflow.json
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import platform
@@ -34,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from earth2studio_compile.tools.bench.e2e import IO_BACKENDS, e2e_table
+from earth2studio_compile.tools.bench.env import environment
 from earth2studio_compile.tools.bench.measure import AUTO, EAGER
 from earth2studio_compile.tools.bench.text import format_table, model_label
 
@@ -227,43 +232,6 @@ def _parse_ensemble(
             p.error(f"--ensemble writes to {', '.join(IO_CHOICES)}, not {backend!r}")
     args.model_list = [m for m in args.models.split(",") if m]
     return args
-
-
-def environment(device: str) -> dict[str, Any]:
-    """Hardware and versions, for the JSON and the docs."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    import torch
-
-    env: dict[str, Any] = {
-        "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
-        "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
-            timespec="seconds"
-        ),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-    }
-    for pkg in ("triton", "earth2studio", "nvidia-physicsnemo", "torch-harmonics"):
-        try:
-            env[pkg] = version(pkg)
-        except PackageNotFoundError:
-            env[pkg] = None
-    if device == "cuda":
-        env["gpu"] = torch.cuda.get_device_name(0)
-        try:
-            env["driver"] = subprocess.run(
-                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-            ).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            env["driver"] = None
-    return env
 
 
 def _run_one(spec: dict[str, Any], timeout: int, workdir: Path) -> dict[str, Any]:
@@ -542,6 +510,11 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``earth2studio-compile-bench``."""
     from tqdm import tqdm
 
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["workflow"]:  # whole workflow calls: its own mode and options
+        from earth2studio_compile.tools.bench.workflow import main as workflow
+
+        return workflow(argv[1:])
     args = _parse(argv)
     if args.render:
         return render(args.render, args.plot)

@@ -1,0 +1,298 @@
+"""One child process of the workflow mode (:mod:`.workflow`): whole calls, timed.
+
+Run as ``python -m earth2studio_compile.tools.bench.calls SPEC_JSON OUT_JSON``. The
+parent starts it with the compile caches of the row in its environment and reads
+``OUT_JSON``, which is rewritten after every call, so a child killed by its timeout
+leaves the calls it finished. A ``kind`` of
+
+``fresh``
+    one call, eager (upstream's workflow) or compiled (``compile=True``): a fresh
+    process, its caches empty (cold) or left by an earlier cold row (warm);
+``second``
+    ``repeats`` rounds of an eager call then a compiled call, in this process: call 1
+    of ``compile=True`` compiles or loads, the later ones find the compiled core kept
+    (:mod:`earth2studio_compile.resident`);
+``floor``
+    the floors a call is measured against: per-step medians of the eager and compiled
+    model (``N x`` the compiled step) and the store's bytes written with
+    ``numpy.save`` after a device-to-host copy and a device synchronization.
+
+Each call is timed from just before calling the workflow until the store is written
+(the IO closed, :func:`.runs.finish`) and the device is idle. The data source and the
+perturbation are made before the clock starts; the model is built before too
+(``setup_s``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import sys
+import tempfile
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+#: Workflows of a job, and the IO backends of a row.
+WORKFLOWS = ("deterministic", "ensemble")
+IOS = ("zarr-disk", "async-zarr", "overlapped")
+#: Precisions of the mode: ``tf32`` and ``fp32`` are PyTorch's global switches for
+#: every row, eager and compiled; ``bf16`` also scopes bf16 autocast to the cores.
+PRECISIONS = ("tf32", "fp32", "bf16")
+NOISE = 0.05
+
+
+def set_precision(precision: str) -> None:
+    """PyTorch's global TF32 switches, as a user sets them for a whole script:
+    on for ``tf32`` and ``bf16`` (the cores' bf16 is scoped on top), off for fp32."""
+    import torch
+
+    on = precision != "fp32"
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = on
+
+
+def make_call_io(spec: dict[str, Any], model: Any, tmp: Path) -> Any:
+    """A fresh IO backend of the row on local disk.
+
+    ``zarr-disk`` is ``ZarrBackend`` on a path, ``async-zarr`` upstream's
+    ``AsyncZarrBackend(blocking=False)``, ``overlapped`` ``OverlappedIO`` around a
+    ``ZarrBackend`` on a path with its default writers.
+    """
+    from earth2studio_compile import OverlappedIO  # where it lives moves; this stays
+    from earth2studio_compile.tools.bench.ensemble import make_ensemble_io
+
+    name = spec["io"]
+    if name not in IOS:
+        raise ValueError(f"io={name!r} is not one of {', '.join(IOS)}")
+    base = "zarr-disk" if name == "overlapped" else name
+    if spec["workflow"] == "ensemble":
+        io = make_ensemble_io(base, tmp, model, spec["steps"], spec["members"])
+    else:
+        from earth2studio_compile.tools.bench.e2e import make_io
+
+        io = make_io(base, tmp, model, spec["steps"])
+    return OverlappedIO(io) if name == "overlapped" else io
+
+
+def store_bytes(spec: dict[str, Any], model: Any) -> int:
+    """Bytes of the row's store, float32 and uncompressed: every variable of every
+    member at every lead time, the initial state included."""
+    coords = model.input_coords()
+    members = spec["members"] if spec["workflow"] == "ensemble" else 1
+    grid = len(coords["variable"]) * len(coords["lat"]) * len(coords["lon"])
+    return 4 * members * (spec["steps"] + 1) * grid
+
+
+def _store_bytes_then_remove(io: Any) -> int | None:
+    """Bytes of the store on disk; then the store is deleted, so that the calls of a
+    second-call child do not fill the disk (DLWP's 16 x 20 store is ~10 GB)."""
+    import shutil
+
+    from earth2studio_compile.tools.bench import ensemble
+
+    path = ensemble._store_path(getattr(io, "io", io))  # OverlappedIO's backend
+    size = ensemble._tree_bytes(path)
+    if path is not None and path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    elif path is not None:
+        path.unlink(missing_ok=True)
+    return size
+
+
+def _report(compiled: bool) -> dict[str, Any] | None:
+    import earth2studio_compile.run as ours
+
+    report = ours.last_report() if compiled else None
+    if report is None:
+        return None
+    regions = [
+        {
+            "region": f"{r.model}.{r.region}",
+            "status": r.status,
+            "reused": r.reused,
+            "cache": r.cache,
+            "compile_s": r.compile_seconds,
+        }
+        for r in report.regions
+    ]
+    return {"summary": report.summary(), "regions": regions}
+
+
+def call(
+    spec: dict[str, Any], model: Any, device: Any, tmp: Path, compiled: bool
+) -> dict[str, Any]:
+    """One whole call of the job's workflow: upstream's eager, or ours compiled.
+
+    Returns
+    -------
+    dict[str, Any]
+        ``run``, ``wall_s`` (the call until the store is written and the device is
+        idle), ``returned_s`` (until the workflow returned), ``store_bytes`` (on
+        disk) and, compiled, ``report`` (its summary and regions)
+    """
+    import numpy as np
+    import torch
+
+    from earth2studio_compile.tools import zoo
+    from earth2studio_compile.tools.bench.measure import eager_precision
+    from earth2studio_compile.tools.bench.runs import TIME, finish
+
+    if compiled:
+        import earth2studio_compile.run as ours
+
+        workflow = functools.partial(getattr(ours, spec["workflow"]), compile=True)
+    else:
+        import earth2studio.run as upstream
+
+        workflow = getattr(upstream, spec["workflow"])
+    np.random.seed(0)  # the Random source draws from numpy's global generator
+    torch.manual_seed(0)
+    data = zoo.random_source(model)
+    io = make_call_io(spec, model, tmp)
+    args: list[Any] = [[str(TIME)], spec["steps"]]
+    kwargs: dict[str, Any] = {"device": device, "verbose": False}
+    if spec["workflow"] == "ensemble":
+        from earth2studio.perturbation import Gaussian
+
+        args.append(spec["members"])
+        kwargs["batch_size"] = spec["batch_size"]
+        rest = [model, data, io, Gaussian(noise_amplitude=NOISE, seed=0)]
+    else:
+        rest = [model, data, io]
+    # Eager bf16 scopes autocast to the cores as a session does; tf32 and fp32 are
+    # the global switches already set for the whole process.
+    scoped = spec["precision"] if spec["precision"] == "bf16" else None
+    marks: dict[str, float] = {}
+    with eager_precision(model, None if compiled else scoped):
+        start = marks["start"] = time.perf_counter()
+        workflow(*args, *rest, **kwargs)
+        wall = finish(io, device, marks, start)
+    return {
+        "run": "compiled" if compiled else "eager",
+        "wall_s": wall,
+        "returned_s": marks["returned"] - start,
+        "store_bytes": _store_bytes_then_remove(io),
+        "report": _report(compiled),
+    }
+
+
+def floor(spec: dict[str, Any], model: Any, device: Any, tmp: Path) -> dict[str, Any]:
+    """The floors of the job's calls.
+
+    Returns
+    -------
+    dict[str, Any]
+        ``eager_step_ms`` and ``compiled_step_ms`` (median ms per forecast step of a
+        rollout of ``batch_size`` members, the compiled one after its compile),
+        ``model_steps`` (steps the workflow takes: steps x batches),
+        ``compute_floor_s`` (``model_steps`` x the compiled step), ``io_floor_s``
+        (the store's bytes copied to the host and written with ``numpy.save``, one
+        file per step and batch, then a device synchronization), ``floor_s`` (their
+        sum), ``store_bytes_expected``, ``report``
+    """
+    import numpy as np
+    import torch
+
+    from earth2studio_compile.metrics import synchronize
+    from earth2studio_compile.tools.bench.measure import eager_precision, time_rollout
+    from earth2studio_compile.tools.bench.runs import initial_state
+
+    batch = spec["batch_size"] if spec["workflow"] == "ensemble" else 1
+    batches = math.ceil(spec["members"] / batch) if batch > 1 else 1
+    x, coords = initial_state(model, device)
+    if spec["workflow"] == "ensemble":
+        x = x.unsqueeze(0).repeat(batch, *([1] * x.dim()))
+        coords = OrderedDict([("ensemble", np.arange(batch)), *coords.items()])
+    # Enough steps for medians over whole model calls (DLWP: two steps per call).
+    steps = max(spec["steps"], 8)
+    scoped = spec["precision"] if spec["precision"] == "bf16" else None
+    with eager_precision(model, scoped):
+        time_rollout(model, x, coords, 2)  # one-time costs (kernel selection)
+        eager = time_rollout(model, x, coords, steps)
+    kwargs = {"precision": scoped, "probe": False}
+    time_rollout(model, x, coords, 2, kwargs)  # the compile
+    compiled = time_rollout(model, x, coords, steps, kwargs)
+    out: dict[str, Any] = {
+        "eager_step_ms": eager.steady_ms,
+        "compiled_step_ms": compiled.steady_ms,
+        "model_steps": spec["steps"] * batches,
+        "report": compiled.report,
+    }
+    out["compute_floor_s"] = out["model_steps"] * compiled.steady_ms / 1e3
+    total = store_bytes(spec, model)
+    out["store_bytes_expected"] = total
+    writes = (spec["steps"] + 1) * batches
+    per_write = total // writes
+    step = torch.randn(per_write // 4, device=device)
+    synchronize(device)
+    start = time.perf_counter()
+    for i in range(writes):
+        np.save(tmp / f"floor-{i}.npy", step.cpu().numpy())
+    synchronize(device)
+    out["io_floor_s"] = time.perf_counter() - start
+    for i in range(writes):
+        (tmp / f"floor-{i}.npy").unlink()
+    out["floor_s"] = out["compute_floor_s"] + out["io_floor_s"]
+    return out
+
+
+def run(spec: dict[str, Any], out: Path, tmp: Path) -> list[dict[str, Any]]:
+    """Run the child's ``kind`` (see the module docstring), writing ``out`` after
+    every call; the rows.
+
+    ``out`` also holds ``import_s``, from ``spec["launched"]`` (the parent's
+    ``time.time()`` as it started this process) until PyTorch, Earth2Studio and this
+    package are imported, and ``setup_s``, building the model on the device.
+    """
+    import earth2studio.run  # noqa: F401
+    import torch
+    from loguru import logger
+
+    import earth2studio_compile.run  # noqa: F401
+    from earth2studio_compile.tools import zoo
+
+    launched = spec.get("launched")
+    head: dict[str, Any] = {"import_s": time.time() - launched if launched else None}
+    # After the imports: Earth2Studio installs its own loguru handler on import.
+    logger.remove()
+    logger.add(sys.stderr, level="WARNING")
+    rows: list[dict[str, Any]] = []
+
+    def save() -> None:  # whole or not at all: the parent may read it any time
+        part = out.with_suffix(".part")
+        part.write_text(json.dumps({**head, "rows": rows}))
+        part.replace(out)
+
+    start = time.perf_counter()
+    set_precision(spec["precision"])
+    device = torch.device(spec["device"])
+    model = zoo.build(spec["model"], size=spec["size"]).to(device)
+    head["setup_s"] = time.perf_counter() - start
+    save()
+    if spec["kind"] == "fresh":
+        rows.append(call(spec, model, device, tmp, spec["run"] == "compiled"))
+    elif spec["kind"] == "floor":
+        rows.append({"run": "floor", **floor(spec, model, device, tmp)})
+    elif spec["kind"] == "second":
+        for repeat in range(1, spec["repeats"] + 1):
+            for compiled in (False, True):
+                rows.append(
+                    {**call(spec, model, device, tmp, compiled), "call": repeat}
+                )
+                save()
+    else:
+        raise ValueError(f"kind={spec['kind']!r}; use fresh, second or floor")
+    save()
+    return rows
+
+
+def main() -> None:
+    spec, out = json.loads(sys.argv[1]), Path(sys.argv[2])
+    with tempfile.TemporaryDirectory(dir=spec.get("workdir")) as tmp:
+        run(spec, out, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()
