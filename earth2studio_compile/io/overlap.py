@@ -35,15 +35,19 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from concurrent.futures import Future, wait
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from earth2studio.io.base import IOBackend
-from earth2studio.utils.type import CoordSystem
 from loguru import logger
 
 from earth2studio_compile.io.writers import SerialWriter, Writer, parallel_writer
+
+# Type hints only: importing Earth2Studio takes a minute on a small machine, and
+# the package is imported before it (the demo's banner comes first).
+if TYPE_CHECKING:
+    from earth2studio.io.base import IOBackend
+    from earth2studio.utils.type import CoordSystem
 
 __all__ = ["OverlappedIO", "drain"]
 

@@ -33,12 +33,16 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
-from earth2studio.io.base import IOBackend
-from earth2studio.utils.type import CoordSystem
+
+# Type hints only: importing Earth2Studio takes a minute on a small machine, and
+# the package is imported before it (the demo's banner comes first).
+if TYPE_CHECKING:
+    from earth2studio.io.base import IOBackend
+    from earth2studio.utils.type import CoordSystem
 
 __all__ = [
     "KVWriter",
