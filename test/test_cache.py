@@ -26,6 +26,7 @@ import torch
 from conftest import as_new_process, messages, run_workflow
 
 from earth2studio_compile import CompileSession, cache
+from earth2studio_compile.artifacts import bundles as store
 from earth2studio_compile.metrics import rel_l2
 from earth2studio_compile.tools import zoo
 from earth2studio_compile.tools.bench.__main__ import MEASURE
@@ -154,7 +155,7 @@ def saved_bundle(tmp_path_factory) -> Path:
     (path,) = (tmp / "root" / "artifacts").glob("*.tar")
     with tarfile.open(path) as tar:
         names = tar.getnames()
-    assert cache._MEGA in names and any(n.startswith(cache._FILES) for n in names)
+    assert store.MEGA in names and any(n.startswith(store.FILES) for n in names)
     return path
 
 
@@ -177,13 +178,13 @@ def _load_copy(
     if change is not None:
         change(path)
     with tarfile.open(bundle) as tar:
-        fields = json.loads(tar.extractfile(cache._META).read())["fields"]
+        fields = json.loads(tar.extractfile(store.META).read())["fields"]
     assert cache.artifact_key(fields) == path.stem
     local = tmp_path / "local"
     local.mkdir()
     # torch.compiler.load_cache_artifacts writes into the local cache in effect.
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(local))
-    return cache.ArtifactCache(directory, local, fields).load(), path, local
+    return store.ArtifactCache(directory, local, fields).load(), path, local
 
 
 def _damage(member: Callable[[tarfile.TarInfo], bool]) -> Callable[[Path], None]:
@@ -203,12 +204,12 @@ def _damage(member: Callable[[tarfile.TarInfo], bool]) -> Callable[[Path], None]
 
 
 def _kernel_file(m: tarfile.TarInfo) -> bool:
-    return m.name.startswith(cache._FILES) and m.name.endswith((".so", ".cpp", ".py"))
+    return m.name.startswith(store.FILES) and m.name.endswith((".so", ".cpp", ".py"))
 
 
 @pytest.mark.parametrize(
     "member",
-    [_kernel_file, lambda m: m.name == cache._MEGA],
+    [_kernel_file, lambda m: m.name == store.MEGA],
     ids=["kernel", "torch-blob"],
 )
 def test_damaged_bundle_is_ignored_before_anything_is_planted(
@@ -227,11 +228,11 @@ def _rewrite_meta(change: Callable[[dict], None]) -> Callable[[Path], None]:
     def rewrite(path: Path) -> None:
         with tarfile.open(path) as tar:
             members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
-        meta = json.loads({m.name: d for m, d in members}[cache._META])
+        meta = json.loads({m.name: d for m, d in members}[store.META])
         change(meta)
         with tarfile.open(path, "w") as tar:
             for info, data in members:
-                if info.name == cache._META:
+                if info.name == store.META:
                     data = json.dumps(meta).encode()
                     info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
@@ -269,9 +270,9 @@ def test_sound_bundle_is_planted_whole_or_not_at_all(
 ):
     with tarfile.open(saved_bundle) as tar:
         kernels = {
-            m.name.removeprefix(cache._FILES): tar.extractfile(m).read()
+            m.name.removeprefix(store.FILES): tar.extractfile(m).read()
             for m in tar.getmembers()
-            if m.name.startswith(cache._FILES)
+            if m.name.startswith(store.FILES)
         }
     # A write that fails half-way (a full disk) leaves no file behind, not even a
     # temporary one.

@@ -26,6 +26,7 @@ import torch
 from conftest import messages
 
 from earth2studio_compile import CompileSession, cache
+from earth2studio_compile.artifacts import bundles
 from earth2studio_compile.tools import zoo
 
 # One process: the small FCN, eager then compiled on the same input; writes its
@@ -35,7 +36,8 @@ WORKER = textwrap.dedent(
     """
     import json, os, sys, time
     import torch
-    from earth2studio_compile import CompileSession, cache
+    from earth2studio_compile import CompileSession
+    from earth2studio_compile.artifacts import bundles
     from earth2studio_compile.session import example_input
     from earth2studio_compile.tools import zoo
 
@@ -46,7 +48,7 @@ WORKER = textwrap.dedent(
             open(hang, "w").close()
             time.sleep(600)
 
-        cache.ArtifactCache.save = save
+        bundles.ArtifactCache.save = save
     model = zoo.build("fcn")
     x, coords = example_input(model, device="cpu")
     x.normal_(generator=torch.Generator().manual_seed(0))
@@ -191,8 +193,8 @@ def root(tmp_path, monkeypatch):
     return path
 
 
-def _bundle(module: torch.nn.Module, directory: Path) -> cache.RegionBundle:
-    bundle = cache.RegionBundle(directory, "m.Model", "model", module)
+def _bundle(module: torch.nn.Module, directory: Path) -> bundles.RegionBundle:
+    bundle = bundles.RegionBundle(directory, "m.Model", "model", module)
     x = torch.zeros(1, 4, 8, 16)
     assert bundle.load((x,), {}, torch.device("cpu"), "options") is None
     return bundle

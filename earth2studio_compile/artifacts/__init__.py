@@ -1,4 +1,8 @@
-"""Compiled code kept on disk: ahead-of-time artifacts (key, build, load, verify).
+"""Compiled code kept on disk: the compile cache's bundles, and ahead-of-time
+artifacts (key, build, load, verify).
+
+:mod:`.bundles` packs one region's Dynamo/Inductor compile to travel
+(:mod:`earth2studio_compile.cache` holds the rules: root, trust, locks).
 
 An artifact is an AOTInductor package of one region's core for one input
 signature, stored under ``cache_root()/aot/<key>/`` with a ``meta.json`` that
@@ -17,6 +21,7 @@ ever giving a wrong answer:
   (:func:`.aot_load.verify`); the region falls back to the Dynamo path on any
   reason.
 
-Modules: :mod:`.aot_key` (the key and the layout), :mod:`.aot_build` (export and
-compile one region), :mod:`.aot_load` (load, bind, run with CUDA graphs, verify).
+Ahead-of-time modules: :mod:`.aot_key` (the key and the layout),
+:mod:`.aot_build` (export and compile one region), :mod:`.aot_load` (load, bind,
+run with CUDA graphs, verify).
 """

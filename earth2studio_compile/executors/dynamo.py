@@ -8,7 +8,8 @@ from typing import Any
 from loguru import logger
 
 from earth2studio_compile import _torch
-from earth2studio_compile.cache import RegionBundle, cache_state, local_cache_source
+from earth2studio_compile.artifacts.bundles import RegionBundle
+from earth2studio_compile.cache import cache_state, local_cache_source
 from earth2studio_compile.executors.base import Target, recompile_limit
 from earth2studio_compile.metrics import Laps
 from earth2studio_compile.report import RegionReport
