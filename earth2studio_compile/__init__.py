@@ -11,8 +11,9 @@ from earth2studio_compile import _torch
 from earth2studio_compile.aot import build
 from earth2studio_compile.cache import cache_root
 from earth2studio_compile.io import OverlappedIO
-from earth2studio_compile.models import MODEL_TABLE, ModelSpec, plan, register_model
+from earth2studio_compile.models import MODEL_TABLE, ModelSpec, register_model
 from earth2studio_compile.options import CompileOptions
+from earth2studio_compile.planning import plan
 from earth2studio_compile.report import CompileReport, RegionReport
 from earth2studio_compile.resident import release
 from earth2studio_compile.session import CompileSession, example_input

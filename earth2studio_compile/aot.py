@@ -29,8 +29,9 @@ from earth2studio_compile.cache import (
     cache_root,
     use_local_cache,
 )
-from earth2studio_compile.models import check_paths, plan
+from earth2studio_compile.models import check_paths
 from earth2studio_compile.options import CompileOptions, CompilePolicy
+from earth2studio_compile.planning import plan
 from earth2studio_compile.session import example_input
 
 

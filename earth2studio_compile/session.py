@@ -14,8 +14,9 @@ from loguru import logger
 
 from earth2studio_compile._torch import MODULE_SLOT
 from earth2studio_compile.cache import cache_root, usable_root, use_local_cache
-from earth2studio_compile.models import Plan, check_paths, plan
+from earth2studio_compile.models import check_paths
 from earth2studio_compile.options import CompileOptions
+from earth2studio_compile.planning import Plan, plan
 from earth2studio_compile.precision import check_precision
 from earth2studio_compile.region import CompiledRegion
 from earth2studio_compile.report import (

@@ -23,7 +23,7 @@ from conftest import assert_unchanged, messages, run_workflow, snapshot
 
 from earth2studio_compile import CompileSession, run
 from earth2studio_compile.metrics import rel_l2
-from earth2studio_compile.models import plan
+from earth2studio_compile.planning import plan
 from earth2studio_compile.tools import zoo
 from earth2studio_compile.tools.bench.runs import initial_state
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from earth2studio_compile import MODEL_TABLE, ModelSpec, plan, register_model
-from earth2studio_compile.models import TORCH_HARMONICS_SFNO, generic_spec, lookup
+from earth2studio_compile.models import TORCH_HARMONICS_SFNO, lookup
+from earth2studio_compile.planning import generic_spec
 from earth2studio_compile.tools import zoo
 
 

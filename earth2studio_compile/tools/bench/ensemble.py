@@ -174,7 +174,7 @@ def core_timer(
     whichever is there and puts it back before the session restores the model.
     """
     from earth2studio_compile._torch import MODULE_SLOT
-    from earth2studio_compile.models import plan
+    from earth2studio_compile.planning import plan
 
     touched: list[tuple[torch.nn.Module, str, Any]] = []
     for _, module in plan(model).targets:

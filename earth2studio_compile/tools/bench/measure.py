@@ -186,8 +186,8 @@ def eager_precision(model: Any, precision: str | None) -> Iterator[None]:
     instead, bf16 autocast reaches DLWP's sparse regridding, which has no bf16 kernel.
     """
     from earth2studio_compile import precision as prec
-    from earth2studio_compile.models import plan
     from earth2studio_compile.opaque import find_opaque
+    from earth2studio_compile.planning import plan
 
     if precision is None:
         yield
