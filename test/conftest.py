@@ -49,15 +49,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
 def fresh_dynamo():
     """Each test starts and ends with empty Dynamo caches (a failed compile can
     leave the process in a state that trips the next compile)."""
-    import torch._dynamo
-
-    from earth2studio_compile import resident
-
-    resident.release()  # kept code would outlive the reset's caches
-    torch._dynamo.reset()
+    as_new_process()
     yield
-    resident.release()
-    torch._dynamo.reset()
+    as_new_process()
 
 
 def as_new_process() -> None:
