@@ -9,6 +9,7 @@ The workflows live in :mod:`earth2studio_compile.run` (imported on demand: impor
 
 from earth2studio_compile import _torch
 from earth2studio_compile.aot import build
+from earth2studio_compile.artifacts.background import wait as wait_for_builds
 from earth2studio_compile.cache import cache_root
 from earth2studio_compile.io import OverlappedIO
 from earth2studio_compile.models import MODEL_TABLE, ModelSpec, register_model
@@ -38,4 +39,5 @@ __all__ = [
     "plan",
     "register_model",
     "release",
+    "wait_for_builds",
 ]

@@ -323,6 +323,8 @@ class KeepFp32:
                     return forward(*args, **kwargs)
             return forward(*args, **kwargs)
 
+        # A copy of the module for a background build leaves it out.
+        fp32_forward._earth2studio_compile_hook = True  # type: ignore[attr-defined]
         d["forward"] = fp32_forward
 
     def restore(self) -> None:

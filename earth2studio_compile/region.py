@@ -35,6 +35,7 @@ from earth2studio_compile._torch import tree_map
 from earth2studio_compile.executors import (
     RECOMPILE_LIMIT,
     AotExecutor,
+    BackgroundExecutor,
     Declined,
     DynamoExecutor,
     EagerExecutor,
@@ -72,8 +73,11 @@ _TORCH_LOGS_HINT = (
 #: Executors a region tries at its first call, in order: each returns an executor
 #: for the :class:`~earth2studio_compile.executors.Target`, or a reason to decline
 #: (then the next is tried; the last reason is the fallback's).
+#: With no artifact, a background build runs (eager steps meanwhile) where it
+#: can; Dynamo, on the caller's first step, where it cannot.
 CANDIDATES: list[Callable[[Target], Executor | str]] = [
     AotExecutor.build,
+    BackgroundExecutor.build,
     DynamoExecutor.build,
 ]
 
@@ -95,6 +99,8 @@ class RegionState(enum.Enum):
     """Where a region is; its value is the report's ``status``."""
 
     PENDING = "pending"
+    #: Eager calls while the region's artifact builds in the background.
+    BUILDING = "building"
     COMPILED = "compiled"
     EAGER = "eager"
 
@@ -177,7 +183,7 @@ class CompiledRegion:
         if (
             executor is not None
             and executor.keepable
-            and self._state is RegionState.COMPILED
+            and self._state in (RegionState.COMPILED, RegionState.BUILDING)
             and self._shelf_key is not None
             and r.interrupted is None
         ):
@@ -228,7 +234,12 @@ class CompiledRegion:
         if self._state is RegionState.PENDING:
             return self._first(call)
         n, kind = self.report.calls, None
-        if not self.probe.done and not self.padding.needed(call.batch):
+        assert self._executor is not None
+        if (
+            not self.probe.done
+            and not self._executor.compiling
+            and not self.padding.needed(call.batch)
+        ):
             kind = self.probe.kind(n, signature(call.args, call.kwargs))
         if kind == "eager":
             return self.probe.time(
@@ -335,7 +346,9 @@ class CompiledRegion:
         )
         self.padding.size = kept.padding
         self.probe.cudagraphs = kept.executor.cudagraphs
-        self.state = RegionState.COMPILED
+        self.state = (
+            RegionState.BUILDING if kept.executor.compiling else RegionState.COMPILED
+        )
 
     def _compiled(self, chosen: Executor, out: Any, laps: Laps) -> Any:
         """Account for a first call that ran on ``chosen``."""
@@ -348,7 +361,7 @@ class CompiledRegion:
             r.phases["before_fallback"] = seconds
             self._fall_back(chosen.not_compiled, cause=None, spent=seconds)
             return out
-        self.state = RegionState.COMPILED
+        self.state = RegionState.BUILDING if chosen.compiling else RegionState.COMPILED
         self.probe.cudagraphs = chosen.cudagraphs
         logger.trace(f"Compiled {r.label} ({chosen.name}, {r.mode}) in {seconds:.1f} s")
         return out
@@ -390,7 +403,7 @@ class CompiledRegion:
         r.padded_calls += pad_to is not None
         inference = torch.is_inference_mode_enabled()
         staged = StagedCall(call.args, inference, pad_to, call.batch)
-        recompiles = r.recompiles
+        recompiles, compiling = r.recompiles, executor.compiling
         with no_grad_if_enabled(), precision.scope(self.precision, call.device):
             if executor.cudagraphs:
                 _torch.mark_cudagraph_step()
@@ -399,6 +412,8 @@ class CompiledRegion:
                 out = executor.first_call(staged.args, call.kwargs, laps)
             else:
                 out = executor(*staged.args, **call.kwargs)
+        if compiling and not executor.compiling and laps is None:
+            self._built(executor)
         if r.recompiles != recompiles:
             self.probe.compiled_again(r.calls)
         out = precision.restore_dtype(out, self.precision, call.args)
@@ -409,6 +424,20 @@ class CompiledRegion:
         if laps is not None:
             laps.lap("finish")
         return out
+
+    def _built(self, executor: Executor) -> None:
+        """The background build ended at this call: compiled from now on, or
+        eager for good (its eager results stand; the report says why)."""
+        r = self.report
+        if executor.not_compiled is None:
+            self.state = RegionState.COMPILED
+            self.probe.cudagraphs = executor.cudagraphs
+            self.probe.compiled_again(r.calls)
+            return
+        # No WARNING: nothing failed the caller sees; the summary says why.
+        self.state = RegionState.EAGER
+        r.reason = executor.not_compiled
+        self._drop_executor()
 
     def _eager(self, call: Call, count: bool = True) -> Any:
         if count:

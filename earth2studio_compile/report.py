@@ -95,7 +95,10 @@ class RegionReport:
         ``cudagraph_record`` (the second call, which records the CUDA graph);
         ``precision_reference`` (copying the first call's inputs and running the
         fp32 eager call that measures a reduced precision's error);
-        ``before_fallback`` (time spent before compiling failed)
+        ``before_fallback`` (time spent before compiling failed); ``switch``
+        (the call that loaded, ran and verified a background build's artifact).
+        With a background build the first call's phases are ``background_start``
+        (copying the core for the build process) and its eager ``first_run``
     reason : str | None
         Why the region is not compiled (fallback cause or table reason)
     executor : str | None
@@ -117,6 +120,11 @@ class RegionReport:
         in this process (first call 31.2 s), session 3"``: nothing was compiled,
         recorded, probed or checked again, and the speed and accuracy figures are
         those measured then
+    background : str | None
+        The region's background build
+        (:mod:`earth2studio_compile.executors.background`), in words: still
+        building (the calls ran eagerly), built and switched to at step N, or
+        why its artifact is not used; None when there was none
     """
 
     model: str
@@ -149,12 +157,14 @@ class RegionReport:
     declined: list[str] = field(default_factory=list)
     interrupted: str | None = None
     reused: str | None = None
+    background: str | None = None
 
     #: Phases that are a first call's cost of compiling.
     FIRST_CALL = (
         "setup",
         "declined",
         "stage",
+        "background_start",
         "bundle_load",
         "key",
         "checksum",
@@ -317,7 +327,20 @@ class CompileReport:
         """One line, e.g. ``FCN.model: compiled (inductor/default) in 14.2 s, ...``."""
         parts = []
         for r in self.regions:
-            if r.status == "compiled" and r.executor == "aot":
+            if r.status == "building":
+                text = (
+                    f"{r.label}: ran eagerly, {r.calls} calls, while its "
+                    f"ahead-of-time artifact ({r.mode}) is {r.background}"
+                )
+                text += r.precision_text
+            elif r.status == "compiled" and r.executor == "background":
+                text = f"{r.label}: eager at first, {r.background}, {r.calls} calls"
+                if r.padded_calls:
+                    text += f", {r.padded_calls} padded batch(es)"
+                text += r.precision_text
+                if r.compiled_ms is not None and r.eager_ms:
+                    text += r.speed_text
+            elif r.status == "compiled" and r.executor == "aot":
                 text = (
                     f"{r.label}: ran its ahead-of-time artifact ({r.mode}), ready in "
                     f"{r.compile_seconds:.2f} s (verified against eager), "

@@ -400,3 +400,14 @@ def test_cuda_graph_runner_keeps_held_outputs(tmp_path):
     for i, out in zip(inputs, outs):
         with torch.no_grad(), scope("fp32", device):
             assert verify(out, core(i), "fp32") is None
+
+
+def test_a_later_session_runs_the_loaded_artifact_again(built, monkeypatch):
+    """The loaded artifact is kept for the next session in the process: nothing
+    is loaded or verified again."""
+    _session_call(built, built.root, monkeypatch)
+    out, again, region = _session_call(built, built.root, monkeypatch)
+    assert region.status == "compiled" and region.executor == "aot", region
+    assert region.reused is not None and region.compile_seconds == 0.0, region
+    ref = _eager(built.core, built.args)
+    assert rel_l2(out, ref) < 1e-5 and rel_l2(again, ref) < 1e-5

@@ -264,3 +264,53 @@ def test_a_second_session_replays_the_kept_cuda_graphs(logs):
     gc.collect()
     assert ref() is None, "kept CUDA graphs keep the user's model alive"
     assert resident.kept_count() == 0
+
+
+@pytest.mark.parametrize("name", ["fcn", "dlwp"])
+def test_a_background_build_switches_and_keeps_held_outputs(
+    name, logs, tmp_path, monkeypatch
+):
+    """No artifact: eager steps at once, the artifact built by a child process,
+    then the switch at a step boundary; held outputs intact, model restored, the
+    runner kept for a later session and freed with the model."""
+    import gc
+    import weakref
+
+    from earth2studio_compile import resident, wait_for_builds
+
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
+    model = zoo.build(name, size=SIZE).cuda()
+    before = snapshot(model)
+    x, coords = initial_state(model, torch.device("cuda"))
+
+    def rollout(model, wait: bool):
+        kept = []
+        for step, (y, _) in enumerate(model.create_iterator(x, coords)):
+            kept.append(y)
+            if step == 1 and wait:
+                assert [j.poll() for j in wait_for_builds(540)] == ["built"]
+            if step == 8:
+                break
+        torch.cuda.synchronize()
+        return kept
+
+    eager = [y.clone() for y in rollout(model, False)]
+    with CompileSession(model) as session:
+        compiled = rollout(model, True)
+    for step, (a, b) in enumerate(zip(compiled, eager)):
+        assert rel_l2(a, b) <= REL_L2, f"step {step}: rel L2 {rel_l2(a, b):.2e}"
+    assert_unchanged(model, before)
+    [r] = session.report.regions
+    assert r.status == "compiled" and r.executor == "background", r
+    assert "compiled from step" in r.background, r.background
+    assert not messages(logs, "WARNING")
+    with CompileSession(model) as again:
+        held = rollout(model, False)
+    for step, (a, b) in enumerate(zip(held, eager)):
+        assert rel_l2(a, b) <= REL_L2, f"step {step}: rel L2 {rel_l2(a, b):.2e}"
+    assert again.report.regions[0].reused is not None, again.report.summary()
+    ref = weakref.ref(model)
+    del model, session, again
+    gc.collect()
+    assert ref() is None, "a kept artifact runner keeps the user's model alive"
+    assert resident.kept_count() == 0

@@ -12,6 +12,7 @@ import itertools
 import json
 import math
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,8 @@ class AotRunner:
         phases: dict[str, float],
     ) -> None:
         self.loader = loader
-        self.module = module
+        # Weakly: a runner kept between sessions must not keep the model alive.
+        self._module = weakref.ref(module)
         self.names = list(names)
         self.device = device
         self.precision = precision
@@ -97,6 +99,14 @@ class AotRunner:
         self._static_in: list[torch.Tensor] = []
         self._static_out: list[torch.Tensor] = []
         self.bind()
+
+    @property
+    def module(self) -> torch.nn.Module:
+        """The live module the runner is bound to."""
+        module = self._module()
+        if module is None:
+            raise RuntimeError("the module this artifact is bound to was dropped")
+        return module
 
     def _live(self) -> tuple[int, ...]:
         return tuple(

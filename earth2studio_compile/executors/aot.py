@@ -53,13 +53,15 @@ class AotExecutor:
     name = "aot"
     source: str | None = None
     not_compiled: str | None = None
-    # The runner binds the module's live weights: kept in a session only.
-    keepable = False
+    compiling = False
 
     def __init__(self, target: Target) -> None:
         self.target = target
         self.cudagraphs = target.policy.cudagraphs and target.device.type == "cuda"
         self.runner: AotRunner | None = None
+        # The runner binds the live weights and checks them at every call; the
+        # shelf's fingerprint checks them again before a later session runs it.
+        self.keepable = False
 
     @classmethod
     def build(cls, target: Target) -> AotExecutor | str:
@@ -110,6 +112,7 @@ class AotExecutor:
             raise Declined(f"its artifact failed verification ({reason})")
         self.runner = runner
         self.source = f"the ahead-of-time artifact {runner.path}"
+        self.keepable = True
         return out
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -122,10 +125,11 @@ class AotExecutor:
             raise Declined(f"its artifact was built for other inputs ({err})") from err
 
     def detach(self) -> None:
-        """Never kept (:attr:`keepable` is False)."""
+        """Keep no strong reference to the module (the runner's is weak)."""
+        self.target = None  # type: ignore[assignment]
 
     def adopt(self, report: RegionReport) -> None:
-        """Never kept (:attr:`keepable` is False)."""
+        """Nothing is recorded by the runner after its first call."""
 
     def release(self) -> None:
         """Nothing is claimed for other processes."""

@@ -40,7 +40,7 @@ class Executor(Protocol):
     Attributes
     ----------
     name : str
-        ``"eager"``, ``"dynamo"`` (later ``"aot"``)
+        ``"eager"``, ``"dynamo"``, ``"aot"`` or ``"background"``
     cudagraphs : bool
         Outputs live in CUDA-graph memory that the next replay overwrites: the
         region marks each call as a new step and clones what it returns
@@ -54,13 +54,23 @@ class Executor(Protocol):
         Its compiled code can serve a later session over the same module
         (:mod:`earth2studio_compile.resident`): :meth:`detach` and :meth:`adopt`
         move it there
+    compiling : bool
+        Its calls run eagerly while compiled code is being made elsewhere (a
+        background build): the speed probe waits. When it turns False, the
+        executor runs compiled code from then on, or, with :attr:`not_compiled`
+        set, never will
     """
 
     name: str
-    cudagraphs: bool
     source: str | None
     not_compiled: str | None
     keepable: bool
+
+    @property
+    def cudagraphs(self) -> bool: ...
+
+    @property
+    def compiling(self) -> bool: ...
 
     def detach(self) -> None:
         """Let go of the module and the session's state before being kept."""

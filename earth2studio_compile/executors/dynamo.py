@@ -25,6 +25,7 @@ class DynamoExecutor:
     """
 
     name = "dynamo"
+    compiling = False
 
     def __init__(self, target: Target) -> None:
         self.target = target

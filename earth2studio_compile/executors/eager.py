@@ -19,6 +19,7 @@ class EagerExecutor:
     source = None
     not_compiled = None
     keepable = False
+    compiling = False
 
     def __init__(self, module: torch.nn.Module) -> None:
         self.module = module

@@ -515,6 +515,11 @@ def main(argv: list[str] | None = None) -> int:
         from earth2studio_compile.tools.bench.workflow import main as workflow
 
         return workflow(argv[1:])
+    # The per-step modes time code compiled at the first call (Dynamo, or an
+    # artifact from build()); with a background build they would time eager steps
+    # as compiled ones. Their children inherit this; the workflow mode keeps the
+    # user's default.
+    os.environ.setdefault("EARTH2STUDIO_COMPILE_BACKGROUND", "off")
     args = _parse(argv)
     if args.render:
         return render(args.render, args.plot)

@@ -1,0 +1,490 @@
+"""Build a region's ahead-of-time artifact in a child process, off the forecast's path.
+
+A cold ``compile=True`` call used to stop at its first step for the whole compile
+(27-50 s on an H100) before the forecast went on, so a short forecast took longer
+than without compiling. Now a region with no artifact runs eagerly at once and
+:func:`start` hands a copy of its core to a child process, which exports it and
+compiles it with AOTInductor (:func:`~earth2studio_compile.artifacts.aot_build.
+build_region`) into the persistent cache. The region switches to the artifact at a
+step boundary once it is there and verified
+(:mod:`earth2studio_compile.executors.background`); a process started later finds
+it as if ``build()`` had run.
+
+Why a child process and not a thread: the build changes process-wide torch state
+(non-strict export swaps the module's parameters for fake ones while it traces;
+Inductor reads the global TF32 flags while it lowers), which a thread would change
+under the forecast's own eager steps; a thread would also hold the GIL for most of
+the build's Python work (tracing, lowering) that the steps need. The child runs at
+a lower CPU priority (``nice`` 10), with two cores fewer than the machine has for
+its compile workers, and holds its own CUDA context (about 0.5 GB of GPU memory)
+plus a copy of the core's weights while it builds. It outlives the process that
+started it (its own session), so a short forecast still leaves the artifact for
+the next run; :func:`wait` waits for the ones this process started.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import filelock
+import torch
+from loguru import logger
+
+from earth2studio_compile._torch import MODULE_SLOT
+from earth2studio_compile.artifacts.aot_build import build_region, detached
+from earth2studio_compile.artifacts.aot_key import META, aot_root, key_for
+
+__all__ = ["ENV", "BuildJob", "BuildSettings", "enabled", "start", "wait"]
+
+#: ``auto`` (the default: on CUDA devices), ``on`` or ``off``.
+ENV = "EARTH2STUDIO_COMPILE_BACKGROUND"
+_JOBS = ".jobs"
+_RESULT = "result.json"
+_INPUT = "job.pt"
+_LOG = "build.log"
+#: Marks a function that a region installs on a module (``forward`` wrappers):
+#: what a copy of the module for the build must not carry.
+HOOK_MARK = "_earth2studio_compile_hook"
+
+_started: list[BuildJob] = []
+_started_lock = threading.Lock()
+
+
+def enabled(device: torch.device) -> bool:
+    """Whether a region on ``device`` builds in the background (see :data:`ENV`).
+
+    Parameters
+    ----------
+    device : torch.device
+        Device of the region's first call
+
+    Returns
+    -------
+    bool
+        ``on``: always; ``off``: never; ``auto`` (or unset): on CUDA, where the
+        child's compile workers have cores to spare and the artifact runs CUDA
+        graphs
+    """
+    value = os.environ.get(ENV, "auto").strip().lower()
+    if value in ("1", "on", "true", "yes"):
+        return True
+    if value in ("0", "off", "false", "no"):
+        return False
+    if value not in ("", "auto"):
+        logger.warning(f"{ENV}={value!r} is not auto, on or off: using auto.")
+    return device.type == "cuda"
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """What a build depends on besides the module and its inputs (the key's
+    settings, as :func:`~earth2studio_compile.artifacts.aot_key.key_for` takes them).
+
+    Attributes
+    ----------
+    precision, mode, owner, region, options, fp32_modules
+        As in :func:`~earth2studio_compile.artifacts.aot_build.build_region`
+    root : Path | None
+        Cache root
+    """
+
+    precision: str | None
+    mode: str | None
+    owner: str
+    region: str
+    options: dict[str, Any] | None = field(default=None, hash=False)
+    fp32_modules: tuple[str, ...] = ()
+    root: Path | None = None
+
+    def build_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of ``build_region`` (and of ``load_runner``)."""
+        return dict(
+            precision=self.precision,
+            mode=self.mode,
+            owner=self.owner,
+            region=self.region,
+            options=self.options,
+            fp32_modules=self.fp32_modules,
+            root=self.root,
+        )
+
+
+class BuildJob:
+    """One background build, as the process that started it sees it.
+
+    Attributes
+    ----------
+    label : str
+        ``Model.region``
+    artifact : Path
+        Where the artifact will be (``<root>/aot/<key>``)
+    directory : Path | None
+        The job's directory (input, log, result); None when another process builds
+        the same key and this job only watches for its artifact
+    started : float
+        ``time.monotonic()`` when the job started
+    """
+
+    def __init__(self, label: str, artifact: Path, directory: Path | None) -> None:
+        self.label = label
+        self.artifact = artifact
+        self.directory = directory
+        self.started = time.monotonic()
+        self.finished: float | None = None
+        self.pid: int | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._launch_error: str | None = None
+        self._state = "running"
+        self.reason: str | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def log(self) -> Path | None:
+        """The child's log (loguru and compiler output)."""
+        return self.directory / _LOG if self.directory is not None else None
+
+    @property
+    def seconds(self) -> float:
+        """Seconds since the job started, or that it took once finished."""
+        end = self.finished if self.finished is not None else time.monotonic()
+        return end - self.started
+
+    def poll(self) -> str:
+        """``"running"``, ``"built"`` or ``"failed"`` (:attr:`reason` says why);
+        never blocks."""
+        if self._state != "running":
+            return self._state
+        if self._launch_error is not None:
+            return self._end("failed", self._launch_error)
+        if self.directory is None:
+            # Another process builds it: its artifact, or the lock freed without one.
+            if (self.artifact / META).is_file():
+                return self._end("built")
+            if not _locked(self.artifact):
+                return self._end("failed", "another process's build left no artifact")
+            return "running"
+        if self._proc is None or self._proc.poll() is None:
+            return "running"
+        return self._read_result()
+
+    def wait(self, timeout: float | None = None) -> str:
+        """Wait for the job to end (at most ``timeout`` seconds); its state."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self._thread is not None:
+            self._thread.join(timeout)
+        while self.poll() == "running":
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            if self._proc is not None:
+                try:
+                    self._proc.wait(0.5)
+                except subprocess.TimeoutExpired:
+                    pass
+            else:
+                time.sleep(0.5)
+        return self.poll()
+
+    def describe(self) -> str:
+        """The job in words, for the report and its INFO line."""
+        state = self.poll()
+        if state == "built":
+            return f"built in the background in {self.seconds:.1f} s ({self.artifact})"
+        if state == "failed":
+            log = f"; log: {self.log}" if self.log is not None else ""
+            took = f"{self.seconds:.1f} s"
+            return f"background build failed after {took}: {self.reason}{log}"
+        pid = f", pid {self.pid}" if self.pid is not None else ""
+        return (
+            f"still building in the background ({self.seconds:.1f} s so far{pid}); "
+            f"its artifact goes to {self.artifact} for the next run"
+        )
+
+    def _end(self, state: str, reason: str | None = None) -> str:
+        self._state, self.reason = state, reason
+        self.finished = time.monotonic()
+        return state
+
+    def _read_result(self) -> str:
+        assert self.directory is not None
+        try:
+            result = json.loads((self.directory / _RESULT).read_text())
+        except Exception:  # the child died before it wrote one
+            code = self._proc.returncode if self._proc is not None else None
+            return self._end("failed", f"the build process ended with code {code}")
+        if result.get("ok") and (self.artifact / META).is_file():
+            return self._end("built")
+        return self._end("failed", str(result.get("reason") or "no artifact"))
+
+
+def start(
+    module: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    settings: BuildSettings,
+    label: str,
+) -> BuildJob | str:
+    """Start building ``module``'s artifact for these inputs in a child process.
+
+    What runs here, on the caller's step: the key, a copy of the module (device
+    memory, without the region's hooks) and a check that it can be pickled. Saving
+    it and starting the child run on a thread.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The region's core (its hooks may be installed)
+    args, kwargs : tuple, dict
+        The first call's arguments
+    settings : BuildSettings
+        The key's settings
+    label : str
+        ``Model.region``, for messages
+
+    Returns
+    -------
+    BuildJob | str
+        The job, or why no background build can start (the region then compiles
+        on its first call as before)
+    """
+    directory = aot_root(settings.root)
+    if directory is None:
+        return "the compile cache is off"
+    key, _ = key_for(
+        module,
+        args,
+        kwargs,
+        _device_of(args, kwargs, module),
+        settings.precision,
+        settings.mode,
+        settings.owner,
+        settings.region,
+        settings.options,
+        settings.fp32_modules,
+    )
+    artifact = directory / key
+    directory.mkdir(parents=True, exist_ok=True)
+    if _locked(artifact):
+        logger.debug(f"{label}: another process builds {artifact}; watching for it")
+        return BuildJob(label, artifact, None)
+    try:
+        # Normal tensors, whatever mode the forecast runs in: the child traces them.
+        with torch.inference_mode(False), torch.no_grad():
+            snapshot = snapshot_module(module)
+            args, kwargs = detached(tuple(args)), detached(dict(kwargs))
+        payload = {
+            "module": snapshot,
+            "args": args,
+            "kwargs": kwargs,
+            "settings": settings.build_kwargs(),
+            "label": label,
+        }
+        _check_picklable(payload)
+    except Exception as err:  # an unpicklable model: compile it in this process
+        why = f"{type(err).__name__}: {err}"
+        return f"its core cannot be handed to a build process ({why})"
+    jobs = directory / _JOBS
+    jobs.mkdir(exist_ok=True)
+    job = BuildJob(label, artifact, Path(_mkdtemp(jobs, key)))
+    job._thread = threading.Thread(
+        target=_launch, args=(job, payload), name=f"build {label}"
+    )
+    job._thread.start()
+    with _started_lock:
+        _started.append(job)
+    return job
+
+
+def wait(timeout: float | None = None) -> list[BuildJob]:
+    """Wait for the background builds this process started.
+
+    Parameters
+    ----------
+    timeout : float | None, optional
+        Seconds to wait in all, by default as long as they take
+
+    Returns
+    -------
+    list[BuildJob]
+        Every job started, each with its final (or, past the timeout, current)
+        state
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with _started_lock:
+        jobs = list(_started)
+    for job in jobs:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        job.wait(left)
+    return jobs
+
+
+def snapshot_module(module: torch.nn.Module) -> torch.nn.Module:
+    """A deep copy of ``module`` without what a region installed on it.
+
+    The copy shares nothing with the live module (its tensors are copies on the
+    same device), so the build may trace and patch it freely.
+    """
+    memo: dict[int, Any] = {}
+    for m in module.modules():
+        slot = m.__dict__.get(MODULE_SLOT)
+        if slot is not None:
+            memo[id(slot)] = None
+    clone = copy.deepcopy(module, memo)
+    for m in clone.modules():
+        if MODULE_SLOT in m.__dict__ and m.__dict__[MODULE_SLOT] is None:
+            del m.__dict__[MODULE_SLOT]
+        forward = m.__dict__.get("forward")
+        if forward is not None and getattr(forward, HOOK_MARK, False):
+            del m.__dict__["forward"]
+    return clone
+
+
+class _NoData(pickle.Pickler):
+    """Pickles structure only: tensors stand for themselves by id."""
+
+    def persistent_id(self, obj: Any) -> Any:
+        if isinstance(obj, (torch.Tensor, torch.UntypedStorage, torch.TypedStorage)):
+            return id(obj)
+        return None
+
+
+def _check_picklable(payload: Any) -> None:
+    # Milliseconds: no tensor data is written; a class defined in a function, a
+    # lambda or an open file fails here, on the caller's step, not in the child.
+    _NoData(io.BytesIO(), protocol=pickle.HIGHEST_PROTOCOL).dump(payload)
+
+
+def _mkdtemp(parent: Path, key: str) -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(dir=parent, prefix=f"{key}-{os.getpid()}-")
+
+
+def _device_of(
+    args: tuple[Any, ...], kwargs: dict[str, Any], module: torch.nn.Module
+) -> torch.device:
+    from earth2studio_compile.artifacts.aot_build import device_of
+
+    return device_of((args, kwargs), module)
+
+
+def _lock_path(artifact: Path) -> Path:
+    return artifact.parent / f"{artifact.name}.build.lock"
+
+
+def _locked(artifact: Path) -> bool:
+    """Whether some process holds the build lock of ``artifact`` now."""
+    lock = filelock.FileLock(str(_lock_path(artifact)), timeout=0)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        return True
+    lock.release()
+    return False
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # The child imports the model's classes by name, as this process found them.
+    paths = [p for p in sys.path if p]
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    cores = os.cpu_count() or 2
+    # Two cores stay with the forecast (its steps, its writers).
+    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(max(1, cores - 2)))
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _launch(job: BuildJob, payload: dict[str, Any]) -> None:
+    """Save the snapshot and start the child (on a thread: neither is the step's)."""
+    assert job.directory is not None
+    try:
+        torch.save(payload, job.directory / _INPUT)
+        del payload  # the copy's device memory goes back now
+        with open(job.directory / _LOG, "wb") as log:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "earth2studio_compile.artifacts.background",
+                    str(job.directory),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=_child_env(),
+                # Its own session: Ctrl-C on the forecast and the forecast's exit
+                # leave the build to finish for the next run.
+                start_new_session=True,
+            )
+        job._proc, job.pid = proc, proc.pid
+    except Exception as err:  # a full disk, no fork: the region stays eager
+        job._launch_error = f"could not start the build ({type(err).__name__}: {err})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The child: build the artifact of the job in ``argv[0]`` (a job directory)."""
+    directory = Path((argv if argv is not None else sys.argv[1:])[0])
+    result: dict[str, Any] = {"ok": False}
+    start_time = time.perf_counter()
+    try:
+        os.nice(10)
+    except (AttributeError, OSError):  # not on this OS: build at normal priority
+        pass
+    try:
+        payload = torch.load(directory / _INPUT, weights_only=False)
+        settings = dict(payload["settings"])
+        label = payload["label"]
+        module = payload["module"]
+        key, _ = key_for(
+            module,
+            payload["args"],
+            payload["kwargs"],
+            _device_of(payload["args"], payload["kwargs"], module),
+            settings["precision"],
+            settings["mode"],
+            settings["owner"],
+            settings["region"],
+            settings["options"],
+            settings["fp32_modules"],
+        )
+        directory_root = aot_root(settings["root"])
+        assert directory_root is not None
+        lock = filelock.FileLock(str(_lock_path(directory_root / key)), timeout=0)
+        try:
+            lock.acquire()
+        except filelock.Timeout:
+            result["reason"] = "another process builds the same artifact"
+        else:
+            try:
+                path = build_region(
+                    module, payload["args"], payload["kwargs"], **settings
+                )
+                result = {"ok": True, "path": str(path)}
+            finally:
+                lock.release()
+        logger.info(f"{label}: background build ended: {result}")
+    except Exception as err:
+        result["reason"] = f"{type(err).__name__}: {err}"
+        logger.exception("Background build failed")
+    finally:
+        (directory / _INPUT).unlink(missing_ok=True)
+        result["seconds"] = time.perf_counter() - start_time
+        (directory / _RESULT).write_text(json.dumps(result))
+    return 0 if result.get("ok") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""Eager steps at once while the region's artifact is built in the background.
+
+The executor a region gets at its first call when no ahead-of-time artifact
+serves it yet (the :class:`~earth2studio_compile.executors.aot.AotExecutor`
+declined): it starts a background build
+(:mod:`earth2studio_compile.artifacts.background`) and runs the module eagerly,
+in the region's precision, so no step waits for a compile. At each later call it
+looks, without blocking, whether the build ended; once it did, that call loads the
+artifact, runs it and compares it with one eager call on the same input, and the
+calls from then on run the artifact (with CUDA graphs on CUDA). A build that
+fails, or an artifact that fails verification, leaves the region eager with its
+eager results, and the report says why.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from typing import Any
+
+import torch
+from loguru import logger
+
+from earth2studio_compile import _torch
+from earth2studio_compile.artifacts import background
+from earth2studio_compile.artifacts.aot_load import (
+    AotRunner,
+    SignatureMismatch,
+    load_runner,
+    verify,
+)
+from earth2studio_compile.executors.base import Declined, Target
+from earth2studio_compile.metrics import Laps
+from earth2studio_compile.report import RegionReport
+
+
+class BackgroundExecutor:
+    """Eager calls until the region's artifact, built in a child process, is ready.
+
+    Attributes
+    ----------
+    job : BuildJob | None
+        The background build, until its end was seen
+    runner : AotRunner | None
+        The verified artifact, once the region switched to it
+    switched_at : int | None
+        The call (step) that switched to the artifact
+    """
+
+    name = "background"
+    source: str | None = None
+    not_compiled: str | None = None
+
+    def __init__(self, target: Target) -> None:
+        self.not_compiled = None
+        self.target = target
+        self.report = target.report
+        self._module = weakref.ref(target.module)
+        self.job: background.BuildJob | None = None
+        self.runner: AotRunner | None = None
+        self.switched_at: int | None = None
+        self.keepable = False
+        self.settings = background.BuildSettings(
+            precision=target.precision,
+            mode=target.policy.mode,
+            owner=target.owner,
+            region=target.report.region,
+            options=target.policy.options,
+            fp32_modules=tuple(target.fp32_modules),
+            root=target.artifacts.parent if target.artifacts is not None else None,
+        )
+        self._wants_cudagraphs = target.policy.cudagraphs
+        self._device = target.device
+
+    @classmethod
+    def build(cls, target: Target) -> BackgroundExecutor | str:
+        """The executor for ``target``, or why it cannot build in the background."""
+        if not background.enabled(target.device):
+            device = target.device.type
+            return f"background builds are off on {device} ({background.ENV})"
+        if target.artifacts is None:
+            return "the compile cache is off"
+        if target.opaque:
+            return "opaque submodules (Python operators) need the Dynamo path"
+        reason = _torch.missing("aoti_compile") or _torch.missing("aoti_loader")
+        return reason if reason is not None else cls(target)
+
+    @property
+    def cudagraphs(self) -> bool:
+        """The artifact replays CUDA graphs (once switched)."""
+        return self.runner is not None and self.runner.cudagraphs
+
+    @property
+    def compiling(self) -> bool:
+        """Calls run eagerly while the build may still bring compiled code."""
+        return self.runner is None and self.job is not None
+
+    @property
+    def module(self) -> torch.nn.Module:
+        module = self._module()
+        if module is None:  # the user dropped the model; nothing calls us then
+            raise RuntimeError("the region's module is gone")
+        return module
+
+    def first_call(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], laps: Laps
+    ) -> Any:
+        """Start the build, then run the call eagerly; a lap for each."""
+        job = background.start(
+            self.module, args, kwargs, self.settings, self.report.label
+        )
+        laps.lap("background_start")
+        if isinstance(job, str):
+            raise Declined(job)
+        self.job = job
+        self.report.background = job.describe()
+        out = _torch.call_module(self.module, args, kwargs)
+        laps.lap("first_run")
+        self.keepable = True
+        return out
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """The artifact once switched; before that eager, switching when the build
+        has ended (a non-blocking look at each call)."""
+        if self.runner is not None:
+            try:
+                return self.runner(*args, **kwargs)
+            except SignatureMismatch as err:
+                raise Declined(
+                    f"its artifact was built for other inputs ({err})"
+                ) from err
+        job = self.job
+        if job is not None and job.poll() == "running":
+            self.report.background = job.describe()
+        elif job is not None:
+            self.job = None
+            self.report.background = job.describe()
+            if job.poll() == "built":
+                out = self._switch(args, kwargs, job)
+                if out is not None:
+                    return out[0]
+            self.not_compiled = self.report.background
+        return _torch.call_module(self.module, args, kwargs)
+
+    def _switch(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], job: background.BuildJob
+    ) -> tuple[Any] | None:
+        """Load the artifact, run this call on it and verify it against eager;
+        ``(output,)`` once switched, None when the region stays eager."""
+        r = self.report
+        start = time.perf_counter()
+        runner = load_runner(
+            self.module,
+            args,
+            kwargs,
+            self._device,
+            cudagraphs=self._wants_cudagraphs,
+            clone=False,  # the region clones what escapes a CUDA graph
+            **self.settings.build_kwargs(),
+        )
+        if isinstance(runner, str):
+            r.background = f"built in the background, but not loaded: {runner}"
+            return None
+        out = runner(*args, **kwargs)
+        reason = verify(out, _torch.call_module(self.module, args, kwargs), r.precision)
+        seconds = time.perf_counter() - start
+        if reason is not None:
+            r.background = f"built, but it gives another answer than eager ({reason})"
+            logger.warning(
+                f"The ahead-of-time artifact {runner.path} of {r.label}, built in the "
+                f"background, gives another answer than eager ({reason}): not used; "
+                f"{r.label} stays eager."
+            )
+            return None
+        self.runner = runner
+        self.source = f"the ahead-of-time artifact {runner.path}"
+        self.switched_at = r.calls
+        r.phases["switch"] = seconds
+        r.background = (
+            f"{job.describe()}; compiled from step {r.calls} on (switched in "
+            f"{seconds:.2f} s, verified against eager)"
+        )
+        logger.info(f"{r.label}: {r.background}")
+        return (out,)
+
+    def detach(self) -> None:
+        """Keep no strong reference to the module or the session."""
+        self.target = None  # type: ignore[assignment]
+
+    def adopt(self, report: RegionReport) -> None:
+        """Record into ``report`` from now on."""
+        self.report = report
+
+    def release(self) -> None:
+        """Nothing is claimed: the build goes on for the next run."""

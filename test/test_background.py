@@ -1,0 +1,187 @@
+"""Background builds (earth2studio_compile.artifacts.background and the
+background executor): eager steps at once, the artifact built in a child process,
+the switch at a step boundary.
+
+Background builds are on by default only on CUDA; these tests turn them on for
+the CPU (``EARTH2STUDIO_COMPILE_BACKGROUND=on``). One real build of a two-layer
+core (a child process: import, export, AOTInductor; 20-60 s on 2 cores); the
+other tests replace the build process with a stand-in job.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+from conftest import messages
+from tiny_cores import TinyCore, TinyModel
+
+from earth2studio_compile import CompileSession, resident
+from earth2studio_compile.artifacts import background
+from earth2studio_compile.executors import BackgroundExecutor
+from earth2studio_compile.metrics import rel_l2
+
+
+@pytest.fixture
+def on(monkeypatch, tmp_path):
+    """Background builds on, the persistent cache in a fresh directory."""
+    monkeypatch.setenv(background.ENV, "on")
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def _eager(core, x):
+    with torch.no_grad():
+        return core(x)
+
+
+class _Job:
+    """A stand-in build job: running for ``running`` polls, then ``end``."""
+
+    def __init__(self, running: int, end: str, reason: str = "boom") -> None:
+        self.left, self.end, self.reason = running, end, reason
+        self.polls = 0
+
+    def poll(self) -> str:
+        self.polls += 1
+        if self.polls <= self.left:
+            return "running"
+        return self.end
+
+    def describe(self) -> str:
+        if self.poll() == "failed":
+            return f"background build failed after 1.0 s: {self.reason}"
+        return "still building in the background (1.0 s so far)"
+
+
+def test_enabled_reads_the_environment(monkeypatch):
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.delenv(background.ENV, raising=False)
+    assert not background.enabled(cpu) and background.enabled(cuda)
+    monkeypatch.setenv(background.ENV, "off")
+    assert not background.enabled(cuda)
+    monkeypatch.setenv(background.ENV, "on")
+    assert background.enabled(cpu)
+
+
+def test_the_snapshot_leaves_the_regions_hooks_out(on):
+    model = TinyModel()
+    with CompileSession(model, regions=["core"], precision="bf16", probe=False):
+        assert "_compiled_call_impl" in model.core.__dict__
+        copy = background.snapshot_module(model.core)
+    assert "_compiled_call_impl" not in copy.__dict__
+    for a, b in zip(copy.parameters(), model.core.parameters()):
+        assert torch.equal(a, b) and a.data_ptr() != b.data_ptr()
+    # The copy pickles without the region (which holds locks and the report).
+    pickle.loads(pickle.dumps(copy))
+
+
+def test_an_unpicklable_core_compiles_on_its_first_call(on):
+    model = TinyModel()
+    model.core.scale = lambda t: t  # a lambda: no build process can unpickle it
+    x = torch.randn(4, 8)
+    with CompileSession(model, regions=["core"], probe=False) as session:
+        with torch.no_grad():
+            out = model.core(x)
+    [r] = session.report.regions
+    assert r.status == "compiled" and r.executor == "dynamo", r
+    assert any("cannot be handed to a build process" in d for d in r.declined), r
+    assert rel_l2(out, _eager(model.core, x)) < 1e-5
+
+
+def test_a_failed_build_keeps_eager_results_and_says_so_once(on, monkeypatch, logs):
+    job = _Job(running=2, end="failed")
+    monkeypatch.setattr(background, "start", lambda *a, **k: job)
+    model = TinyModel()
+    xs = [torch.randn(4, 8) for _ in range(5)]
+    with CompileSession(model, regions=["core"]) as session:
+        with torch.no_grad():
+            outs = [model.core(x) for x in xs]
+    for x, out in zip(xs, outs):
+        assert torch.equal(out, _eager(model.core, x))  # bitwise: eager ran
+    [r] = session.report.regions
+    assert r.status == "eager" and "boom" in r.reason, r
+    assert r.eager_calls >= 2 and r.compiled_ms is None  # no probe of eager vs eager
+    assert not messages(logs, "WARNING")
+    summary = [m for m in messages(logs, "INFO") if "boom" in m]
+    assert len(summary) == 1, messages(logs, "INFO")
+
+
+def test_a_build_still_running_at_the_end_is_reported(on, monkeypatch, logs):
+    job = _Job(running=100, end="built")
+    monkeypatch.setattr(background, "start", lambda *a, **k: job)
+    model = TinyModel()
+    x = torch.randn(4, 8)
+    with CompileSession(model, regions=["core"]) as session:
+        with torch.no_grad():
+            outs = [model.core(x) for _ in range(6)]
+    assert all(torch.equal(o, _eager(model.core, x)) for o in outs)
+    [r] = session.report.regions
+    assert r.status == "building" and r.executor == "background", r
+    assert r.compiled_ms is None
+    text = session.report.summary()
+    assert "ran eagerly, 6 calls" in text and "still building" in text, text
+    assert not messages(logs, "WARNING")
+    # The next session over the same model takes the job over.
+    assert resident.kept_count() == 1
+
+
+def test_a_real_build_switches_at_a_step_boundary(on, logs):
+    model = TinyModel()
+    x = torch.randn(4, 8)
+    ref = _eager(model.core, x)
+    with CompileSession(model, regions=["core"], probe=False) as session:
+        with torch.no_grad():
+            first = model.core(x)
+            jobs = background.wait(timeout=600)
+            second = model.core(x)
+            third = model.core(x)
+    assert torch.equal(first, ref)  # eager, at once
+    assert [j.poll() for j in jobs] == ["built"], [j.describe() for j in jobs]
+    [r] = session.report.regions
+    assert r.status == "compiled" and r.executor == "background", r
+    assert "compiled from step 2" in r.background, r.background
+    assert r.phases["switch"] > 0 and r.phases["background_start"] >= 0
+    assert rel_l2(second, ref) < 1e-5 and rel_l2(third, ref) < 1e-5
+    assert not messages(logs, "WARNING")
+    # A later session in this process runs it from its first call ...
+    with CompileSession(model, regions=["core"], probe=False) as again:
+        with torch.no_grad():
+            assert rel_l2(model.core(x), ref) < 1e-5
+    assert again.report.regions[0].reused is not None
+    # ... and a new process finds the artifact in the cache.
+    resident.release()
+    with CompileSession(model, regions=["core"], probe=False) as fresh:
+        with torch.no_grad():
+            assert rel_l2(model.core(x), ref) < 1e-5
+    [r] = fresh.report.regions
+    assert r.status == "compiled" and r.executor == "aot", r
+
+
+def test_the_executor_declines_where_it_cannot_build(monkeypatch, tmp_path):
+    from earth2studio_compile.executors import Target
+    from earth2studio_compile.options import CompileOptions, CompilePolicy
+    from earth2studio_compile.report import RegionReport
+
+    cpu = torch.device("cpu")
+    target = Target(
+        TinyCore(),
+        RegionReport("Tiny", "core"),
+        CompilePolicy.resolve(CompileOptions(), cpu),
+        cpu,
+        None,
+        tmp_path / "artifacts",
+        "tiny_cores.TinyModel",
+        opaque=False,
+    )
+    monkeypatch.setenv(background.ENV, "off")
+    assert "off on cpu" in BackgroundExecutor.build(target)
+    monkeypatch.setenv(background.ENV, "on")
+    assert isinstance(BackgroundExecutor.build(target), BackgroundExecutor)
+    assert "opaque" in BackgroundExecutor.build(
+        Target(**{**target.__dict__, "opaque": True})
+    )
+    assert "cache is off" in BackgroundExecutor.build(
+        Target(**{**target.__dict__, "artifacts": None})
+    )
