@@ -185,3 +185,27 @@ def test_the_executor_declines_where_it_cannot_build(monkeypatch, tmp_path):
     assert "cache is off" in BackgroundExecutor.build(
         Target(**{**target.__dict__, "artifacts": None})
     )
+
+
+def test_the_build_process_refuses_a_key_the_forecast_would_not_find(tmp_path):
+    """Parent and child must agree on the key (global TF32 flags are part of it
+    with precision None): a child that computes another one says so and builds
+    nothing."""
+    from earth2studio_compile.precision import tf32_enabled
+
+    settings = background.BuildSettings(None, None, "tiny_cores.TinyModel", "core")
+    payload = {
+        "key": "not-this-one",
+        "tf32": tf32_enabled(),  # as they are: this process's flags stay
+        "module": TinyCore(),
+        "args": (torch.randn(4, 8),),
+        "kwargs": {},
+        "settings": {**settings.build_kwargs(), "root": tmp_path},
+        "label": "Tiny.core",
+    }
+    torch.save(payload, tmp_path / "job.pt")
+    assert not background.build_job(tmp_path)
+    result = (tmp_path / "result.json").read_text()
+    assert "computes the key" in result, result
+    assert not (tmp_path / "job.pt").exists()
+    assert not (tmp_path / "aot").exists() or not any((tmp_path / "aot").iterdir())

@@ -288,7 +288,8 @@ def test_a_background_build_switches_and_keeps_held_outputs(
         for step, (y, _) in enumerate(model.create_iterator(x, coords)):
             kept.append(y)
             if step == 1 and wait:
-                assert [j.poll() for j in wait_for_builds(540)] == ["built"]
+                job = wait_for_builds(540)[-1]
+                assert job.poll() == "built", f"{job.describe()}\n{job.log_tail(60)}"
             if step == 8:
                 break
         torch.cuda.synchronize()

@@ -44,6 +44,7 @@ from loguru import logger
 from earth2studio_compile._torch import MODULE_SLOT
 from earth2studio_compile.artifacts.aot_build import build_region, detached
 from earth2studio_compile.artifacts.aot_key import META, aot_root, key_for
+from earth2studio_compile.precision import tf32_enabled
 
 __all__ = ["ENV", "BuildJob", "BuildSettings", "enabled", "start", "wait"]
 
@@ -56,6 +57,12 @@ _LOG = "build.log"
 #: Marks a function that a region installs on a module (``forward`` wrappers):
 #: what a copy of the module for the build must not carry.
 HOOK_MARK = "_earth2studio_compile_hook"
+
+# Not ``-m`` this module: the package has imported it already (runpy warns).
+_CHILD = (
+    "import sys; from earth2studio_compile.artifacts.background import main; "
+    "sys.exit(main(sys.argv[1:]))"
+)
 
 _started: list[BuildJob] = []
 _started_lock = threading.Lock()
@@ -195,6 +202,14 @@ class BuildJob:
                 time.sleep(0.5)
         return self.poll()
 
+    def log_tail(self, lines: int = 20) -> str:
+        """The last ``lines`` lines of the child's log (empty without one)."""
+        try:
+            text = self.log.read_text(errors="replace") if self.log else ""
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
     def describe(self) -> str:
         """The job in words, for the report and its INFO line."""
         state = self.poll()
@@ -283,6 +298,10 @@ def start(
             snapshot = snapshot_module(module)
             args, kwargs = detached(tuple(args)), detached(dict(kwargs))
         payload = {
+            "key": key,
+            # With precision None the build follows PyTorch's global TF32 flags
+            # (they are part of the key, and Inductor bakes them into kernels).
+            "tf32": tf32_enabled(),
             "module": snapshot,
             "args": args,
             "kwargs": kwargs,
@@ -415,12 +434,7 @@ def _launch(job: BuildJob, payload: dict[str, Any]) -> None:
         del payload  # the copy's device memory goes back now
         with open(job.directory / _LOG, "wb") as log:
             proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "earth2studio_compile.artifacts.background",
-                    str(job.directory),
-                ],
+                [sys.executable, "-c", _CHILD, str(job.directory)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -435,16 +449,35 @@ def _launch(job: BuildJob, payload: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The child: build the artifact of the job in ``argv[0]`` (a job directory)."""
-    directory = Path((argv if argv is not None else sys.argv[1:])[0])
-    result: dict[str, Any] = {"ok": False}
-    start_time = time.perf_counter()
+    """The child: build the job in ``argv[0]`` (a job directory) at a lower
+    priority; 0 when it left an artifact."""
     try:
         os.nice(10)
     except (AttributeError, OSError):  # not on this OS: build at normal priority
         pass
+    return 0 if build_job(Path((argv if argv is not None else sys.argv[1:])[0])) else 1
+
+
+def build_job(directory: Path) -> bool:
+    """Build the artifact of the job in ``directory``; write its ``result.json``.
+
+    Sets PyTorch's global TF32 flags to the forecast's: call it in a process of
+    its own (:func:`main`).
+
+    Returns
+    -------
+    bool
+        Whether the artifact was built
+    """
+    result: dict[str, Any] = {"ok": False}
+    start_time = time.perf_counter()
     try:
         payload = torch.load(directory / _INPUT, weights_only=False)
+        matmul, conv = payload["tf32"]
+        if (matmul, conv) != tf32_enabled():
+            # A fresh process: the legacy setters cannot clash with the new API.
+            torch.backends.cuda.matmul.allow_tf32 = matmul
+            torch.backends.cudnn.allow_tf32 = conv
         settings = dict(payload["settings"])
         label = payload["label"]
         module = payload["module"]
@@ -460,6 +493,11 @@ def main(argv: list[str] | None = None) -> int:
             settings["options"],
             settings["fp32_modules"],
         )
+        if key != payload["key"]:
+            raise RuntimeError(
+                f"this process computes the key {key}, the forecast's process "
+                f"{payload['key']}: an artifact built here would never be found"
+            )
         directory_root = aot_root(settings["root"])
         assert directory_root is not None
         lock = filelock.FileLock(str(_lock_path(directory_root / key)), timeout=0)
@@ -483,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
         (directory / _INPUT).unlink(missing_ok=True)
         result["seconds"] = time.perf_counter() - start_time
         (directory / _RESULT).write_text(json.dumps(result))
-    return 0 if result.get("ok") else 1
+    return bool(result.get("ok"))
 
 
 if __name__ == "__main__":
