@@ -1,0 +1,58 @@
+"""Ahead-of-time compiled regions: AOTInductor's compile and package loader."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+
+def aoti_compile(program: Any, path: str, configs: Mapping[str, Any]) -> str:
+    """``torch._inductor.aoti_compile_and_package`` of an exported program.
+
+    Parameters
+    ----------
+    program : torch.export.ExportedProgram
+        The exported region
+    path : str
+        Where the ``.pt2`` package goes
+    configs : Mapping[str, Any]
+        Inductor settings for the compile
+
+    Returns
+    -------
+    str
+        The package's path
+    """
+    from torch._inductor import aoti_compile_and_package
+
+    return aoti_compile_and_package(
+        program, package_path=path, inductor_configs=dict(configs)
+    )
+
+
+def aoti_loader(path: str, device_index: int) -> Any:
+    """AOTInductor's package loader for ``path``, without ``aoti_load_package``.
+
+    ``torch._inductor.aoti_load_package`` goes through ``load_pt2``, which imports
+    Inductor's compile machinery and probes the CPU's vector ISA by compiling test
+    programs (5.8 s on a 2-core CPU, 13-58 s on an H100 host with an empty Inductor
+    cache; pytorch issue #191715). The loader itself only unpacks and ``dlopen``s
+    the compiled library (~0.01 s on CPU). ``run_single_threaded``: the runner
+    skips its own thread synchronisation, which CUDA-graph capture needs; a region
+    calls it from one thread.
+
+    Parameters
+    ----------
+    path : str
+        The ``.pt2`` package
+    device_index : int
+        CUDA device index (-1: the current device)
+
+    Returns
+    -------
+    torch._C._aoti.AOTIModelPackageLoader
+        The loaded model
+    """
+    return torch._C._aoti.AOTIModelPackageLoader(path, "model", True, 1, device_index)

@@ -1,0 +1,54 @@
+"""Private attributes of modules and tensors, and running a module outside a trace.
+
+The slot ``nn.Module.compile()`` fills, a module's own call past it, a tensor's
+version counter, what marks a ``torch.compile``'d module; and for opaque submodules
+(run on meta tensors to learn their output shapes), leaving fake-tensor tracing and
+swapping a module's parameters for a block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+
+# The slot ``nn.Module.compile()`` fills: ``nn.Module.__call__`` calls it instead of
+# ``_call_impl`` when set, so hooking it leaves parameters and forward untouched.
+MODULE_SLOT = "_compiled_call_impl"
+
+
+def call_module(module: torch.nn.Module, args: Any, kwargs: Any) -> Any:
+    """The module's own call (hooks included), past a region in :data:`MODULE_SLOT`."""
+    return module._call_impl(*args, **kwargs)
+
+
+def tensor_version(t: torch.Tensor) -> int:
+    """The tensor's in-place version counter: it changes when the tensor is mutated
+    (not kept by inference tensors, which raise)."""
+    return t._version
+
+
+def is_optimized_module(module: torch.nn.Module) -> bool:
+    """Already wrapped by ``torch.compile(module)`` (an ``OptimizedModule``)."""
+    return hasattr(module, "_orig_mod") and hasattr(module, "dynamo_ctx")
+
+
+def real_tensors() -> contextlib.AbstractContextManager[Any]:
+    """Leave fake-tensor tracing for a block (to run a module on meta tensors)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    return unset_fake_temporarily()
+
+
+def reparametrized(
+    module: torch.nn.Module, state: dict[str, torch.Tensor]
+) -> contextlib.AbstractContextManager[Any]:
+    """``module`` with its parameters and buffers swapped for ``state`` in a block.
+
+    ``torch.func.functional_call`` does this for one call; the meta-tensor run
+    calls the module's saved ``forward`` instead, so the swap itself is needed.
+    """
+    from torch.nn.utils.stateless import _reparametrize_module
+
+    return _reparametrize_module(module, state)
