@@ -239,7 +239,7 @@ def test_e2e_breakdown_attributes_the_time_outside_the_model(monkeypatch, tmp_pa
     assert upstream.split_coords is slow_split and upstream.tqdm is SlowBar
 
 
-# -- Ensemble mode (tools/bench/ensemble.py) ------------------------------------------
+# -- Ensemble mode (tools/bench/ensemble/) ------------------------------------------
 @pytest.mark.parametrize(
     "argv, message",
     [

@@ -139,7 +139,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         default=0,
         metavar="N",
-        help="run upstream's ensemble workflow with N members instead (ensemble.py)",
+        help="run upstream's ensemble workflow with N members instead (ensemble/)",
     )
     p.add_argument(
         "--batch-size",

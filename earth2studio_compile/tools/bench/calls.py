@@ -90,10 +90,13 @@ def _store_bytes_then_remove(io: Any) -> int | None:
     second-call child do not fill the disk (DLWP's 16 x 20 store is ~10 GB)."""
     import shutil
 
-    from earth2studio_compile.tools.bench import ensemble
+    from earth2studio_compile.tools.bench.ensemble.upstream import (
+        store_path,
+        tree_bytes,
+    )
 
-    path = ensemble._store_path(getattr(io, "io", io))  # OverlappedIO's backend
-    size = ensemble._tree_bytes(path)
+    path = store_path(getattr(io, "io", io))  # OverlappedIO's backend
+    size = tree_bytes(path)
     if path is not None and path.is_dir():
         shutil.rmtree(path, ignore_errors=True)
     elif path is not None:
