@@ -425,7 +425,7 @@ def test_an_aot_row_builds_first_and_says_when_the_artifact_was_not_used(
         seen["cmd"], seen["env"] = cmd, kwargs["env"]
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
-    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    monkeypatch.setattr(subprocess, "run", fake_run)
     spec = {"model": "fcn", "mode": "auto", "size": "small", "precision": "tf32"}
     out = bench._build_one(spec, 60, tmp_path)
     assert out["build_s"] >= 0.0 and "build_error" not in out
