@@ -239,7 +239,7 @@ def test_e2e_breakdown_attributes_the_time_outside_the_model(monkeypatch, tmp_pa
     assert upstream.split_coords is slow_split and upstream.tqdm is SlowBar
 
 
-# -- Ensemble mode (tools/bench/ensemble.py) ------------------------------------------
+# -- Ensemble mode (tools/bench/ensemble/) ------------------------------------------
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -425,7 +425,7 @@ def test_an_aot_row_builds_first_and_says_when_the_artifact_was_not_used(
         seen["cmd"], seen["env"] = cmd, kwargs["env"]
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
-    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    monkeypatch.setattr(subprocess, "run", fake_run)
     spec = {"model": "fcn", "mode": "auto", "size": "small", "precision": "tf32"}
     out = bench._build_one(spec, 60, tmp_path)
     assert out["build_s"] >= 0.0 and "build_error" not in out
@@ -457,6 +457,7 @@ def test_an_aot_row_builds_first_and_says_when_the_artifact_was_not_used(
         (["--precision", "fp16"], "--precision: unknown 'fp16'"),
         (["--steps", "0"], "--steps must be >= 1, not 0"),
         (["--device", "tpu"], "--device must be cuda or cpu"),
+        (["--writers", "0"], "--writers must be >= 1, not 0"),
     ],
 )
 def test_workflow_bad_arguments_name_the_fix(argv, message, capsys):
@@ -488,6 +489,10 @@ def test_workflow_plan_pairs_and_shares_caches():
     assert fcn["cache"] is None
     assert {s["cache"] for s in specs[1:5]} == {"fcn-tf32-zarr-disk"}  # floor too
     assert specs[8]["cache"] == "fcn-tf32-overlapped"
+    # The storage floor writes with AsyncZarrBackend's 8 threads unless told.
+    assert {s["writers"] for s in specs if s["kind"] == "floor"} == {8}
+    args = workflow.parse(["--device", "cpu", "--jobs", "fcn", "--writers", "3"])
+    assert [s["writers"] for s in workflow.plan(args) if s["kind"] == "floor"] == [3]
     small = workflow.parse(["--device", "cpu", "--jobs", "ens:toy,det:toy"])
     small.members, small.batch_size = 2, 8
     job = workflow._job(argparse.ArgumentParser(), "ens:toy", small)
@@ -564,6 +569,7 @@ def test_workflow_keeps_what_finished_when_a_child_is_killed(
     whole, per_step = text.split("Per step")
     assert "timed out after 4 s" in whole and "2.00" in whole
     assert "20.00" in per_step and "10.00" in per_step  # ms/step, eager and compiled
+    assert "0.48 (1 writer)" in per_step  # a floor row without a writer count
 
 
 def test_workflow_deadline_starts_nothing(monkeypatch, tmp_path, capsys):
@@ -606,9 +612,13 @@ def test_workflow_mode_runs_small_fcn_on_cpu(tmp_path, capsys):
     )
     assert floor["model_steps"] == 2 and floor["io_floor_s"] > 0
     assert floor["floor_s"] == floor["compute_floor_s"] + floor["io_floor_s"]
+    # The storage floor with as many writers as AsyncZarrBackend, and with one.
+    assert floor["io_floor_writers"] == 8 and floor["io_floor_1writer_s"] > 0
+    assert floor["io_sync_s"] >= 0
     # 3 lead times x 26 variables x 16 x 32 float32
     assert floor["store_bytes_expected"] == 4 * 3 * 26 * 16 * 32
-    assert "Whole call" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "Whole call" in text and " (8 writers)" in text
 
 
 def test_workflow_calls_of_an_ensemble_and_overlapped_writes(tmp_path, monkeypatch):
@@ -639,6 +649,8 @@ def test_workflow_calls_of_an_ensemble_and_overlapped_writes(tmp_path, monkeypat
     assert floor["model_steps"] == 4  # 2 steps x 2 batches
     assert floor["eager_step_ms"] > 0 and floor["compiled_step_ms"] > 0
     assert floor["floor_s"] == floor["compute_floor_s"] + floor["io_floor_s"] > 0
+    assert floor["io_floor_writers"] == calls.FLOOR_WRITERS == 8
+    assert not list(tmp_path.glob("floor-*"))  # the floor's files are removed
     det = base | {"workflow": "deterministic", "steps": 2, "members": 1}
     det |= {"batch_size": 1, "io": "overlapped", "kind": "fresh", "run": "compiled"}
     (row,) = calls.run(det, tmp_path / "d.json", tmp_path)
@@ -650,3 +662,51 @@ def _small_fcn():
     from earth2studio_compile.tools import zoo
 
     return zoo.build("fcn", size="small")
+
+
+def test_storage_floor_writes_each_variable_of_each_step_from_a_pool(
+    tmp_path, monkeypatch
+):
+    """The floor's writes: one file per variable per step, as the Zarr stores chunk
+    them, the same bytes, from a thread pool of the given size."""
+    import numpy as np
+
+    from earth2studio_compile.tools.bench import calls
+
+    pools = []
+
+    class Pool(calls.ThreadPoolExecutor):
+        def __init__(self, max_workers):
+            pools.append(max_workers)
+            super().__init__(max_workers=max_workers)
+
+    monkeypatch.setattr(calls, "ThreadPoolExecutor", Pool)
+    seconds = calls.write_store(tmp_path, 5, 3, 40, "cpu", writers=4)
+    assert seconds > 0 and pools == [4]
+    files = sorted(tmp_path.iterdir())
+    assert [f.name for f in files] == sorted(
+        f"floor-{i}-{v}.npy" for i in range(5) for v in range(3)
+    )
+    arrays = [np.load(f) for f in files]
+    assert all(a.shape == (40,) and a.dtype == np.float32 for a in arrays)
+    # Variable v of every step holds the same field: the step's row v.
+    first = {f.name.rsplit("-", 1)[1]: a for f, a in zip(files, arrays)}
+    for f, a in zip(files, arrays):
+        np.testing.assert_array_equal(a, first[f.name.rsplit("-", 1)[1]])
+    assert not np.array_equal(first["0.npy"], first["1.npy"])  # a row each
+
+
+def test_workflow_floor_table_names_the_writers():
+    from earth2studio_compile.tools.bench import workflow
+
+    floor = {"job": "fcn", "precision": "tf32", "io": None, "way": "floor"}
+    floor |= {"run": "floor", "eager_step_ms": 28.9, "compiled_step_ms": 20.1}
+    floor |= {"model_steps": 40, "compute_floor_s": 0.8, "store_bytes_expected": 4e9}
+    new = floor | {"io_floor_s": 1.25, "io_floor_writers": 8, "floor_s": 2.05}
+    new |= {"io_floor_1writer_s": 5.38, "io_sync_s": 2.5}
+    old = floor | {"io_floor_s": 5.38, "floor_s": 6.18}  # one writer, not recorded
+    text = workflow.tables([new, old]).split("Per step")[1]
+    new_line, old_line = [line for line in text.splitlines() if "fcn" in line]
+    assert "1.25 (8 writers)" in new_line and "5.38" in new_line
+    assert "5.38 (1 writer)" in old_line
+    assert "from that many writer threads" in text

@@ -14,8 +14,9 @@ leaves the calls it finished. A ``kind`` of
     (:mod:`earth2studio_compile.resident`);
 ``floor``
     the floors a call is measured against: per-step medians of the eager and compiled
-    model (``N x`` the compiled step) and the store's bytes written with
-    ``numpy.save`` after a device-to-host copy and a device synchronization.
+    model (``N x`` the compiled step) and the store's bytes copied to the host and
+    written with ``numpy.save`` from as many writer threads as the fastest backend
+    uses (:func:`write_store`; one writer too, for comparison).
 
 Each call is timed from just before calling the workflow until the store is written
 (the IO closed, :func:`.runs.finish`) and the device is idle. The data source and the
@@ -28,10 +29,13 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
+import shutil
 import sys
 import tempfile
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +46,10 @@ IOS = ("zarr-disk", "async-zarr", "overlapped")
 #: every row, eager and compiled; ``bf16`` also scopes bf16 autocast to the cores.
 PRECISIONS = ("tf32", "fp32", "bf16")
 NOISE = 0.05
+#: Writer threads of the storage floor unless the spec says: as many as the fastest
+#: backend of the comparison uses (``AsyncZarrBackend``'s pool of 8; ``OverlappedIO``
+#: uses min(8, cores)), so the floor is below what parallel writing reaches.
+FLOOR_WRITERS = 8
 
 
 def set_precision(precision: str) -> None:
@@ -88,12 +96,13 @@ def store_bytes(spec: dict[str, Any], model: Any) -> int:
 def _store_bytes_then_remove(io: Any) -> int | None:
     """Bytes of the store on disk; then the store is deleted, so that the calls of a
     second-call child do not fill the disk (DLWP's 16 x 20 store is ~10 GB)."""
-    import shutil
+    from earth2studio_compile.tools.bench.ensemble.upstream import (
+        store_path,
+        tree_bytes,
+    )
 
-    from earth2studio_compile.tools.bench import ensemble
-
-    path = ensemble._store_path(getattr(io, "io", io))  # OverlappedIO's backend
-    size = ensemble._tree_bytes(path)
+    path = store_path(getattr(io, "io", io))  # OverlappedIO's backend
+    size = tree_bytes(path)
     if path is not None and path.is_dir():
         shutil.rmtree(path, ignore_errors=True)
     elif path is not None:
@@ -204,15 +213,15 @@ def floor(spec: dict[str, Any], model: Any, device: Any, tmp: Path) -> dict[str,
         rollout of ``batch_size`` members, the compiled one after its compile),
         ``model_steps`` (steps the workflow takes: steps x batches),
         ``compute_floor_s`` (``model_steps`` x the compiled step), ``io_floor_s``
-        (the store's bytes copied to the host and written with ``numpy.save``, one
-        file per step and batch, then a device synchronization), ``floor_s`` (their
-        sum), ``store_bytes_expected``, ``report``
+        (:func:`write_store` of the store's bytes with ``io_floor_writers`` writers,
+        ``spec["writers"]`` or :data:`FLOOR_WRITERS`), ``io_floor_1writer_s`` (the
+        same with one writer), ``io_sync_s`` (the ``os.sync()`` after the parallel
+        writes: not in the floor, since no backend syncs), ``floor_s``
+        (``compute_floor_s + io_floor_s``), ``store_bytes_expected``, ``report``
     """
     import numpy as np
-    import torch
 
     from earth2studio_compile import wait_for_builds
-    from earth2studio_compile.metrics import synchronize
     from earth2studio_compile.tools.bench.measure import eager_precision, time_rollout
     from earth2studio_compile.tools.bench.runs import initial_state
 
@@ -243,18 +252,83 @@ def floor(spec: dict[str, Any], model: Any, device: Any, tmp: Path) -> dict[str,
     total = store_bytes(spec, model)
     out["store_bytes_expected"] = total
     writes = (spec["steps"] + 1) * batches
-    per_write = total // writes
-    step = torch.randn(per_write // 4, device=device)
-    synchronize(device)
-    start = time.perf_counter()
-    for i in range(writes):
-        np.save(tmp / f"floor-{i}.npy", step.cpu().numpy())
-    synchronize(device)
-    out["io_floor_s"] = time.perf_counter() - start
-    for i in range(writes):
-        (tmp / f"floor-{i}.npy").unlink()
+    variables = len(model.input_coords()["variable"])
+    values = total // (4 * writes * variables)
+    writers = int(spec.get("writers") or FLOOR_WRITERS)
+    seconds: dict[int, float] = {}
+    for n in dict.fromkeys((1, writers)):  # one writer first; once if writers is 1
+        directory = tmp / f"floor-{n}"
+        directory.mkdir()
+        seconds[n] = write_store(directory, writes, variables, values, device, n)
+        if n == writers:
+            start = time.perf_counter()
+            os.sync()
+            out["io_sync_s"] = time.perf_counter() - start
+        shutil.rmtree(directory)
+    out["io_floor_s"], out["io_floor_writers"] = seconds[writers], writers
+    out["io_floor_1writer_s"] = seconds[1]
     out["floor_s"] = out["compute_floor_s"] + out["io_floor_s"]
     return out
+
+
+def write_store(
+    directory: Path, writes: int, variables: int, values: int, device: Any, writers: int
+) -> float:
+    """Seconds to write a store's bytes with ``numpy.save`` from ``writers`` threads.
+
+    Each of ``writes`` steps (steps x batches) is one device tensor of ``variables`` x
+    ``values`` float32, copied to the host as the workflow copies a step, then saved
+    one file per variable (``floor-{step}-{variable}.npy``), as the Zarr stores chunk
+    it, by a ``ThreadPoolExecutor`` of ``writers`` threads (``numpy.save`` releases
+    the GIL in its file writes). The clock runs from the first copy until every file
+    is written and the device is idle; an ``os.sync()`` before it keeps earlier
+    writes' dirty pages out of this figure. The files are left in ``directory``.
+
+    Parameters
+    ----------
+    directory : Path
+        An existing directory for the files
+    writes, variables, values : int
+        Steps, files per step and float32 values per file
+    device : Any
+        Where the step lives before its copy (``torch.device`` or its name)
+    writers : int
+        Writer threads
+
+    Returns
+    -------
+    float
+        Wall seconds
+    """
+    import numpy as np
+    import torch
+
+    from earth2studio_compile.metrics import synchronize
+
+    device = torch.device(device)
+    step = torch.randn(variables, values, device=device)
+    # A bounded backlog: host copies wait for writers, not the whole store in memory.
+    backlog: deque[list[Future[None]]] = deque()
+    os.sync()
+    synchronize(device)
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=writers) as pool:
+        for i in range(writes):
+            while len(backlog) > max(2, writers):
+                for done in backlog.popleft():
+                    done.result()
+            host = step.cpu().numpy()
+            backlog.append(
+                [
+                    pool.submit(np.save, directory / f"floor-{i}-{v}.npy", host[v])
+                    for v in range(variables)
+                ]
+            )
+        for futures in backlog:
+            for done in futures:
+                done.result()
+    synchronize(device)
+    return time.perf_counter() - start
 
 
 def run(spec: dict[str, Any], out: Path, tmp: Path) -> list[dict[str, Any]]:

@@ -21,9 +21,11 @@ eager call before it. Rows per job, precision and IO backend (``zarr-disk``:
 ``ZarrBackend`` on a path; ``async-zarr``: ``AsyncZarrBackend``; ``overlapped``:
 ``OverlappedIO`` around a ``ZarrBackend`` on a path), then per job and precision the
 floors (:mod:`.calls`): ``N x`` the compiled step, and the store's bytes written with
-``numpy.save``. Every child is a fresh process (:mod:`.calls`); the parent rewrites
-the JSON whenever a child has finished a call, so a run cut short keeps what it
-measured, and ``--deadline`` stops starting rows that could not finish in time.
+``numpy.save`` from ``--writers`` threads (8 by default, as many as
+``AsyncZarrBackend`` uses; one writer is timed too). Every child is a fresh process
+(:mod:`.calls`); the parent rewrites the JSON whenever a child has finished a call,
+so a run cut short keeps what it measured, and ``--deadline`` stops starting rows
+that could not finish in time.
 
 Precision: ``tf32`` (the default) sets PyTorch's global TF32 switches in every row,
 eager and compiled, the one line a user adds, so eager in the same precision is the
@@ -47,7 +49,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from earth2studio_compile.tools.bench.calls import IOS, PRECISIONS
+from earth2studio_compile.tools.bench.calls import FLOOR_WRITERS, IOS, PRECISIONS
 from earth2studio_compile.tools.bench.text import format_table
 
 #: Named jobs: the workflow, the model, steps, members and members per batch.
@@ -117,6 +119,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="seconds from the start after which no process starts (its rows are "
         "marked skipped) and none runs on; the tables still print",
     )
+    p.add_argument(
+        "--writers",
+        type=int,
+        default=FLOOR_WRITERS,
+        help="writer threads of the storage floor: as many as the fastest backend "
+        f"uses (default {FLOOR_WRITERS}, AsyncZarrBackend's pool); one writer is "
+        "always timed too",
+    )
     p.add_argument("--workdir", type=Path, default=None, help="caches and stores")
     args = p.parse_args(argv)
     args.io_list = _listed(p, "--io", args.io, IOS)
@@ -124,7 +134,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args.precision_list = _listed(p, "--precision", args.precision, PRECISIONS)
     if "warm" in args.way_list and "cold" not in args.way_list:
         p.error("--ways warm reuses the cold row's caches; add cold (--ways cold,warm)")
-    for name in ("steps", "members", "batch_size", "repeats"):
+    for name in ("steps", "members", "batch_size", "repeats", "writers"):
         value = getattr(args, name)
         if value is not None and value < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, not {value}")
@@ -203,7 +213,7 @@ def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
                     specs[-1].update(run="both", repeats=args.repeats)
                 if n == 0:  # early, so a deadline leaves it; in warm caches
                     specs.append({**base, "io": None, "kind": "floor", "way": "floor"})
-                    specs[-1].update(run="floor", cache=key)
+                    specs[-1].update(run="floor", cache=key, writers=args.writers)
     return specs
 
 
@@ -371,7 +381,8 @@ def tables(rows: list[dict[str, Any]]) -> str:
     text = "Whole call, from calling the workflow until the store is written:\n"
     text += format_table(header, lines)
     header = ["job", "prec", "eager ms/step", "compiled ms/step", "speedup"]
-    header += ["model steps", "N x step s", "numpy.save s", "GB", "floor s"]
+    header += ["model steps", "N x step s", "numpy.save s", "1 writer s", "os.sync s"]
+    header += ["GB", "floor s"]
     lines = []
     for r in rows:
         if r["run"] != "floor" or "floor_s" not in r:
@@ -384,7 +395,8 @@ def tables(rows: list[dict[str, Any]]) -> str:
                 _f(r["compiled_step_ms"]),
             ]
             + [_f(r["eager_step_ms"] / r["compiled_step_ms"]), str(r["model_steps"])]
-            + [_s(r["compute_floor_s"]), _s(r["io_floor_s"])]
+            + [_s(r["compute_floor_s"]), storage_floor(r)]
+            + [_s(r.get("io_floor_1writer_s")), _s(r.get("io_sync_s"))]
             + [_f(r["store_bytes_expected"] / 1e9, ".3g"), _s(r["floor_s"])]
         )
     text += (
@@ -392,11 +404,23 @@ def tables(rows: list[dict[str, Any]]) -> str:
     )
     text += format_table(header, lines)
     return text + (
-        "\n\nfloor = N x the compiled step + the same bytes copied to the host and "
-        "written with numpy.save (then a device sync); proc s = the fresh process, "
-        "start to exit; import s = interpreter start until torch, earth2studio and "
+        "\n\nfloor = N x the compiled step + numpy.save s: the same bytes copied to "
+        "the host and written with numpy.save from that many writer threads, one file "
+        "per variable per step (then a device sync; no fsync, as no backend does one: "
+        "os.sync s is what it took after); proc s = the fresh process, start to exit; "
+        "import s = interpreter start until torch, earth2studio and "
         "earth2studio_compile are imported"
     )
+
+
+def storage_floor(r: dict[str, Any]) -> str:
+    """A floor row's storage figure named with its writers: ``"0.52 (8 writers)"``.
+
+    Rows written before the floor had parallel writers have no
+    ``io_floor_writers``: their figure is one writer's.
+    """
+    n = r.get("io_floor_writers", 1)
+    return f"{_s(r['io_floor_s'])} ({n} writer{'s' * (n != 1)})"
 
 
 def main(argv: list[str] | None = None) -> int:

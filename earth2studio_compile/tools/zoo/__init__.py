@@ -1,0 +1,116 @@
+"""Real Earth2Studio models with random weights, built without downloads.
+
+Used by the demo, the benchmark and the tests. ``size="full"`` builds the
+operational configuration (FCN: AFNO on 720x1440, DLWP: cubed sphere 6x64x64 from
+721x1440); ``size="small"`` shrinks grids and networks so a CPU compiles them in
+seconds. Weights are random (seeded): timings and eager-vs-compiled agreement do not
+depend on trained values, forecasts do.
+
+The Earth2Studio wrappers (:class:`earth2studio.models.px.FCN`, ``DLWP``,
+``Persistence``) are used as shipped; small variants only override their fixed grid
+sizes. ``sfno`` is a user-style prognostic around torch-harmonics' SFNO, since
+Earth2Studio's own SFNO wrapper needs makani, which is not on PyPI.
+
+Modules: :mod:`.grid` (grids, and the module path every zoo class is published
+under), :mod:`.shipped` (FCN, DLWP, Persistence), :mod:`.user` (the user-style
+prognostics: toy, SFNO-class), :mod:`.data` (the seeded random data source). Every
+name is imported from here, ``earth2studio_compile.tools.zoo``.
+
+Examples
+--------
+>>> from earth2studio_compile.tools import zoo
+>>> model = zoo.build("fcn", size="small")  # doctest: +SKIP
+>>> data = zoo.random_source(model)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from earth2studio_compile._imports import quiet_imports
+from earth2studio_compile.tools.zoo.data import SeededRandom, random_source
+from earth2studio_compile.tools.zoo.grid import Grid
+from earth2studio_compile.tools.zoo.shipped import dlwp, fcn, persistence
+from earth2studio_compile.tools.zoo.user import (
+    GridPrognostic,
+    SFNOCore,
+    SFNOPrognostic,
+    ToyCore,
+    sfno,
+    toy,
+)
+
+__all__ = [
+    "MODELS",
+    "SIZES",
+    "Grid",
+    "GridPrognostic",
+    "SFNOCore",
+    "SFNOPrognostic",
+    "SeededRandom",
+    "ToyCore",
+    "build",
+    "dlwp",
+    "fcn",
+    "persistence",
+    "random_source",
+    "sfno",
+    "toy",
+]
+
+MODELS = ("fcn", "dlwp", "sfno", "persistence", "toy")
+SIZES = ("small", "medium", "full")
+
+
+_BUILDERS: dict[str, Callable[..., torch.nn.Module]] = {
+    "fcn": fcn,
+    "dlwp": dlwp,
+    "sfno": sfno,
+    "persistence": persistence,
+    "toy": toy,
+}
+
+
+def build(name: str, size: str = "small", seed: int = 0) -> torch.nn.Module:
+    """Build a named model with random weights.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`MODELS`, or ``"module:callable"`` for a user factory that
+        returns a prognostic (called with no arguments)
+    size : str, optional
+        ``"small"``, ``"full"``, or ``"medium"`` (``"fcn"`` only), by default "small"
+    seed : int, optional
+        Weight seed, by default 0
+
+    Returns
+    -------
+    torch.nn.Module
+        The prognostic model, on CPU
+
+    Raises
+    ------
+    ValueError
+        Unknown name or size
+    """
+    if size not in SIZES:
+        raise ValueError(f"Unknown size {size!r}; use one of {SIZES}.")
+    if size == "medium" and name != "fcn":
+        raise ValueError(
+            f"size='medium' exists for 'fcn' only; use 'small' or 'full' for {name!r}."
+        )
+    if ":" in name:
+        import importlib
+
+        module, _, attr = name.partition(":")
+        return getattr(importlib.import_module(module), attr)()
+    if name not in _BUILDERS:
+        raise ValueError(
+            f"Unknown model {name!r}; use one of {MODELS} or 'module:callable'."
+        )
+    # The builders import Earth2Studio's models and physicsnemo (Warp's CUDA probe).
+    with quiet_imports():
+        return _BUILDERS[name](size=size, seed=seed)
