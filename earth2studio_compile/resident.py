@@ -105,13 +105,7 @@ def key(target: Target) -> str:
     str
         A text that two regions share only when the same code serves both
     """
-    policy = target.policy
-    backend = policy.backend if isinstance(policy.backend, str) else id(policy.backend)
-    return (
-        f"{target.owner}|{target.report.region}|{policy.cache_text}|"
-        f"backend={backend}|precision={target.precision}|device={target.device}|"
-        f"opaque={target.opaque}|fp32={sorted(target.fp32_modules)}"
-    )
+    return target.resident_key()
 
 
 def fingerprint(module: torch.nn.Module) -> tuple[Any, ...] | None:
