@@ -93,7 +93,8 @@ _lock = threading.Lock()
 
 
 def key(target: Target) -> str:
-    """What a region's compiled code depends on besides the module itself.
+    """What a region's compiled code depends on besides the module itself
+    (:meth:`~earth2studio_compile.artifacts.key.RegionTarget.resident_key`).
 
     Parameters
     ----------
