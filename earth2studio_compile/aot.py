@@ -25,12 +25,13 @@ from earth2studio_compile import precision as _precision
 from earth2studio_compile._torch import MODULE_SLOT, tree_map
 from earth2studio_compile.artifacts.aot_build import build_region, detached, device_of
 from earth2studio_compile.artifacts.aot_load import AotRunner, load_runner
+from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.cache import (
     cache_root,
     use_local_cache,
 )
 from earth2studio_compile.models import check_paths
-from earth2studio_compile.options import CompileOptions, CompilePolicy
+from earth2studio_compile.options import CompileOptions
 from earth2studio_compile.planning import plan
 from earth2studio_compile.session import example_input
 
@@ -172,31 +173,27 @@ def build(
             out.append(Built(label, None, "skipped", reason="not called by forward"))
             continue
         args, kwargs = calls[id(module)]
-        dev = device_of((args, kwargs), module)
-        policy = CompilePolicy.resolve(
-            CompileOptions(mode=mode, options=options),
-            dev,
-            p.spec,
-        )
-        common: dict[str, Any] = dict(
-            precision=chosen,
-            mode=policy.mode,
+        target = RegionTarget.resolve(
+            module,
             owner=owner,
             region=path,
-            options=policy.options,
+            device=device_of((args, kwargs), module),
+            precision=chosen,
+            options=CompileOptions(mode=mode, options=options),
+            table=p.spec,
             fp32_modules=p.spec.fp32_modules,
         )
         if not force:
-            runner = load_runner(module, args, kwargs, dev, **common)
+            runner = load_runner(target, args, kwargs)
             if isinstance(runner, AotRunner):
                 out.append(Built(label, runner.path, "present"))
                 continue
         start = time.perf_counter()
         try:
-            target = build_region(module, args, kwargs, **common)
+            built = build_region(target, args, kwargs)
         except Exception as err:  # one region's failure must not stop the others
             logger.warning(f"Could not build {label} ahead of time: {err}")
             out.append(Built(label, None, "failed", reason=str(err)))
             continue
-        out.append(Built(label, target, "built", time.perf_counter() - start))
+        out.append(Built(label, built, "built", time.perf_counter() - start))
     return out

@@ -46,7 +46,7 @@ from earth2studio_compile.executors import (
 from earth2studio_compile.hooks import Hooks
 from earth2studio_compile.metrics import Laps, synchronize
 from earth2studio_compile.models import ModelSpec
-from earth2studio_compile.options import CompileOptions, CompilePolicy
+from earth2studio_compile.options import CompileOptions
 from earth2studio_compile.probe import SpeedProbe, signature
 from earth2studio_compile.report import RegionReport, describe, interruption
 from earth2studio_compile.staging import (
@@ -516,14 +516,16 @@ class CompiledRegion:
 
 def _target(region: CompiledRegion, device: torch.device) -> Target:
     """What the candidates are asked to run: the region, its policy on ``device``."""
-    return Target(
+    return Target.resolve(
         region.module,
-        region.report,
-        CompilePolicy.resolve(region.options, device, region.spec),
-        device,
-        region.precision,
-        region.artifacts,
-        region.owner,
+        owner=region.owner,
+        region=region.report.region,
+        device=device,
+        precision=region.precision,
+        options=region.options,
+        table=region.spec,
         opaque=bool(region.hooks.opaque),
-        fp32_modules=tuple(region.spec.fp32_modules),
+        fp32_modules=region.spec.fp32_modules,
+        report=region.report,
+        artifacts=region.artifacts,
     )

@@ -93,7 +93,8 @@ _lock = threading.Lock()
 
 
 def key(target: Target) -> str:
-    """What a region's compiled code depends on besides the module itself.
+    """What a region's compiled code depends on besides the module itself
+    (:meth:`~earth2studio_compile.artifacts.key.RegionTarget.resident_key`).
 
     Parameters
     ----------
@@ -105,13 +106,7 @@ def key(target: Target) -> str:
     str
         A text that two regions share only when the same code serves both
     """
-    policy = target.policy
-    backend = policy.backend if isinstance(policy.backend, str) else id(policy.backend)
-    return (
-        f"{target.owner}|{target.report.region}|{policy.cache_text}|"
-        f"backend={backend}|precision={target.precision}|device={target.device}|"
-        f"opaque={target.opaque}|fp32={sorted(target.fp32_modules)}"
-    )
+    return target.resident_key()
 
 
 def fingerprint(module: torch.nn.Module) -> tuple[Any, ...] | None:

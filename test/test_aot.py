@@ -3,7 +3,7 @@
 Two real AOTInductor builds per session (each 25-90 s on 2 cores): the small FCN
 core through ``earth2studio_compile.build`` (module fixture), and a cheap core with
 another ``forward`` planted under the FCN core's key. Key changes are checked by
-changing the inputs of ``key_for``, without rebuilding.
+changing a ``RegionTarget`` or the arguments of its ``aot_key``, without rebuilding.
 """
 
 from __future__ import annotations
@@ -23,16 +23,29 @@ import torch
 
 from earth2studio_compile.aot import capture_calls
 from earth2studio_compile.artifacts.aot_build import build_region
-from earth2studio_compile.artifacts.aot_key import key_for
 from earth2studio_compile.artifacts.aot_load import (
     AotRunner,
     SignatureMismatch,
     load_runner,
     verify,
 )
+from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.metrics import rel_l2
+from earth2studio_compile.options import CompileOptions
 
 CPU = torch.device("cpu")
+
+
+def _target(module, owner, precision="fp32", device=CPU, mode=None):
+    """The settings ``compile=True`` and ``build`` use for the region ``model``."""
+    return RegionTarget.resolve(
+        module,
+        owner=owner,
+        region="model",
+        device=device,
+        precision=precision,
+        options=CompileOptions(mode=mode),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -60,16 +73,12 @@ def built(tmp_path_factory):
         )
 
 
-def _load(b, module=None, args=None, root=None, **changes):
-    settings = dict(precision="fp32", mode=None, owner=b.owner, region="model")
-    settings.update(changes)
+def _load(b, module=None, args=None, root=None, precision="fp32"):
     return load_runner(
-        module if module is not None else b.core,
+        _target(module if module is not None else b.core, b.owner, precision),
         args if args is not None else b.args,
         b.kwargs,
-        CPU,
         root=root if root is not None else b.root,
-        **settings,
     )
 
 
@@ -152,9 +161,7 @@ def _patched_filter_forward(self, x):
     "change", ["structure", "source", "precision", "shape", "torch_version"]
 )
 def test_each_key_change_declines(built, monkeypatch, change):
-    base, _ = key_for(
-        built.core, built.args, built.kwargs, CPU, "fp32", None, built.owner, "model"
-    )
+    base, _ = _target(built.core, built.owner).aot_key(built.args, built.kwargs)
     module, args, precision = built.core, built.args, "fp32"
     if change == "structure":
         module = copy.deepcopy(built.core)
@@ -168,9 +175,7 @@ def test_each_key_change_declines(built, monkeypatch, change):
         args = (torch.cat([built.args[0]] * 2),)
     else:
         monkeypatch.setattr(torch, "__version__", "9.9.9")
-    key, _ = key_for(
-        module, args, built.kwargs, CPU, precision, None, built.owner, "model"
-    )
+    key, _ = _target(module, built.owner, precision).aot_key(args, built.kwargs)
     assert key != base
     reason = _load(built, module=module, args=args, precision=precision)
     assert isinstance(reason, str)
@@ -207,12 +212,10 @@ def planted(built, tmp_path_factory):
     other = copy.deepcopy(built.core)
     other.__class__ = type("Shifted", (_Shifted, type(built.core)), {})
     built_other = build_region(
-        other, built.args, {}, "fp32", owner=built.owner, region="model", root=tmp_path
+        _target(other, built.owner), built.args, {}, root=tmp_path
     )
     # Planted under the FCN core's own key, with that key's fields.
-    key, fields = key_for(
-        built.core, built.args, built.kwargs, CPU, "fp32", None, built.owner, "model"
-    )
+    key, fields = _target(built.core, built.owner).aot_key(built.args, built.kwargs)
     planted = tmp_path / "plant" / "aot" / key
     shutil.copytree(built_other, planted)
     meta = json.loads((planted / "meta.json").read_text())
@@ -335,6 +338,8 @@ def test_a_fresh_process_loads_and_matches(built, tmp_path):
         from earth2studio_compile import example_input
         from earth2studio_compile.aot import capture_calls
         from earth2studio_compile.artifacts.aot_load import load_runner
+        from earth2studio_compile.artifacts.key import RegionTarget
+        from earth2studio_compile.options import CompileOptions
         from earth2studio_compile.metrics import rel_l2
         from earth2studio_compile.tools import zoo
         model = zoo.build("fcn", size="small")
@@ -343,9 +348,12 @@ def test_a_fresh_process_loads_and_matches(built, tmp_path):
         args, kwargs = capture_calls(model, [core], x, coords)[id(core)]
         args = (torch.randn_like(args[0]),)
         start = time.perf_counter()
-        runner = load_runner(core, args, kwargs, torch.device("cpu"), "fp32",
-                                 None, {built.owner!r}, "model",
-                                 root=__import__("pathlib").Path({str(built.root)!r}))
+        target = RegionTarget.resolve(
+            core, owner={built.owner!r}, region="model", device=torch.device("cpu"),
+            precision="fp32", options=CompileOptions(),
+        )
+        runner = load_runner(target, args, kwargs,
+                             root=__import__("pathlib").Path({str(built.root)!r}))
         out = runner(*args)
         seconds = time.perf_counter() - start
         with torch.no_grad():
@@ -389,9 +397,9 @@ def test_cuda_graph_runner_keeps_held_outputs(tmp_path):
     x, coords = example_input(model)
     args, kwargs = capture_calls(model, [core], x, coords)[id(core)]
     owner = f"{type(model).__module__}.{type(model).__qualname__}"
-    common = dict(precision="fp32", mode="reduce-overhead", owner=owner, region="model")
-    build_region(core, args, kwargs, root=tmp_path, **common)
-    runner = load_runner(core, args, kwargs, device, root=tmp_path, **common)
+    target = _target(core, owner, "fp32", device, mode="reduce-overhead")
+    build_region(target, args, kwargs, root=tmp_path)
+    runner = load_runner(target, args, kwargs, root=tmp_path)
     assert isinstance(runner, AotRunner), runner
     assert runner.cudagraphs
     inputs = [torch.randn_like(args[0]) for _ in range(3)]

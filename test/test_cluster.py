@@ -27,7 +27,10 @@ from conftest import messages
 
 from earth2studio_compile import CompileSession, cache
 from earth2studio_compile.artifacts import bundles
+from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.tools import zoo
+
+CPU = torch.device("cpu")
 
 # One process: the small FCN, eager then compiled on the same input; writes its
 # report and how far the compiled output is from eager to the file named by its
@@ -194,9 +197,12 @@ def root(tmp_path, monkeypatch):
 
 
 def _bundle(module: torch.nn.Module, directory: Path) -> bundles.RegionBundle:
-    bundle = bundles.RegionBundle(directory, "m.Model", "model", module)
+    target = RegionTarget.resolve(
+        module, owner="m.Model", region="model", device=CPU, precision=None
+    )
+    bundle = bundles.RegionBundle(directory, target)
     x = torch.zeros(1, 4, 8, 16)
-    assert bundle.load((x,), {}, torch.device("cpu"), "options") is None
+    assert bundle.load((x,), {}) is None
     return bundle
 
 

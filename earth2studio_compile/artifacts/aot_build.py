@@ -3,7 +3,8 @@
 :func:`build_region` exports the core for one input signature
 (:func:`torch.export.export`) in the region's precision and compiles it with
 ``aoti_compile_and_package``, weights kept out of the package. The artifact is
-written to a temporary directory and renamed into place whole, so a reader never
+an entry of :mod:`.store`: built in a temporary directory, with a ``meta.json``
+of its key's fields and checksum, and renamed into place whole, so a reader never
 sees half of one.
 """
 
@@ -11,10 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -26,16 +23,14 @@ from loguru import logger
 from earth2studio_compile import _torch
 from earth2studio_compile import precision as _precision
 from earth2studio_compile._torch import tree_flatten, tree_map
+from earth2studio_compile.artifacts import store
 from earth2studio_compile.artifacts.aot_key import (
-    META,
     PACKAGE,
-    TMP_PREFIX,
     aot_root,
-    key_for,
     live_tensors,
-    sha256_file,
     strip_core,
 )
+from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.opaque import find_opaque
 from earth2studio_compile.precision import KeepFp32
 
@@ -118,29 +113,23 @@ def detached(value: Any) -> Any:
 
 
 def build_region(
-    module: torch.nn.Module,
+    target: RegionTarget,
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any] | None = None,
-    precision: str | None = None,
-    mode: str | None = None,
-    owner: str = "",
-    region: str = "",
-    options: Mapping[str, Any] | None = None,
-    fp32_modules: Sequence[str] = (),
+    *,
     root: Path | None = None,
 ) -> Path:
     """Export and compile one region ahead of time; write its artifact.
 
     Parameters
     ----------
-    module : torch.nn.Module
-        The region's core, on the device it will run on
+    target : RegionTarget
+        The region's core (on the device it will run on) and its settings; the
+        artifact goes under :meth:`RegionTarget.aot_key`
     args : tuple[Any, ...]
         Example positional arguments, with the shapes the forecast will use
     kwargs : Mapping[str, Any] | None, optional
         Example keyword arguments, by default none
-    precision, mode, owner, region, options, fp32_modules
-        As in :func:`key_for`
     root : Path | None, optional
         Cache root, by default :func:`cache_root`
 
@@ -165,28 +154,16 @@ def build_region(
             "The compile cache is off (EARTH2STUDIO_COMPILE_CACHE): artifacts have "
             "nowhere to go. Set it to a directory."
         )
-    kwargs = dict(kwargs or {})
-    args, kwargs = detached(tuple(args)), detached(kwargs)
-    device = device_of((args, kwargs), module)
-    key, fields = key_for(
-        module,
-        args,
-        kwargs,
-        device,
-        precision,
-        mode,
-        owner,
-        region,
-        options,
-        fp32_modules,
-    )
-    label = f"{owner.rsplit('.', 1)[-1]}.{region}" if region else owner or "region"
+    module, precision, policy = target.module, target.precision, target.policy
+    args, kwargs = detached(tuple(args)), detached(dict(kwargs or {}))
+    key, fields = target.aot_key(args, kwargs)
+    label = target.label
     timings: dict[str, float] = {}
     start = time.perf_counter()
     # Outside the precision scope: export reads cuDNN's legacy TF32 flag, which
     # raises while the scope holds conv and rnn apart; TF32 does not change the
     # exported graph (bf16's autocast is inside it), only the compile below.
-    with torch.no_grad(), _fp32_kept(module, precision, fp32_modules):
+    with torch.no_grad(), _fp32_kept(module, precision, target.fp32_modules):
         program = torch.export.export(
             _Scoped(module, precision), tuple(args), kwargs, strict=False
         )
@@ -206,47 +183,19 @@ def build_region(
             f"buffers ({', '.join(strays[:3])}); they could not be bound from the "
             "live model. It stays on the Dynamo path."
         )
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=directory, prefix=TMP_PREFIX))
-    try:
+    with store.staged(directory) as tmp:
         start = time.perf_counter()
-        with _precision.scope(compile_flags(precision), device):
+        with _precision.scope(compile_flags(precision), target.device):
             _torch.aoti_compile(
                 program,
                 str(tmp / PACKAGE),
-                _inductor_configs(mode, options, device),
+                _inductor_configs(policy.mode, policy.options, target.device),
             )
         timings["compile"] = time.perf_counter() - start
-        meta = {
-            "fields": fields,
-            "sha256": {PACKAGE: sha256_file(tmp / PACKAGE)},
-            "build_seconds": timings,
-        }
-        (tmp / META).write_text(json.dumps(meta, indent=1, default=str))
-        target = _install(tmp, directory / key)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        store.write_meta(tmp, fields, [PACKAGE], build_seconds=timings)
+        path = store.install(tmp, directory / key)
     logger.info(
         f"Built {label} ahead of time ({precision or 'global precision'}, "
-        f"{mode or 'default'}) in {sum(timings.values()):.1f} s: {target}"
+        f"{policy.mode or 'default'}) in {sum(timings.values()):.1f} s: {path}"
     )
-    return target
-
-
-def _install(tmp: Path, target: Path) -> Path:
-    """Rename a finished artifact directory into place, replacing an old one whole."""
-    old = None
-    if target.exists():
-        old = Path(tempfile.mkdtemp(dir=target.parent, prefix=TMP_PREFIX))
-        os.replace(target, old / "old")
-    try:
-        os.replace(tmp, target)
-    except OSError:
-        if not target.exists():
-            raise
-        # Another process installed the same key meanwhile: both are whole.
-        shutil.rmtree(tmp, ignore_errors=True)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    return target
+    return path

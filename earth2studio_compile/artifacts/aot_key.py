@@ -1,9 +1,11 @@
-"""The key of an ahead-of-time artifact, and the artifact directory's layout.
+"""What an ahead-of-time artifact's key hashes about the core, and its layout.
 
-An artifact may serve a call only under its key: everything that changes the
-compiled code (the core's classes and their source, its tensors' names, shapes
-and dtypes, the input signature, precision, mode and options, the software and
-the device) is hashed into it.
+An artifact may serve a call only under its key
+(:meth:`~earth2studio_compile.artifacts.key.RegionTarget.aot_key`): everything
+that changes the compiled code (the core's classes and their source, its tensors'
+names, shapes and dtypes, the input signature, precision, mode and options, the
+software and the device) is hashed into it. This module hashes the core; the
+directory ``aot/<key>/`` is an entry of :mod:`.store`.
 """
 
 from __future__ import annotations
@@ -12,26 +14,18 @@ import hashlib
 import inspect
 import itertools
 import json
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from earth2studio_compile import precision as _precision
-from earth2studio_compile._torch import tree_flatten
-from earth2studio_compile.cache import (
-    artifact_key,
-    cache_root,
-    key_fields,
-)
+from earth2studio_compile.cache import cache_root
 
 # Version of the artifact layout and of what the key covers; bump it when either
 # changes, and every older artifact stops matching.
 AOT_FORMAT = 1
 PACKAGE = "model.pt2"
-META = "meta.json"
-TMP_PREFIX = ".e2sc-"
 # The core is exported inside a wrapper (to scope autocast in the graph), so the
 # package names constants ``core.<name>``.
 CORE = "core"
@@ -116,7 +110,7 @@ def source_hash(module: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
-def _constants_text(module: torch.nn.Module) -> str:
+def constants_text(module: torch.nn.Module) -> str:
     tensors = itertools.chain(
         module.named_parameters(remove_duplicate=False),
         module.named_buffers(remove_duplicate=False),
@@ -132,88 +126,6 @@ def effective_precision(precision: str | None, device: torch.device) -> str:
     # Read without the legacy getters, which raise when the two APIs were mixed.
     tf32 = device.type == "cuda" and any(_precision.tf32_enabled())
     return "tf32" if tf32 else "fp32"
-
-
-def _mode_text(
-    mode: str | None, options: Mapping[str, Any] | None, fp32: Sequence[str]
-) -> str:
-    shown = sorted((str(k), repr(v)) for k, v in (options or {}).items())
-    return f"aot|mode={mode or 'default'}|options={shown}|fp32_modules={sorted(fp32)}"
-
-
-def key_for(
-    module: torch.nn.Module,
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any],
-    device: torch.device,
-    precision: str | None,
-    mode: str | None,
-    owner: str,
-    region: str = "",
-    options: Mapping[str, Any] | None = None,
-    fp32_modules: Sequence[str] = (),
-) -> tuple[str, dict[str, Any]]:
-    """The key of a region's artifact, and the fields it hashes.
-
-    Parameters
-    ----------
-    module : torch.nn.Module
-        The region's core
-    args, kwargs : tuple, Mapping
-        Its call's arguments (tensors count by shape, dtype and device)
-    device : torch.device
-        Device the core computes on
-    precision : str | None
-        The region's precision (:mod:`earth2studio_compile.precision`)
-    mode : str | None
-        Inductor mode (``None``: default; ``"reduce-overhead"`` adds CUDA graphs,
-        which the runner captures itself)
-    owner : str
-        Qualified class name of the model that owns the region
-    region : str, optional
-        Dotted path of the region in the model, by default ""
-    options : Mapping[str, Any] | None, optional
-        Further Inductor options, by default None
-    fp32_modules : Sequence[str], optional
-        Class names kept in fp32 under ``"bf16"``, by default none
-
-    Returns
-    -------
-    tuple[str, dict[str, Any]]
-        A 32-character hex key and the JSON-serialisable fields
-    """
-    fields = key_fields(
-        owner,
-        region,
-        module,
-        args,
-        kwargs,
-        _mode_text(mode, options, fp32_modules),
-        device,
-    )
-    leaves, _ = tree_flatten((tuple(args), dict(kwargs)))
-    fields.update(
-        {
-            "aot_format": AOT_FORMAT,
-            "constants": _constants_text(module),
-            "source": source_hash(module),
-            "precision": precision or f"global:{effective_precision(None, device)}",
-            "training": any(m.training for m in module.modules()),
-            "cuda": torch.version.cuda if device.type == "cuda" else None,
-            "arguments": [
-                None if isinstance(x, torch.Tensor) else repr(x) for x in leaves
-            ],
-        }
-    )
-    return artifact_key(fields), json.loads(json.dumps(fields, default=str))
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def live_tensors(module: torch.nn.Module) -> dict[str, torch.Tensor]:

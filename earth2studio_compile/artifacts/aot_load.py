@@ -1,15 +1,15 @@
 """Load a region's artifact, bind the live weights, run it, verify it against eager.
 
-:func:`load_runner` finds the artifact of a call's key, checks its checksum, loads
-it through AOTInductor's package loader and binds the live module's parameters and
-buffers (no copy) into an :class:`AotRunner`, which captures its own CUDA graph on
-CUDA. :func:`verify` compares a first output with one eager call.
+:func:`load_runner` finds the artifact of a call's key, checks it (:mod:`.store`:
+trust, fields, checksum), loads it through AOTInductor's package loader and binds
+the live module's parameters and buffers (no copy) into an :class:`AotRunner`,
+which captures its own CUDA graph on CUDA. :func:`verify` compares a first output
+with one eager call.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import time
 import weakref
@@ -23,17 +23,17 @@ from loguru import logger
 from earth2studio_compile import _torch
 from earth2studio_compile import precision as _precision
 from earth2studio_compile._torch import tree_flatten
+from earth2studio_compile.artifacts import store
 from earth2studio_compile.artifacts.aot_build import compile_flags
 from earth2studio_compile.artifacts.aot_key import (
-    META,
     PACKAGE,
     aot_root,
     effective_precision,
-    key_for,
     live_tensors,
-    sha256_file,
     strip_core,
 )
+from earth2studio_compile.artifacts.key import RegionTarget
+from earth2studio_compile.artifacts.store import META
 from earth2studio_compile.metrics import rel_l2, synchronize
 from earth2studio_compile.precision import THRESHOLDS
 
@@ -213,19 +213,12 @@ class AotRunner:
         return self._static_out
 
 
-def _read_meta(path: Path) -> dict[str, Any]:
-    meta = json.loads((path / META).read_text())
-    if not isinstance(meta, dict) or not isinstance(meta.get("fields"), dict):
-        raise ValueError(f"{META} has no fields")
-    return meta
-
-
 def _differences(fields: Mapping[str, Any], directory: Path) -> str:
     """What the artifacts of the same region differ in, for the reason."""
     diffs: set[str] = set()
     for meta_path in directory.glob(f"*/{META}"):
         try:
-            other = _read_meta(meta_path.parent)["fields"]
+            other = store.read_meta(meta_path.parent)["fields"]
         except Exception:  # an unreadable neighbour says nothing
             continue
         if (
@@ -240,29 +233,28 @@ def _differences(fields: Mapping[str, Any], directory: Path) -> str:
 
 
 def load_runner(
-    module: torch.nn.Module,
+    target: RegionTarget,
     args: tuple[Any, ...],
-    kwargs: Mapping[str, Any] | None,
-    device: torch.device,
-    precision: str | None,
-    mode: str | None,
-    owner: str,
-    region: str = "",
-    options: Mapping[str, Any] | None = None,
-    fp32_modules: Sequence[str] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    *,
     cudagraphs: bool | None = None,
     clone: bool = True,
     root: Path | None = None,
 ) -> AotRunner | str:
-    """The region's artifact, loaded and bound to ``module``, or why not.
+    """The region's artifact, loaded and bound to its module, or why not.
 
     Parameters
     ----------
-    module, args, kwargs, device, precision, mode, owner, region, options, fp32_modules
-        As in :func:`key_for`
+    target : RegionTarget
+        The region's core and its settings (:meth:`RegionTarget.aot_key`)
+    args : tuple[Any, ...]
+        The call's positional arguments (tensors count by shape, dtype, device)
+    kwargs : Mapping[str, Any] | None, optional
+        Its keyword arguments, by default none
     cudagraphs : bool | None, optional
-        Capture a CUDA graph around the artifact; None: when ``mode`` or
-        ``options`` ask for CUDA graphs on a CUDA device, by default None
+        Capture a CUDA graph around the artifact; None: when the policy's
+        ``mode`` or ``options`` ask for CUDA graphs on a CUDA device, by default
+        None
     clone : bool, optional
         Clone CUDA-graph outputs before returning them, by default True
     root : Path | None, optional
@@ -272,9 +264,9 @@ def load_runner(
     -------
     AotRunner | str
         The runner, or the reason it declined: no artifact for the key (naming
-        what differs from the region's other artifacts), a damaged artifact
-        (checksum or load error), a model that cannot be bound, or a PyTorch
-        without the loader
+        what differs from the region's other artifacts), one not to be used
+        (untrusted, made for other fields, checksum, load error), a model that
+        cannot be bound, or a PyTorch without the loader
     """
     phases: dict[str, float] = {}
     start = time.perf_counter()
@@ -284,20 +276,10 @@ def load_runner(
     directory = aot_root(root)
     if directory is None:
         return "the compile cache is off"
+    module, device, policy = target.module, target.device, target.policy
     kwargs = dict(kwargs or {})
     try:
-        key, fields = key_for(
-            module,
-            args,
-            kwargs,
-            device,
-            precision,
-            mode,
-            owner,
-            region,
-            options,
-            fp32_modules,
-        )
+        key, fields = target.aot_key(args, kwargs)
     except Exception as err:  # an odd argument: no artifact can match
         return f"no key for its arguments ({type(err).__name__}: {err})"
     path = directory / key
@@ -306,15 +288,10 @@ def load_runner(
     phases["key"], start = _lap(start)
     if not found:
         return f"no artifact for its key {key}" + _differences(fields, directory)
-    try:
-        meta = _read_meta(path)
-        if meta["fields"] != fields:
-            diff = sorted(k for k in fields if meta["fields"].get(k) != fields[k])
-            return f"artifact {path} was made for a different {', '.join(diff)}"
-        if sha256_file(path / PACKAGE) != meta.get("sha256", {}).get(PACKAGE):
-            return f"damaged artifact {path}: checksum mismatch"
-    except Exception as err:  # unreadable: damaged
-        return f"damaged artifact {path} ({type(err).__name__}: {err})"
+    reason = store.distrust(directory.parent, directory.name, key, PACKAGE)
+    reason = reason or store.check_dir(path, fields, [PACKAGE])
+    if reason is not None:
+        return f"artifact {path} not used: {reason}"
     phases["checksum"], start = _lap(start)
     try:
         index = device.index if device.type == "cuda" and device.index else -1
@@ -326,7 +303,11 @@ def load_runner(
         )
     phases["aot_load"], start = _lap(start)
     if cudagraphs is None:
-        wants = {**(_torch.mode_options(mode) if mode else {}), **(options or {})}
+        mode = policy.mode
+        wants = {
+            **(_torch.mode_options(mode) if mode else {}),
+            **(policy.options or {}),
+        }
         cudagraphs = bool(wants.get("triton.cudagraphs"))
     leaves = tree_flatten((tuple(args), kwargs))[0]
     inputs = [
@@ -340,7 +321,7 @@ def load_runner(
             module,
             names,
             device,
-            precision,
+            target.precision,
             inputs,
             cudagraphs,
             clone,

@@ -5,16 +5,16 @@ A bundle (``cache_root()/artifacts/<key>.tar``) holds PyTorch's own cache artifa
 wrote into the local Inductor cache, and a ``meta.json`` with the key's fields and a
 sha256 of every other member. :class:`RegionBundle` is one region's bundle around
 its first compile: loaded (verified whole) before, saved after, with a lock per key
-so that processes sharing the root compile once. The rules it keeps (trust,
-read-only roots, locks, never a wrong result) are in :mod:`earth2studio_compile.cache`.
+so that processes sharing the root compile once. Its key is
+:meth:`.key.RegionTarget.bundle_fields`; writing it whole, checking it and the
+lock are :mod:`.store`'s; the rules it keeps (trust, read-only roots, never a
+wrong result) are in :mod:`earth2studio_compile.cache`.
 """
 
 from __future__ import annotations
 
 import errno
-import hashlib
 import io
-import json
 import os
 import tarfile
 import tempfile
@@ -29,15 +29,14 @@ import torch
 from loguru import logger
 
 from earth2studio_compile import _torch
+from earth2studio_compile.artifacts import store
+from earth2studio_compile.artifacts.key import RegionTarget
+from earth2studio_compile.artifacts.store import META, TMP_PREFIX
 from earth2studio_compile.cache import (
     LOCK_TIMEOUT_ENV,
-    TMP_PREFIX,
     artifact_key,
-    key_fields,
     lock_timeout,
     make_private_dir,
-    refuse_untrusted,
-    untrusted,
     warn_once,
     warn_read_only,
 )
@@ -46,8 +45,6 @@ from earth2studio_compile.cache import (
 # or that only hold lock files.
 _SKIP_DIRS = {"locks", "fxgraph", "aotautograd"}
 
-
-META = "meta.json"
 MEGA = "torch-artifacts.bin"
 FILES = "local/"
 
@@ -143,23 +140,14 @@ class ArtifactCache:
                 members[member.name] = (data, member.mode)
         if META not in members:
             raise ValueError(f"no {META}")
-        meta = json.loads(members.pop(META)[0])
-        fields = meta.get("fields") if isinstance(meta, dict) else None
-        expected = json.loads(json.dumps(self.fields, default=str))
-        if not isinstance(fields, dict) or fields != expected:
-            found = fields if isinstance(fields, dict) else {}
-            diff = sorted(k for k in expected if found.get(k) != expected[k])
-            raise ValueError(f"made for a different {', '.join(diff) or 'key'}")
-        sums = meta.get("sha256")
-        if not isinstance(sums, dict) or not sums:
-            raise ValueError("no checksums")
-        if set(sums) != set(members):
-            odd = sorted(set(sums) ^ set(members))
-            raise ValueError(f"checksums and members differ: {', '.join(odd[:3])}")
+        meta = store.read_meta(members.pop(META)[0])
+        reason = store.check_meta(
+            meta, self.fields, {name: data for name, (data, _) in members.items()}
+        )
+        if reason is not None:
+            raise ValueError(reason)
         kernels = []
         for name, (data, mode) in members.items():
-            if hashlib.sha256(data).hexdigest() != sums[name]:
-                raise ValueError(f"checksum mismatch for {name}")
             if name == MEGA:
                 continue
             if not name.startswith(FILES):
@@ -227,22 +215,16 @@ class ArtifactCache:
                         path.read_bytes(),
                         path.stat().st_mode & 0o777,
                     )
-            sums = {n: hashlib.sha256(d).hexdigest() for n, (d, _) in members.items()}
-            meta = {"fields": self.fields, "sha256": sums}
+            meta = store.meta_bytes(
+                self.fields, {n: data for n, (data, _) in members.items()}
+            )
             make_private_dir(self.directory)
             buffer = io.BytesIO()
             with tarfile.open(fileobj=buffer, mode="w") as tar:
-                _add_bytes(tar, META, json.dumps(meta, default=str, indent=1).encode())
+                _add_bytes(tar, META, meta)
                 for name, (data, mode) in members.items():
                     _add_bytes(tar, name, data, mode)
-            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=TMP_PREFIX)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(buffer.getvalue())
-                os.replace(tmp, self.path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            store.write_file(self.path, buffer.getvalue())
         except Exception as err:  # a full disk must not break a forecast
             logger.warning(f"Could not write compile cache bundle {self.path}: {err}")
             return False
@@ -269,21 +251,13 @@ class RegionBundle:
     ----------
     directory : Path
         Where bundles live (``cache_root() / "artifacts"``)
-    owner : str
-        Qualified class name of the model that owns the region
-    region : str
-        Dotted path of the region in the model
-    module : torch.nn.Module
-        The region's module
+    target : RegionTarget
+        The region and its settings (:meth:`RegionTarget.bundle_fields` keys it)
     """
 
-    def __init__(
-        self, directory: Path, owner: str, region: str, module: torch.nn.Module
-    ) -> None:
+    def __init__(self, directory: Path, target: RegionTarget) -> None:
         self.directory = directory
-        self.owner = owner
-        self.region = region
-        self.module = module
+        self.target = target
         self.cache: ArtifactCache | None = None
         #: Seconds this process waited for another's compile of the same key.
         self.waited: float | None = None
@@ -295,13 +269,7 @@ class RegionBundle:
         """The bundle file of the first call's key, once known."""
         return self.cache.path if self.cache is not None else None
 
-    def load(
-        self,
-        args: tuple[Any, ...],
-        kwargs: Mapping[str, Any],
-        device: torch.device,
-        options: str,
-    ) -> str | None:
+    def load(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str | None:
         """Key the bundle on the first call and unpack it if there is one.
 
         Without a usable bundle, this process takes the key's lock and holds it
@@ -317,16 +285,14 @@ class RegionBundle:
         if _torch.missing("cache_dir"):
             return None
         try:
-            fields = key_fields(
-                self.owner, self.region, self.module, args, kwargs, options, device
-            )
+            fields = self.target.bundle_fields(args, kwargs)
         except Exception as err:  # an odd argument must not stop the compile
-            logger.trace(f"No compile cache key for {self.owner}.{self.region}: {err}")
+            logger.trace(f"No compile cache key for {self.target.label}: {err}")
             return None
         self.cache = ArtifactCache(
             self.directory, Path(_torch.inductor_cache_dir()), fields
         )
-        seen = _identity(self.cache.path)
+        seen = store.identity(self.cache.path)
         status = self._load_trusted()
         if status == "loaded" or not self._save:
             return status
@@ -341,11 +307,10 @@ class RegionBundle:
     def _load_trusted(self) -> str | None:
         assert self.cache is not None
         root = self.directory.parent
-        reason = untrusted(root, self.directory.name, self.cache.path.name)
+        reason = store.distrust(root, self.directory.name, self.cache.path.name)
         if reason is not None:
-            refuse_untrusted(root, reason)
             self._save = False
-            return f"ignored: not trusted ({reason})"
+            return f"ignored: {reason}"
         return self.cache.load()
 
     def _lock_or_wait(self, seen: tuple[int, ...] | None) -> bool:
@@ -354,7 +319,7 @@ class RegionBundle:
         Parameters
         ----------
         seen : tuple[int, ...] | None
-            :func:`_identity` of the bundle file before :meth:`load` read it
+            :func:`.store.identity` of the bundle file before :meth:`load` read it
 
         Returns
         -------
@@ -364,14 +329,10 @@ class RegionBundle:
         """
         assert self.cache is not None
         root = self.directory.parent
-        label = f"{self.owner}.{self.region}"
+        label = self.target.label
         try:
             make_private_dir(self.directory)
-            lock = filelock.FileLock(
-                self.cache.path.with_suffix(".lock"),
-                thread_local=False,
-                **_LOCK_OPTIONS,
-            )
+            lock = store.file_lock(self.cache.path.with_suffix(".lock"))
             try:
                 lock.acquire(timeout=0)
             except filelock.Timeout:
@@ -406,7 +367,7 @@ class RegionBundle:
                     "mounted with -o flock).",
                 )
             return False
-        if _identity(self.cache.path) != seen:
+        if store.identity(self.cache.path) != seen:
             lock.release()
             return True
         if self.waited is not None:
@@ -457,24 +418,3 @@ class RegionBundle:
         lock, self._lock = self._lock, None
         if lock is not None:
             lock.release(force=True)
-
-
-def _identity(path: Path) -> tuple[int, ...] | None:
-    """What tells one file at ``path`` from the next (a rename replaces it)."""
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_ino, st.st_dev, st.st_mtime_ns, st.st_size)
-
-
-def _lock_options() -> dict[str, Any]:
-    import inspect
-
-    # Fail closed where the file system has no flock: filelock's fallback, a lock
-    # file whose existence is the lock, outlives a holder that dies.
-    params = inspect.signature(filelock.BaseFileLock.__init__).parameters
-    return {"fallback_to_soft": False} if "fallback_to_soft" in params else {}
-
-
-_LOCK_OPTIONS = _lock_options()

@@ -79,16 +79,9 @@ class AotExecutor:
         t = self.target
         _loader_safe(t.device)
         runner = load_runner(
-            t.module,
+            t,
             args,
             kwargs,
-            t.device,
-            t.precision,
-            t.policy.mode,
-            t.owner,
-            t.report.region,
-            t.policy.options,
-            t.fp32_modules,
             cudagraphs=self.cudagraphs,
             clone=False,  # the region clones what escapes a CUDA graph
             root=t.artifacts.parent if t.artifacts is not None else None,

@@ -14,11 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import torch
-
 from earth2studio_compile import _torch
+from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.metrics import Laps
-from earth2studio_compile.options import CompilePolicy
 from earth2studio_compile.report import RegionReport
 
 # Compiled variants a region may hold before it is declared a storm. Legitimate
@@ -110,38 +108,22 @@ class Declined(Exception):
     """
 
 
-@dataclass(frozen=True)
-class Target:
+@dataclass(frozen=True, kw_only=True)
+class Target(RegionTarget):
     """What a candidate executor is asked to run: one region, at its first call.
+
+    The region's settings (module, owner, region, policy, device, precision,
+    opaque, fp32_modules) and the keys made of them are
+    :class:`~earth2studio_compile.artifacts.key.RegionTarget`'s; build one with
+    :meth:`~earth2studio_compile.artifacts.key.RegionTarget.resolve`.
 
     Attributes
     ----------
-    module : torch.nn.Module
-        The region's module
     report : RegionReport
         The region's report (label, figures the executor records)
-    policy : CompilePolicy
-        What the region compiles with on ``device``
-    device : torch.device
-        Device of the first call's first tensor argument
-    precision : str | None
-        The region's precision (part of every compiled artifact's key)
     artifacts : Path | None
         Directory of portable bundles and artifacts, None when the cache is off
-    owner : str
-        Qualified class name of the model that owns the region
-    opaque : bool
-        The region calls opaque submodules inside its graph
-    fp32_modules : tuple[str, ...]
-        Class names of submodules kept in fp32 under ``"bf16"`` (the table's)
     """
 
-    module: torch.nn.Module
     report: RegionReport
-    policy: CompilePolicy
-    device: torch.device
-    precision: str | None
     artifacts: Path | None
-    owner: str
-    opaque: bool
-    fp32_modules: tuple[str, ...] = ()

@@ -38,9 +38,7 @@ class DynamoExecutor:
             target.module, target.report.label, **target.policy.torch_kwargs()
         )
         self.bundle = (
-            RegionBundle(
-                target.artifacts, target.owner, target.report.region, target.module
-            )
+            RegionBundle(target.artifacts, target)
             if target.artifacts is not None and target.policy.backend == "inductor"
             else None
         )
@@ -59,9 +57,7 @@ class DynamoExecutor:
         """Load the bundle, compile and run, save the bundle; a lap for each."""
         r = self.report
         if self.bundle is not None:
-            # Autocast changes the compiled graph: bf16 and fp32 bundles differ.
-            key = f"{self.target.policy.cache_text}|precision={self.target.precision}"
-            r.artifact = self.bundle.load(args, kwargs, self.target.device, key)
+            r.artifact = self.bundle.load(args, kwargs)
             if r.artifact == "loaded":
                 self.source = f"the compile cache bundle {self.bundle.path}"
             laps.lap("bundle_load")

@@ -1,0 +1,195 @@
+"""The settings a region's compiled code depends on, as one object, and its keys.
+
+Compiled code is kept three ways, each under a key: the compile cache's bundles
+(:mod:`.bundles`), ahead-of-time artifacts (:mod:`.aot_build`, :mod:`.aot_load`)
+and executors kept in this process (:mod:`earth2studio_compile.resident`). All
+three read the same settings from a :class:`RegionTarget`, which lists them once
+(:meth:`RegionTarget.factors`, each a stable text, as vLLM has every config
+contribute to one hash); each key takes the factors it needs. The texts differ
+where the keys must: a kept executor is keyed by the backend object itself, an
+artifact also by its input signature and the core's source.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch
+
+from earth2studio_compile._torch import tree_flatten
+from earth2studio_compile.artifacts.aot_key import (
+    AOT_FORMAT,
+    constants_text,
+    effective_precision,
+    source_hash,
+)
+from earth2studio_compile.cache import artifact_key, key_fields
+from earth2studio_compile.options import CompileOptions, CompilePolicy, TableChoices
+
+T = TypeVar("T", bound="RegionTarget")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RegionTarget:
+    """One region and everything its compiled code depends on but its inputs.
+
+    Attributes
+    ----------
+    module : torch.nn.Module
+        The region's core
+    owner : str
+        Qualified class name of the model that owns the region
+    region : str
+        Dotted path of the region in the model (``""``: the model itself)
+    policy : CompilePolicy
+        What the region compiles with on ``device``
+    device : torch.device
+        Device the core computes on (of its first call's first tensor)
+    precision : str | None
+        The region's precision (:mod:`earth2studio_compile.precision`); None:
+        PyTorch's flags
+    opaque : bool
+        The region calls opaque submodules inside its graph
+    fp32_modules : tuple[str, ...]
+        Class names of submodules kept in fp32 under ``"bf16"`` (the table's)
+    """
+
+    module: torch.nn.Module
+    owner: str
+    region: str
+    policy: CompilePolicy
+    device: torch.device
+    precision: str | None
+    opaque: bool = False
+    fp32_modules: tuple[str, ...] = ()
+
+    @classmethod
+    def resolve(
+        cls: type[T],
+        module: torch.nn.Module,
+        *,
+        owner: str,
+        region: str,
+        device: torch.device,
+        precision: str | None,
+        options: CompileOptions | None = None,
+        table: TableChoices | None = None,
+        opaque: bool = False,
+        fp32_modules: Sequence[str] = (),
+        **more: Any,
+    ) -> T:
+        """The target with its policy resolved for ``device``
+        (:meth:`CompilePolicy.resolve`); ``more`` are a subclass's own fields."""
+        policy = CompilePolicy.resolve(options or CompileOptions(), device, table)
+        return cls(
+            module=module,
+            owner=owner,
+            region=region,
+            policy=policy,
+            device=device,
+            precision=precision,
+            opaque=opaque,
+            fp32_modules=tuple(fp32_modules),
+            **more,
+        )
+
+    @property
+    def label(self) -> str:
+        """``Model.region``, for messages."""
+        model = self.owner.rsplit(".", 1)[-1]
+        return f"{model}.{self.region}" if self.region else model or "region"
+
+    def factors(self) -> dict[str, str]:
+        """Every setting compiled code depends on, besides the module and the
+        inputs, each as a stable text; the keys below take theirs from here."""
+        policy = self.policy
+        backend = policy.backend
+        shown = sorted((str(k), repr(v)) for k, v in (policy.options or {}).items())
+        return {
+            "owner": self.owner,
+            "region": self.region,
+            # The user's options and what the policy resolved them to.
+            "policy": policy.cache_text,
+            # The object itself: two callables of one name may compile differently.
+            "backend": backend if isinstance(backend, str) else str(id(backend)),
+            # Autocast and TF32 change the compiled graph and its kernels.
+            "precision": str(self.precision),
+            "device": str(self.device),
+            "opaque": str(self.opaque),
+            "fp32": str(sorted(self.fp32_modules)),
+            # What the ahead-of-time compile is handed (its CUDA graphs are the
+            # runner's own, so the mode's own text, not the policy's label).
+            "aot": (
+                f"aot|mode={policy.mode or 'default'}|options={shown}|"
+                f"fp32_modules={sorted(self.fp32_modules)}"
+            ),
+        }
+
+    def resident_key(self) -> str:
+        """Key of an executor kept in this process
+        (:mod:`earth2studio_compile.resident`): every factor but the on-disk one."""
+        f = self.factors()
+        return "|".join(f"{k}={v}" for k, v in f.items() if k != "aot")
+
+    def bundle_fields(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Fields of the compile cache bundle of a first call with these
+        arguments (:func:`~earth2studio_compile.cache.key_fields`); its key is
+        :func:`~earth2studio_compile.cache.artifact_key` of them."""
+        f = self.factors()
+        return key_fields(
+            self.owner,
+            self.region,
+            self.module,
+            args,
+            kwargs,
+            f"{f['policy']}|precision={f['precision']}",
+            self.device,
+        )
+
+    def aot_key(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> tuple[str, dict[str, Any]]:
+        """The key of the region's ahead-of-time artifact for a call with these
+        arguments, and the fields it hashes.
+
+        Beyond the bundle's fields: the layout version, the core's tensor names,
+        shapes and dtypes, a sha256 of the source of its module classes, the
+        effective precision, training flags, the CUDA version and every non-tensor
+        argument.
+
+        Returns
+        -------
+        tuple[str, dict[str, Any]]
+            A 32-character hex key and the JSON-serialisable fields
+        """
+        module, device = self.module, self.device
+        fields = key_fields(
+            self.owner,
+            self.region,
+            module,
+            args,
+            kwargs,
+            self.factors()["aot"],
+            device,
+        )
+        leaves, _ = tree_flatten((tuple(args), dict(kwargs)))
+        fields.update(
+            {
+                "aot_format": AOT_FORMAT,
+                "constants": constants_text(module),
+                "source": source_hash(module),
+                "precision": self.precision
+                or f"global:{effective_precision(None, device)}",
+                "training": any(m.training for m in module.modules()),
+                "cuda": torch.version.cuda if device.type == "cuda" else None,
+                "arguments": [
+                    None if isinstance(x, torch.Tensor) else repr(x) for x in leaves
+                ],
+            }
+        )
+        return artifact_key(fields), json.loads(json.dumps(fields, default=str))
