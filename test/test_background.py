@@ -10,6 +10,7 @@ other tests replace the build process with a stand-in job.
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 
 import pytest
@@ -161,29 +162,27 @@ def test_a_real_build_switches_at_a_step_boundary(on, logs):
 
 def test_the_executor_declines_where_it_cannot_build(monkeypatch, tmp_path):
     from earth2studio_compile.executors import Target
-    from earth2studio_compile.options import CompileOptions, CompilePolicy
     from earth2studio_compile.report import RegionReport
 
     cpu = torch.device("cpu")
-    target = Target(
+    target = Target.resolve(
         TinyCore(),
-        RegionReport("Tiny", "core"),
-        CompilePolicy.resolve(CompileOptions(), cpu),
-        cpu,
-        None,
-        tmp_path / "artifacts",
-        "tiny_cores.TinyModel",
-        opaque=False,
+        owner="tiny_cores.TinyModel",
+        region="core",
+        device=cpu,
+        precision=None,
+        report=RegionReport("Tiny", "core"),
+        artifacts=tmp_path / "artifacts",
     )
     monkeypatch.setenv(background.ENV, "off")
     assert "off on cpu" in BackgroundExecutor.build(target)
     monkeypatch.setenv(background.ENV, "on")
     assert isinstance(BackgroundExecutor.build(target), BackgroundExecutor)
     assert "opaque" in BackgroundExecutor.build(
-        Target(**{**target.__dict__, "opaque": True})
+        dataclasses.replace(target, opaque=True)
     )
     assert "cache is off" in BackgroundExecutor.build(
-        Target(**{**target.__dict__, "artifacts": None})
+        dataclasses.replace(target, artifacts=None)
     )
 
 
@@ -191,17 +190,23 @@ def test_the_build_process_refuses_a_key_the_forecast_would_not_find(tmp_path):
     """Parent and child must agree on the key (global TF32 flags are part of it
     with precision None): a child that computes another one says so and builds
     nothing."""
+    from earth2studio_compile.artifacts.key import RegionTarget
     from earth2studio_compile.precision import tf32_enabled
 
-    settings = background.BuildSettings(None, None, "tiny_cores.TinyModel", "core")
+    target = RegionTarget.resolve(
+        TinyCore(),
+        owner="tiny_cores.TinyModel",
+        region="core",
+        device=torch.device("cpu"),
+        precision=None,
+    )
     payload = {
         "key": "not-this-one",
         "tf32": tf32_enabled(),  # as they are: this process's flags stay
-        "module": TinyCore(),
+        "target": target,
         "args": (torch.randn(4, 8),),
         "kwargs": {},
-        "settings": {**settings.build_kwargs(), "root": tmp_path},
-        "label": "Tiny.core",
+        "root": tmp_path,
     }
     torch.save(payload, tmp_path / "job.pt")
     assert not background.build_job(tmp_path)

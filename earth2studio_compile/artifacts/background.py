@@ -25,6 +25,7 @@ the next run; :func:`wait` waits for the ones this process started.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
 import json
 import os
@@ -33,7 +34,6 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +43,13 @@ from loguru import logger
 
 from earth2studio_compile._torch import MODULE_SLOT
 from earth2studio_compile.artifacts.aot_build import build_region, detached
-from earth2studio_compile.artifacts.aot_key import META, aot_root, key_for
+from earth2studio_compile.artifacts.aot_key import aot_root
+from earth2studio_compile.artifacts.key import RegionTarget
+from earth2studio_compile.artifacts.store import META
+from earth2studio_compile.cache import make_private_dir
 from earth2studio_compile.precision import tf32_enabled
 
-__all__ = ["ENV", "BuildJob", "BuildSettings", "enabled", "start", "wait"]
+__all__ = ["ENV", "BuildJob", "enabled", "settings_of", "start", "wait"]
 
 #: ``auto`` (the default: on CUDA devices), ``on`` or ``off``.
 ENV = "EARTH2STUDIO_COMPILE_BACKGROUND"
@@ -93,38 +96,14 @@ def enabled(device: torch.device) -> bool:
     return device.type == "cuda"
 
 
-@dataclass(frozen=True)
-class BuildSettings:
-    """What a build depends on besides the module and its inputs (the key's
-    settings, as :func:`~earth2studio_compile.artifacts.aot_key.key_for` takes them).
-
-    Attributes
-    ----------
-    precision, mode, owner, region, options, fp32_modules
-        As in :func:`~earth2studio_compile.artifacts.aot_build.build_region`
-    root : Path | None
-        Cache root
-    """
-
-    precision: str | None
-    mode: str | None
-    owner: str
-    region: str
-    options: dict[str, Any] | None = field(default=None, hash=False)
-    fp32_modules: tuple[str, ...] = ()
-    root: Path | None = None
-
-    def build_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of ``build_region`` (and of ``load_runner``)."""
-        return dict(
-            precision=self.precision,
-            mode=self.mode,
-            owner=self.owner,
-            region=self.region,
-            options=self.options,
-            fp32_modules=self.fp32_modules,
-            root=self.root,
-        )
+def settings_of(target: RegionTarget) -> dict[str, Any]:
+    """``target``'s fields but its module: what rebuilds it around another module
+    (``RegionTarget(module=m, **settings_of(target))``)."""
+    return {
+        f.name: getattr(target, f.name)
+        for f in dataclasses.fields(RegionTarget)
+        if f.name != "module"
+    }
 
 
 class BuildJob:
@@ -243,13 +222,12 @@ class BuildJob:
 
 
 def start(
-    module: torch.nn.Module,
+    target: RegionTarget,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-    settings: BuildSettings,
-    label: str,
+    root: Path | None,
 ) -> BuildJob | str:
-    """Start building ``module``'s artifact for these inputs in a child process.
+    """Start building ``target``'s artifact for these inputs in a child process.
 
     What runs here, on the caller's step: the key, a copy of the module (device
     memory, without the region's hooks) and a check that it can be pickled. Saving
@@ -257,14 +235,12 @@ def start(
 
     Parameters
     ----------
-    module : torch.nn.Module
-        The region's core (its hooks may be installed)
+    target : RegionTarget
+        The region (its module's hooks may be installed) and its settings
     args, kwargs : tuple, dict
         The first call's arguments
-    settings : BuildSettings
-        The key's settings
-    label : str
-        ``Model.region``, for messages
+    root : Path | None
+        Cache root (None: :func:`~earth2studio_compile.cache_root`)
 
     Returns
     -------
@@ -272,48 +248,37 @@ def start(
         The job, or why no background build can start (the region then compiles
         on its first call as before)
     """
-    directory = aot_root(settings.root)
+    directory = aot_root(root)
     if directory is None:
         return "the compile cache is off"
-    key, _ = key_for(
-        module,
-        args,
-        kwargs,
-        _device_of(args, kwargs, module),
-        settings.precision,
-        settings.mode,
-        settings.owner,
-        settings.region,
-        settings.options,
-        settings.fp32_modules,
-    )
+    label = target.label
+    key, _ = target.aot_key(args, kwargs)
     artifact = directory / key
-    directory.mkdir(parents=True, exist_ok=True)
+    make_private_dir(directory)
     if _locked(artifact):
         logger.debug(f"{label}: another process builds {artifact}; watching for it")
         return BuildJob(label, artifact, None)
     try:
         # Normal tensors, whatever mode the forecast runs in: the child traces them.
         with torch.inference_mode(False), torch.no_grad():
-            snapshot = snapshot_module(module)
+            snapshot = snapshot_module(target.module)
             args, kwargs = detached(tuple(args)), detached(dict(kwargs))
         payload = {
             "key": key,
             # With precision None the build follows PyTorch's global TF32 flags
             # (they are part of the key, and Inductor bakes them into kernels).
             "tf32": tf32_enabled(),
-            "module": snapshot,
+            "target": RegionTarget(module=snapshot, **settings_of(target)),
             "args": args,
             "kwargs": kwargs,
-            "settings": settings.build_kwargs(),
-            "label": label,
+            "root": root,
         }
         _check_picklable(payload)
     except Exception as err:  # an unpicklable model: compile it in this process
         why = f"{type(err).__name__}: {err}"
         return f"its core cannot be handed to a build process ({why})"
     jobs = directory / _JOBS
-    jobs.mkdir(exist_ok=True)
+    make_private_dir(jobs)
     job = BuildJob(label, artifact, Path(_mkdtemp(jobs, key)))
     job._thread = threading.Thread(
         target=_launch, args=(job, payload), name=f"build {label}"
@@ -387,14 +352,6 @@ def _mkdtemp(parent: Path, key: str) -> str:
     import tempfile
 
     return tempfile.mkdtemp(dir=parent, prefix=f"{key}-{os.getpid()}-")
-
-
-def _device_of(
-    args: tuple[Any, ...], kwargs: dict[str, Any], module: torch.nn.Module
-) -> torch.device:
-    from earth2studio_compile.artifacts.aot_build import device_of
-
-    return device_of((args, kwargs), module)
 
 
 def _lock_path(artifact: Path) -> Path:
@@ -478,27 +435,15 @@ def build_job(directory: Path) -> bool:
             # A fresh process: the legacy setters cannot clash with the new API.
             torch.backends.cuda.matmul.allow_tf32 = matmul
             torch.backends.cudnn.allow_tf32 = conv
-        settings = dict(payload["settings"])
-        label = payload["label"]
-        module = payload["module"]
-        key, _ = key_for(
-            module,
-            payload["args"],
-            payload["kwargs"],
-            _device_of(payload["args"], payload["kwargs"], module),
-            settings["precision"],
-            settings["mode"],
-            settings["owner"],
-            settings["region"],
-            settings["options"],
-            settings["fp32_modules"],
-        )
+        target: RegionTarget = payload["target"]
+        label = target.label
+        key, _ = target.aot_key(payload["args"], payload["kwargs"])
         if key != payload["key"]:
             raise RuntimeError(
                 f"this process computes the key {key}, the forecast's process "
                 f"{payload['key']}: an artifact built here would never be found"
             )
-        directory_root = aot_root(settings["root"])
+        directory_root = aot_root(payload["root"])
         assert directory_root is not None
         lock = filelock.FileLock(str(_lock_path(directory_root / key)), timeout=0)
         try:
@@ -508,7 +453,7 @@ def build_job(directory: Path) -> bool:
         else:
             try:
                 path = build_region(
-                    module, payload["args"], payload["kwargs"], **settings
+                    target, payload["args"], payload["kwargs"], root=payload["root"]
                 )
                 result = {"ok": True, "path": str(path)}
             finally:

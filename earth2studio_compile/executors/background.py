@@ -29,6 +29,7 @@ from earth2studio_compile.artifacts.aot_load import (
     load_runner,
     verify,
 )
+from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.executors.base import Declined, Target
 from earth2studio_compile.metrics import Laps
 from earth2studio_compile.report import RegionReport
@@ -60,17 +61,10 @@ class BackgroundExecutor:
         self.runner: AotRunner | None = None
         self.switched_at: int | None = None
         self.keepable = False
-        self.settings = background.BuildSettings(
-            precision=target.precision,
-            mode=target.policy.mode,
-            owner=target.owner,
-            region=target.report.region,
-            options=target.policy.options,
-            fp32_modules=tuple(target.fp32_modules),
-            root=target.artifacts.parent if target.artifacts is not None else None,
-        )
+        # The settings without the module: a kept executor holds it weakly.
+        self._settings = background.settings_of(target)
+        self._root = target.artifacts.parent if target.artifacts is not None else None
         self._wants_cudagraphs = target.policy.cudagraphs
-        self._device = target.device
 
     @classmethod
     def build(cls, target: Target) -> BackgroundExecutor | str:
@@ -102,13 +96,14 @@ class BackgroundExecutor:
             raise RuntimeError("the region's module is gone")
         return module
 
+    def _target(self) -> RegionTarget:
+        return RegionTarget(module=self.module, **self._settings)
+
     def first_call(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], laps: Laps
     ) -> Any:
         """Start the build, then run the call eagerly; a lap for each."""
-        job = background.start(
-            self.module, args, kwargs, self.settings, self.report.label
-        )
+        job = background.start(self._target(), args, kwargs, self._root)
         laps.lap("background_start")
         if isinstance(job, str):
             raise Declined(job)
@@ -150,13 +145,12 @@ class BackgroundExecutor:
         r = self.report
         start = time.perf_counter()
         runner = load_runner(
-            self.module,
+            self._target(),
             args,
             kwargs,
-            self._device,
             cudagraphs=self._wants_cudagraphs,
             clone=False,  # the region clones what escapes a CUDA graph
-            **self.settings.build_kwargs(),
+            root=self._root,
         )
         if isinstance(runner, str):
             r.background = f"built in the background, but not loaded: {runner}"

@@ -26,6 +26,7 @@ Whole workflow calls as a user makes them, fresh processes and second calls (see
 
 from __future__ import annotations
 
+import os
 import sys
 
 from earth2studio_compile.tools.bench.arguments import (
