@@ -214,3 +214,25 @@ def test_the_build_process_refuses_a_key_the_forecast_would_not_find(tmp_path):
     assert "computes the key" in result, result
     assert not (tmp_path / "job.pt").exists()
     assert not (tmp_path / "aot").exists() or not any((tmp_path / "aot").iterdir())
+
+
+def test_the_core_is_copied_off_the_callers_step(on, monkeypatch):
+    """The copy of the weights (300 MB for FCN) is the thread's, not the step's."""
+    import threading
+
+    seen: list[str] = []
+    real = background.snapshot_module
+
+    def spy(module):
+        seen.append(threading.current_thread().name)
+        return real(module)
+
+    monkeypatch.setattr(background, "snapshot_module", spy)
+    monkeypatch.setattr(background, "_CHILD", "import sys; sys.exit(3)")
+    model = TinyModel()
+    with CompileSession(model, regions=["core"], probe=False):
+        with torch.no_grad():
+            model.core(torch.randn(4, 8))
+    jobs = background.wait(timeout=60)
+    assert seen and "MainThread" not in seen, seen
+    assert jobs[-1].poll() == "failed" and "code 3" in jobs[-1].reason
