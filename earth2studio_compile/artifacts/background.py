@@ -16,8 +16,7 @@ Inductor reads the global TF32 flags while it lowers), which a thread would chan
 under the forecast's own eager steps; a thread would also hold the GIL for most of
 the build's Python work (tracing, lowering) that the steps need. The child runs at
 a lower CPU priority (``nice`` 10), with two cores fewer than the machine has for
-its compile workers, and holds its own CUDA context (about 0.5 GB of GPU memory)
-plus a copy of the core's weights while it builds. It outlives the process that
+its compile workers, and holds its own CUDA context plus a copy of the core's weights while it builds. It outlives the process that
 started it (its own session), so a short forecast still leaves the artifact for
 the next run; :func:`wait` waits for the ones this process started.
 """

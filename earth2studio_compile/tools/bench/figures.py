@@ -43,6 +43,7 @@ from earth2studio_compile.tools.bench.tables import (
     rollouts,
     second_call,
     warm_phases,
+    workflow,
 )
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -118,6 +119,8 @@ def metadata(source: str, data: Mapping[str, Any]) -> dict[str, str]:
         The four fields; a file that lacks one raises ``ValueError`` naming it
     """
     env = data.get("environment") or data.get("meta") or {}
+    if isinstance(env.get("environment"), Mapping):  # the workflow mode's meta
+        env = {**env, **env["environment"]}
     date = str(env.get("date") or _dir_date(source))[:10]
     if env.get("gpu") or env.get("device", "").startswith("NVIDIA"):
         machine = env.get("gpu") or env["device"]
@@ -172,6 +175,15 @@ def render(figure: Figure, root: Path = ROOT) -> str:
 _H23 = "2026-11-23-h100/"
 PERF = "docs/performance.md"
 FIGURES: tuple[Figure, ...] = (
+    Figure(
+        "workflow",
+        "README.md",
+        (
+            "2026-11-25-h100-bg/workflow-fcn-async.json",
+            "2026-11-25-h100-bg/workflow-fcn-overlapped.json",
+        ),
+        workflow,
+    ),
     Figure(
         "second-call", "README.md", ("2026-11-25-h100/second_call.json",), second_call
     ),

@@ -181,6 +181,66 @@ def second_call(datas: Sequence[Mapping[str, Any]]) -> str:
     return _md([*header, "compile=True's call"], rows) + note
 
 
+_WAYS = {
+    "cold": "fresh process, empty cache",
+    "warm": "fresh process, cache the cold one left (no build())",
+}
+_IOS = {
+    "async-zarr": "AsyncZarrBackend (disk)",
+    "zarr-disk": "ZarrBackend (disk)",
+    "overlapped": "OverlappedIO(ZarrBackend (disk))",
+}
+
+
+def workflow(datas: Sequence[Mapping[str, Any]]) -> str:
+    """Whole workflow calls from the bench's workflow mode: each compiled row
+    beside the eager row it is paired with (the same job, IO and precision)."""
+    rows, jobs = [], set()
+    for data in datas:
+        found = data["rows"]
+        for r in found:
+            if r.get("run") != "compiled" or "wall_s" not in r:
+                continue
+            e = found[r["pair"]] if "pair" in r else {}
+            jobs.add((r["model"], r["steps"], r["precision"], r.get("members", 1)))
+            regions = (r.get("report") or {}).get("regions", [])
+            first = [g["first_call_s"] for g in regions if g.get("first_call_s")]
+            if any(g.get("reused") for g in regions):
+                how = "compiled code kept in the process"
+            elif any(g["status"] == "building" for g in regions):
+                how = "eager while its artifact builds in the background"
+            elif any(g.get("executor") == "aot" for g in regions):
+                how = "the artifact a background build left"
+            else:
+                how = ", ".join(sorted({g["status"] for g in regions})) or "-"
+            way = _WAYS.get(r["way"], f"call {r.get('call')} in one process")
+            rows.append(
+                [
+                    _IOS.get(r["io"], str(r["io"])),
+                    way,
+                    _f(e.get("wall_s"), ".2f"),
+                    _f(r["wall_s"], ".2f"),
+                    _f(r.get("vs_eager"), ".2f") + "x" if r.get("vs_eager") else "-",
+                    _f(max(first), ".2f") if first else "-",
+                    how,
+                ]
+            )
+    header = ["IO backend", "call", "eager s", "compile=True s", "eager / compiled"]
+    header += ["first step s", "compile=True ran"]
+    model, steps, precision, members = sorted(jobs)[0] if jobs else ("?", 0, "?", 1)
+    who = f"{model.upper()} at full size (random weights), {steps} steps"
+    if members > 1:
+        who += f", {members} members"
+    note = (
+        f"\n\n{who}, every variable, {precision} (global flags, eager and compiled "
+        "alike); each call timed from calling the workflow until the store is "
+        "written and the device is idle. A fresh row is paired with a fresh eager "
+        "process of the same IO; a later call with the eager call before it in the "
+        "same process."
+    )
+    return _md(header, rows) + note
+
+
 def kernels(datas: Sequence[Mapping[str, Any]]) -> str:
     """``tools.bench.kernels``: ms per step by kernel family, from the profiler."""
     keys = ("wall", "device", "host", "fft", "gemm", "conv", "triton", "copy", "other")
