@@ -124,6 +124,8 @@ def _report(compiled: bool) -> dict[str, Any] | None:
             "reused": r.reused,
             "background": r.background,
             "first_call_s": r.first_call_seconds,
+            # Where the first step goes (key, checksum, aot_load, verify, ...).
+            "phases": dict(r.phases),
             "cache": r.cache,
             "compile_s": r.compile_seconds,
         }
