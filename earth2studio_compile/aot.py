@@ -16,14 +16,14 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from loguru import logger
 
 from earth2studio_compile import precision as _precision
 from earth2studio_compile._torch import MODULE_SLOT, tree_map
-from earth2studio_compile.artifacts.aot_build import build_region, detached, device_of
+from earth2studio_compile.artifacts.aot_build import build_region, detached
 from earth2studio_compile.artifacts.aot_load import AotRunner, load_runner
 from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.cache import (
@@ -34,6 +34,14 @@ from earth2studio_compile.models import check_paths
 from earth2studio_compile.options import CompileOptions
 from earth2studio_compile.planning import plan
 from earth2studio_compile.session import example_input
+from earth2studio_compile.staging import first_device
+
+# Type hints only: importing Earth2Studio takes a minute on a small machine, and
+# the package is imported before it (the demo's banner comes first).
+if TYPE_CHECKING:
+    from earth2studio.models.dx.base import DiagnosticModel
+    from earth2studio.models.px.base import PrognosticModel
+    from earth2studio.utils.type import CoordSystem
 
 
 @dataclass
@@ -63,9 +71,30 @@ class Built:
 
 
 def capture_calls(
-    model: Any, modules: Sequence[torch.nn.Module], x: torch.Tensor, coords: Any
+    model: PrognosticModel | DiagnosticModel,
+    modules: Sequence[torch.nn.Module],
+    x: torch.Tensor,
+    coords: CoordSystem,
 ) -> dict[int, tuple[tuple[Any, ...], dict[str, Any]]]:
-    """Each core's first call's arguments, from one forward of ``model``."""
+    """Each core's first call's arguments, from one forward of ``model``.
+
+    Parameters
+    ----------
+    model : PrognosticModel | DiagnosticModel
+        The Earth2Studio model (its ``__call__(x, coords)`` runs once, without grad)
+    modules : Sequence[torch.nn.Module]
+        The cores whose first calls are wanted
+    x : torch.Tensor
+        The model's input
+    coords : CoordSystem
+        Its coordinate system
+
+    Returns
+    -------
+    dict[int, tuple[tuple[Any, ...], dict[str, Any]]]
+        ``id`` of each core that was called -> detached copies of its first call's
+        positional and keyword arguments
+    """
     seen: dict[int, tuple[tuple[Any, ...], dict[str, Any]]] = {}
 
     def hook(m: torch.nn.Module, args: Any, kwargs: Any) -> None:
@@ -86,7 +115,7 @@ def capture_calls(
 
 
 def build(
-    model: Any,
+    model: PrognosticModel | DiagnosticModel,
     device: torch.device | str | None = None,
     precision: str | None = None,
     batch_size: int = 1,
@@ -105,7 +134,7 @@ def build(
 
     Parameters
     ----------
-    model : Any
+    model : PrognosticModel | DiagnosticModel
         A prognostic or diagnostic model
     device : torch.device | str | None, optional
         Device to build for (the model is moved there, as the workflows do), by
@@ -177,7 +206,7 @@ def build(
             module,
             owner=owner,
             region=path,
-            device=device_of((args, kwargs), module),
+            device=first_device(args, kwargs, module),
             precision=chosen,
             options=CompileOptions(mode=mode, options=options),
             table=p.spec,

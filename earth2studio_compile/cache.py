@@ -85,6 +85,18 @@ def _uid() -> int:
 
 
 def warn_once(root: Path, cause: str, message: str) -> None:
+    """Log ``message`` as a WARNING the first time for ``(root, cause)``, then at
+    DEBUG.
+
+    Parameters
+    ----------
+    root : Path
+        The cache root the message is about
+    cause : str
+        What kind of problem (one warning per kind and root)
+    message : str
+        The message
+    """
     key = (str(root), cause)
     if key in _WARNED:
         logger.debug(message)
@@ -139,6 +151,15 @@ def untrusted(root: Path, *below: str) -> str | None:
 
 
 def refuse_untrusted(root: Path, reason: str) -> None:
+    """Warn (once per root) that compiled code under ``root`` is not loaded.
+
+    Parameters
+    ----------
+    root : Path
+        The cache root
+    reason : str
+        Why it is not trusted (:func:`untrusted`'s answer)
+    """
     warn_once(
         root,
         "untrusted",
@@ -426,7 +447,18 @@ def artifact_key(fields: Mapping[str, Any]) -> str:
 
 
 def cache_state(hits: int, misses: int) -> str | None:
-    """``"warm"``, ``"cold"`` or ``"partial"`` from Inductor's FX-graph cache counts."""
+    """``"warm"``, ``"cold"`` or ``"partial"`` from Inductor's FX-graph cache counts.
+
+    Parameters
+    ----------
+    hits, misses : int
+        FX-graph cache hits and misses during the compile
+
+    Returns
+    -------
+    str | None
+        The state; None when the cache was not consulted
+    """
     if misses and hits:
         return "partial"
     if misses:

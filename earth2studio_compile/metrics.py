@@ -81,6 +81,18 @@ class Laps:
 
         ``inside`` are seconds of pieces measured within this lap, each added under
         its own name; ``name`` gets the rest of the lap.
+
+        Parameters
+        ----------
+        name : str
+            The lap's phase
+        **inside : float
+            Seconds of pieces within the lap, by name
+
+        Returns
+        -------
+        float
+            The whole lap's seconds
         """
         now = self.clock()
         seconds, self.last = now - self.last, now

@@ -11,13 +11,19 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.nn.parameter import is_lazy
 
 from earth2studio_compile import _torch
 from earth2studio_compile.models import ModelSpec, lookup
+
+# Type hints only: importing Earth2Studio takes a minute on a small machine, and
+# the package is imported before it (the demo's banner comes first).
+if TYPE_CHECKING:
+    from earth2studio.models.dx.base import DiagnosticModel
+    from earth2studio.models.px.base import PrognosticModel
 
 __all__ = ["Plan", "generic_spec", "plan", "resolve"]
 
@@ -47,7 +53,7 @@ def _outside(model: Any, spec: ModelSpec) -> list[str]:
     ]
 
 
-def generic_spec(model: Any) -> ModelSpec:
+def generic_spec(model: PrognosticModel | DiagnosticModel) -> ModelSpec:
     """Spec for a model the table does not list (a user's own model).
 
     The model's ``_forward``/``__call__`` handles coordinates, so the model itself is
@@ -58,7 +64,7 @@ def generic_spec(model: Any) -> ModelSpec:
 
     Parameters
     ----------
-    model : Any
+    model : PrognosticModel | DiagnosticModel
         A model instance
 
     Returns
@@ -179,12 +185,14 @@ def _expand(
     return out
 
 
-def plan(model: Any, regions: tuple[str, ...] | None = None) -> Plan:
+def plan(
+    model: PrognosticModel | DiagnosticModel, regions: tuple[str, ...] | None = None
+) -> Plan:
     """Decide what to compile in ``model``.
 
     Parameters
     ----------
-    model : Any
+    model : PrognosticModel | DiagnosticModel
         A prognostic or diagnostic model instance
     regions : tuple[str, ...] | None, optional
         Override: compile exactly these dotted paths, by default the table's (or

@@ -250,6 +250,20 @@ def restore_dtype(out: Any, precision: str | None, args: Any) -> Any:
 
     Only ``"bf16"`` lowers outputs; other precisions return ``out`` without looking
     at the arguments, so the common call path pays nothing.
+
+    Parameters
+    ----------
+    out : Any
+        The call's output (a pytree)
+    precision : str | None
+        The precision the call ran in
+    args : Any
+        The call's arguments, whose first floating tensor gives the dtype
+
+    Returns
+    -------
+    Any
+        ``out``, its bf16/fp16 tensors cast back
     """
     if precision != "bf16":
         return out
@@ -283,6 +297,22 @@ def call(
 
     What a region does around an eager call (after a fallback, in the speed probe);
     the benchmark's eager rows use it too.
+
+    Parameters
+    ----------
+    precision : str | None
+        The precision (see :func:`scope`); None: PyTorch's flags as they are
+    device : torch.device
+        Where the call computes
+    fn : Callable[..., Any]
+        What is called
+    args, kwargs : tuple[Any, ...], dict[str, Any]
+        Its arguments
+
+    Returns
+    -------
+    Any
+        ``fn``'s output
     """
     with scope(precision, device):
         out = fn(*args, **kwargs)
@@ -390,7 +420,20 @@ class Reference:
     def before(
         cls, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Reference:
-        """Copy a call's arguments and ``module``'s buffers; call before the call."""
+        """Copy a call's arguments and ``module``'s buffers; call before the call.
+
+        Parameters
+        ----------
+        module : torch.nn.Module
+            The core about to be called
+        args, kwargs : tuple[Any, ...], dict[str, Any]
+            The call's arguments
+
+        Returns
+        -------
+        Reference
+            The reference, ready for :meth:`error`
+        """
         args, kwargs = tree_map(_clone, (args, kwargs))
         buffers = {k: b.clone() for k, b in module.named_buffers()}
         return cls(module, args, kwargs, buffers)
@@ -399,6 +442,13 @@ class Reference:
         """Relative L2 of ``out`` against the same call in fp32 eager, TF32 off.
 
         Runs the reference once, on the copies (the copies are used up).
+
+        Parameters
+        ----------
+        out : Any
+            The region's output for the call
+        device : torch.device
+            Where the call computed
 
         Returns
         -------
@@ -427,7 +477,17 @@ def _clone(t: Any) -> Any:
 
 
 def log_error(label: str, precision: str, error: float | None) -> None:
-    """WARN when a precision cost more accuracy than its documented threshold."""
+    """WARN when a precision cost more accuracy than its documented threshold.
+
+    Parameters
+    ----------
+    label : str
+        The region's name
+    precision : str
+        Its precision, a key of :data:`THRESHOLDS`
+    error : float | None
+        The measured relative L2 error; None: nothing to check
+    """
     if error is None:
         return
     limit = THRESHOLDS[precision]
@@ -444,6 +504,19 @@ def measure(
 ) -> tuple[float | None, float]:
     """The accuracy cost of ``out`` against its fp32 reference, WARNed when above
     the threshold, and the seconds the reference took.
+
+    Parameters
+    ----------
+    reference : Reference
+        The call's reference, taken before it (:meth:`Reference.before`)
+    label : str
+        The region's name, for the warning
+    precision : str
+        The region's precision, a key of :data:`THRESHOLDS`
+    out : Any
+        The region's output for the call
+    device : torch.device
+        Where the call computed
 
     Returns
     -------

@@ -28,7 +28,18 @@ __all__ = ["SpeedProbe", "signature"]
 
 def signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
     """What must match for two calls' timings to be compared: shapes, dtypes,
-    devices of the tensors, and the types of the other arguments."""
+    devices of the tensors, and the types of the other arguments.
+
+    Parameters
+    ----------
+    args, kwargs : tuple[Any, ...], dict[str, Any]
+        The call's positional and keyword arguments, nested containers walked
+
+    Returns
+    -------
+    tuple[Any, ...]
+        The call's signature (the tree's structure first), comparable with ``==``
+    """
     leaves, spec = tree_flatten((args, kwargs))
     return (str(spec),) + tuple(
         (tuple(leaf.shape), leaf.dtype, leaf.device)
@@ -86,7 +97,20 @@ class SpeedProbe:
 
     def kind(self, call: int, sig: Any) -> str | None:
         """``"compiled"`` or ``"eager"``: how to time call number ``call`` (of
-        signature ``sig``, see :func:`signature`); None: do not time it."""
+        signature ``sig``, see :func:`signature`); None: do not time it.
+
+        Parameters
+        ----------
+        call : int
+            The call's number in the region
+        sig : Any
+            The call's signature
+
+        Returns
+        -------
+        str | None
+            How to time it, or None
+        """
         if self.done or call <= self._quiet_until:
             return None
         if sig != self._signature:
@@ -106,6 +130,22 @@ class SpeedProbe:
 
         A compiled call that compiled meanwhile (:meth:`compiled_again`) is not
         counted; the next call is timed compiled instead.
+
+        Parameters
+        ----------
+        kind : str
+            ``"compiled"`` or ``"eager"``
+        call : int
+            The call's number in the region
+        device : torch.device
+            Synchronised around the call, so the time is the device's
+        run : Callable[[], Any]
+            The call
+
+        Returns
+        -------
+        Any
+            ``run()``'s output
         """
         synchronize(device)
         start = self.clock()
@@ -117,7 +157,15 @@ class SpeedProbe:
         return out
 
     def record(self, kind: str, seconds: float) -> None:
-        """Add one steady call's timing; judge after the last pair."""
+        """Add one steady call's timing; judge after the last pair.
+
+        Parameters
+        ----------
+        kind : str
+            ``"compiled"`` or ``"eager"``
+        seconds : float
+            The call's time
+        """
         self.timings[kind].append(seconds)
         self._next = "eager" if kind == "compiled" else "compiled"
         if len(self.timings["eager"]) == self.PAIRS:

@@ -6,7 +6,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -26,6 +26,12 @@ from earth2studio_compile.report import (
     interruption,
 )
 
+# Type hints only: importing Earth2Studio takes a minute on a small machine, and
+# the package is imported before it (the demo's banner comes first).
+if TYPE_CHECKING:
+    from earth2studio.models.dx.base import DiagnosticModel
+    from earth2studio.models.px.base import PrognosticModel
+
 
 class CompileSession:
     """Compile the tensor-only cores of Earth2Studio models for a ``with`` block.
@@ -41,7 +47,7 @@ class CompileSession:
 
     Parameters
     ----------
-    *models : Any
+    *models : PrognosticModel | DiagnosticModel
         Prognostic and/or diagnostic models
     mode : str | None, optional
         Inductor mode; None picks ``"reduce-overhead"`` on CUDA (CUDA graphs, with
@@ -93,7 +99,7 @@ class CompileSession:
 
     def __init__(
         self,
-        *models: Any,
+        *models: PrognosticModel | DiagnosticModel,
         mode: str | None = None,
         fullgraph: bool = False,
         dynamic: bool | None = None,
@@ -264,7 +270,7 @@ class CompileSession:
 
     def warmup(
         self,
-        model: Any = None,
+        model: PrognosticModel | DiagnosticModel | None = None,
         coords: Mapping[str, np.ndarray] | None = None,
         batch_size: int = 1,
         device: torch.device | str | None = None,
@@ -278,7 +284,7 @@ class CompileSession:
 
         Parameters
         ----------
-        model : Any, optional
+        model : PrognosticModel | DiagnosticModel | None, optional
             One of the session's models, by default the first
         coords : Mapping[str, np.ndarray] | None, optional
             Coordinates of the dummy input, as the workflow will call the model; by
@@ -358,7 +364,7 @@ class CompileSession:
 
 
 def example_input(
-    model: Any,
+    model: PrognosticModel | DiagnosticModel,
     batch_size: int = 1,
     time: np.datetime64 | None = None,
     device: torch.device | str | None = None,
@@ -367,7 +373,7 @@ def example_input(
 
     Parameters
     ----------
-    model : Any
+    model : PrognosticModel | DiagnosticModel
         Prognostic or diagnostic model
     batch_size : int, optional
         Leading ``ensemble`` size when > 1, by default 1

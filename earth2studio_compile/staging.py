@@ -10,6 +10,8 @@ compiling again.
 from __future__ import annotations
 
 import contextlib
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,11 +21,34 @@ from earth2studio_compile import _torch
 from earth2studio_compile._torch import tree_flatten, tree_map
 
 
-def first_device(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.device:
+def first_device(
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    module: torch.nn.Module | None = None,
+) -> torch.device:
+    """The device a call runs on: its first tensor argument's.
+
+    Parameters
+    ----------
+    args, kwargs : tuple[Any, ...], dict[str, Any]
+        The call's arguments, searched in order (nested containers too)
+    module : torch.nn.Module | None, optional
+        The module called: without a tensor argument, its first parameter's or
+        buffer's device
+
+    Returns
+    -------
+    torch.device
+        That device; the CPU when neither has a tensor
+    """
     leaves, _ = tree_flatten((args, kwargs))
-    for leaf in leaves:
-        if isinstance(leaf, torch.Tensor):
-            return leaf.device
+    tensors: Iterator[torch.Tensor] = (
+        leaf for leaf in leaves if isinstance(leaf, torch.Tensor)
+    )
+    if module is not None:
+        tensors = itertools.chain(tensors, module.parameters(), module.buffers())
+    for t in tensors:
+        return t.device
     return torch.device("cpu")
 
 
@@ -38,7 +63,17 @@ class Call:
 
     @classmethod
     def of(cls, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call:
-        """The call, its device (first tensor's) and batch size (dim 0)."""
+        """The call, its device (first tensor's) and batch size (dim 0).
+
+        Parameters
+        ----------
+        args, kwargs : tuple[Any, ...], dict[str, Any]
+            The caller's positional and keyword arguments, kept as they are
+
+        Returns
+        -------
+        Call
+        """
         return cls(args, kwargs, first_device(args, kwargs), batch_size(args))
 
 

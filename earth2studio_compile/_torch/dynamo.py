@@ -138,6 +138,21 @@ def compile_region(
     mark another's dynamic. Each region gets its own copy of a tiny entry function
     instead, named after the region (so nothing depends on the order in which
     regions were created).
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The region's core; held weakly by the compiled entry
+    label : str
+        The region's name, given to the entry function's code object
+    backend, fullgraph, dynamic, mode, options
+        :func:`torch.compile`'s arguments of those names
+
+    Returns
+    -------
+    tuple[Callable[..., Any], CountingBackend]
+        The compiled entry (call it with the module's arguments) and its counting
+        backend
     """
 
     # Weakly: compiled code kept between sessions (earth2studio_compile.resident)
@@ -169,6 +184,13 @@ def call_context(recompile_limit: int | None, single_thread: bool) -> Iterator[N
     the call that hits it (instead of Dynamo's silent "run eagerly from now on"),
     so the region reports a storm. ``single_thread`` keeps Inductor from starting a
     pool of compile workers, for calls where a loaded cache leaves nothing to build.
+
+    Parameters
+    ----------
+    recompile_limit : int | None
+        Compiled variants the region may hold; None leaves Dynamo's limit
+    single_thread : bool
+        Compile in this thread, without a worker pool
     """
     with contextlib.ExitStack() as stack:
         if not missing("dynamo_config"):

@@ -52,7 +52,20 @@ def inductor_modes() -> list[str]:
 
 
 def mode_options(mode: str, dynamic: bool | None = None) -> dict[str, Any]:
-    """The Inductor settings a mode stands for."""
+    """The Inductor settings a mode stands for.
+
+    Parameters
+    ----------
+    mode : str
+        A :func:`torch.compile` mode (``"max-autotune"``, ...)
+    dynamic : bool | None, optional
+        :func:`torch.compile`'s ``dynamic``, which some modes read
+
+    Returns
+    -------
+    dict[str, Any]
+        Inductor option names and values
+    """
     import torch._inductor
 
     return dict(torch._inductor.list_mode_options(mode, dynamic))
@@ -120,6 +133,13 @@ def validate_inductor_options(
     ``torch.compile`` does at the first call. Building it here, per option, names
     the offending key.
 
+    Parameters
+    ----------
+    options : Mapping[str, Any]
+        The user's Inductor options
+    dynamic : bool | None, optional
+        :func:`torch.compile`'s ``dynamic``, which the backend is built with
+
     Raises
     ------
     TypeError
@@ -153,6 +173,18 @@ def preflight(backend: Any, device: torch.device) -> str | None:
 
     Checked before tracing, so a machine without a C++ compiler (CPU) or Triton
     (CUDA) runs eagerly at once instead of tracing for minutes and then failing.
+
+    Parameters
+    ----------
+    backend : Any
+        The region's backend; only ``"inductor"`` is checked
+    device : torch.device
+        Where the region computes
+
+    Returns
+    -------
+    str | None
+        The reason, or None
     """
     if backend != "inductor":
         return None

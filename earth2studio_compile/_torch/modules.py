@@ -19,7 +19,20 @@ MODULE_SLOT = "_compiled_call_impl"
 
 
 def call_module(module: torch.nn.Module, args: Any, kwargs: Any) -> Any:
-    """The module's own call (hooks included), past a region in :data:`MODULE_SLOT`."""
+    """The module's own call (hooks included), past a region in :data:`MODULE_SLOT`.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The module to call
+    args, kwargs : tuple, dict
+        Its positional and keyword arguments
+
+    Returns
+    -------
+    Any
+        The module's output
+    """
     return module._call_impl(*args, **kwargs)
 
 
@@ -48,6 +61,18 @@ def reparametrized(
 
     ``torch.func.functional_call`` does this for one call; the meta-tensor run
     calls the module's saved ``forward`` instead, so the swap itself is needed.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The module whose tensors are swapped
+    state : dict[str, torch.Tensor]
+        Tensors by qualified name (``named_parameters``/``named_buffers`` names)
+
+    Returns
+    -------
+    contextlib.AbstractContextManager[Any]
+        The block's context manager; leaving it restores the module's own tensors
     """
     from torch.nn.utils.stateless import _reparametrize_module
 

@@ -94,11 +94,33 @@ def fp32_flag(name: str) -> str:
 
 
 def read_flag(backend: str, op: str) -> str:
+    """The value a per-backend fp32 precision flag reads now.
+
+    Parameters
+    ----------
+    backend, op : str
+        The flag's backend (``"cuda"``, ``"mkldnn"``, ...) and operation (``"conv"``,
+        ``"matmul"``, ...), as ``torch.backends`` names them
+
+    Returns
+    -------
+    str
+        What it reads, an inherited value resolved (e.g. ``"ieee"``, ``"tf32"``)
+    """
     assert _FP32_GET is not None
     return str(_FP32_GET(backend, op))
 
 
 def write_flag(key: FlagKey, value: str) -> None:
+    """Set a per-backend fp32 precision flag.
+
+    Parameters
+    ----------
+    key : FlagKey
+        The flag's ``(backend, op)``
+    value : str
+        Its new value (``"ieee"``, ``"tf32"`` or ``"none"``)
+    """
     assert _FP32_SET is not None
     _FP32_SET(key[0], key[1], value)
 
@@ -118,6 +140,18 @@ def stored_children(parent: FlagKey, then: str) -> list[tuple[FlagKey, str]]:
 
     Sets ``parent`` to "ieee" and to "tf32" to see which children follow it, then
     to ``then``.
+
+    Parameters
+    ----------
+    parent : FlagKey
+        The parent flag's ``(backend, op)``
+    then : str
+        The value ``parent`` is left at
+
+    Returns
+    -------
+    list[tuple[FlagKey, str]]
+        Each child's key and stored value
     """
     children = fp32_children()[parent]
     try:

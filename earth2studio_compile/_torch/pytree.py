@@ -21,7 +21,20 @@ def treespec_loads(text: str) -> Any:
 
 
 def tree_unflatten(leaves: list[Any], spec: Any) -> Any:
-    """The pytree ``spec`` describes, filled with ``leaves``."""
+    """The pytree ``spec`` describes, filled with ``leaves``.
+
+    Parameters
+    ----------
+    leaves : list[Any]
+        The leaves, in the order :func:`tree_flatten` gives them
+    spec : Any
+        The tree's spec (a ``TreeSpec``)
+
+    Returns
+    -------
+    Any
+        The tree
+    """
     from torch.utils._pytree import tree_unflatten as unflatten
 
     return unflatten(leaves, spec)

@@ -11,7 +11,6 @@ sees half of one.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -22,7 +21,7 @@ from loguru import logger
 
 from earth2studio_compile import _torch
 from earth2studio_compile import precision as _precision
-from earth2studio_compile._torch import tree_flatten, tree_map
+from earth2studio_compile._torch import tree_map
 from earth2studio_compile.artifacts import store
 from earth2studio_compile.artifacts.aot_key import (
     PACKAGE,
@@ -75,15 +74,6 @@ def _inductor_configs(
     # Weights stay out of the package: bound from the live module at load.
     configs["aot_inductor.package_constants_in_so"] = False
     return configs
-
-
-def device_of(args: Any, module: torch.nn.Module) -> torch.device:
-    for leaf in tree_flatten(args)[0]:
-        if isinstance(leaf, torch.Tensor):
-            return leaf.device
-    for t in itertools.chain(module.parameters(), module.buffers()):
-        return t.device
-    return torch.device("cpu")
 
 
 @contextlib.contextmanager

@@ -120,7 +120,20 @@ def constants_text(module: torch.nn.Module) -> str:
 
 
 def effective_precision(precision: str | None, device: torch.device) -> str:
-    """The precision a region computes in; None: what PyTorch's flags say."""
+    """The precision a region computes in; None: what PyTorch's flags say.
+
+    Parameters
+    ----------
+    precision : str | None
+        The region's precision; None to read PyTorch's flags
+    device : torch.device
+        Where the region computes (TF32 applies on CUDA only)
+
+    Returns
+    -------
+    str
+        ``precision``, else ``"tf32"`` or ``"fp32"``
+    """
     if precision is not None:
         return precision
     # Read without the legacy getters, which raise when the two APIs were mixed.

@@ -52,6 +52,31 @@ class AotRunner:
     clones itself). The bound tensors are checked at every call: a parameter that
     was replaced (not updated in place) is rebound, and the graph recaptured.
 
+    Parameters
+    ----------
+    loader : Any
+        The artifact's AOTInductor model loader (``_torch.aoti_loader``)
+    module : torch.nn.Module
+        The live core whose parameters and buffers are bound (held weakly)
+    names : Sequence[str]
+        The constants' qualified names the artifact needs
+    device : torch.device
+        Where the artifact computes
+    precision : str | None
+        The precision it was built in (the flags it runs under)
+    inputs : list[Any]
+        The shape, dtype and device type of each tensor input it was built for
+    cudagraphs : bool
+        Capture and replay a CUDA graph from the second call (CUDA only)
+    clone : bool
+        Clone outputs of a replayed graph
+    path : Path
+        The artifact's directory
+    key : str
+        Its key
+    phases : dict[str, float]
+        Seconds of the load's phases so far
+
     Attributes
     ----------
     phases : dict[str, float]

@@ -108,6 +108,11 @@ def settings_of(target: RegionTarget) -> dict[str, Any]:
 class BuildJob:
     """One background build, as the process that started it sees it.
 
+    Parameters
+    ----------
+    label, artifact, directory
+        As the attributes of those names
+
     Attributes
     ----------
     label : str

@@ -277,6 +277,11 @@ class RegionBundle:
         one waits (``EARTH2STUDIO_COMPILE_LOCK_TIMEOUT``) and loads the bundle that
         process saved; if it died without saving, this one compiles.
 
+        Parameters
+        ----------
+        args, kwargs : tuple[Any, ...], Mapping[str, Any]
+            The region's first call's arguments (the bundle's key is made of them)
+
         Returns
         -------
         str | None

@@ -82,7 +82,24 @@ class RegionTarget:
         **more: Any,
     ) -> T:
         """The target with its policy resolved for ``device``
-        (:meth:`CompilePolicy.resolve`); ``more`` are a subclass's own fields."""
+        (:meth:`CompilePolicy.resolve`); ``more`` are a subclass's own fields.
+
+        Parameters
+        ----------
+        module, owner, region, device, precision, opaque, fp32_modules
+            The fields of those names (see the class's Attributes)
+        options : CompileOptions | None, optional
+            The user's options, resolved with ``table`` into the ``policy``
+        table : TableChoices | None, optional
+            The model table's choices for the model
+        **more : Any
+            A subclass's own fields
+
+        Returns
+        -------
+        T
+            The target
+        """
         policy = CompilePolicy.resolve(options or CompileOptions(), device, table)
         return cls(
             module=module,
@@ -139,7 +156,18 @@ class RegionTarget:
     ) -> dict[str, Any]:
         """Fields of the compile cache bundle of a first call with these
         arguments (:func:`~earth2studio_compile.cache.key_fields`); its key is
-        :func:`~earth2studio_compile.cache.artifact_key` of them."""
+        :func:`~earth2studio_compile.cache.artifact_key` of them.
+
+        Parameters
+        ----------
+        args, kwargs : tuple[Any, ...], Mapping[str, Any]
+            The first call's arguments
+
+        Returns
+        -------
+        dict[str, Any]
+            The JSON-serialisable fields
+        """
         f = self.factors()
         return key_fields(
             self.owner,
@@ -161,6 +189,11 @@ class RegionTarget:
         shapes and dtypes, a sha256 of the source of its module classes, the
         effective precision, training flags, the CUDA version and every non-tensor
         argument.
+
+        Parameters
+        ----------
+        args, kwargs : tuple[Any, ...], Mapping[str, Any]
+            The call's arguments
 
         Returns
         -------

@@ -108,7 +108,19 @@ def meta_bytes(
 def write_meta(
     directory: Path, fields: Mapping[str, Any], names: Sequence[str], **more: Any
 ) -> None:
-    """Write ``meta.json`` into an entry directory, for its files ``names``."""
+    """Write ``meta.json`` into an entry directory, for its files ``names``.
+
+    Parameters
+    ----------
+    directory : Path
+        The entry's directory, its files already there
+    fields : Mapping[str, Any]
+        The key's fields
+    names : Sequence[str]
+        The entry's files, each checksummed in ``meta.json``
+    **more : Any
+        Further entries (see :func:`meta_bytes`)
+    """
     members = {name: directory / name for name in names}
     (directory / META).write_bytes(meta_bytes(fields, members, **more))
 
@@ -202,7 +214,20 @@ def check_dir(
 def distrust(root: Path, *below: str) -> str | None:
     """``"not trusted (<why>)"`` when code under ``root/below...`` must not be
     loaded (:func:`~earth2studio_compile.cache.untrusted`, warned once per
-    root), else None."""
+    root), else None.
+
+    Parameters
+    ----------
+    root : Path
+        The cache root checked (the warning names it)
+    *below : str
+        Path parts under ``root`` down to the code's directory
+
+    Returns
+    -------
+    str | None
+        Why not, or None
+    """
     reason = untrusted(root, *below)
     if reason is None:
         return None
@@ -211,7 +236,15 @@ def distrust(root: Path, *below: str) -> str | None:
 
 
 def write_file(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` whole: a temporary file beside it, renamed."""
+    """Write ``data`` to ``path`` whole: a temporary file beside it, renamed.
+
+    Parameters
+    ----------
+    path : Path
+        The file written (replaced if there)
+    data : bytes
+        Its contents
+    """
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TMP_PREFIX)
     try:
         with os.fdopen(fd, "wb") as f:

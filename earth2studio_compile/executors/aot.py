@@ -75,7 +75,10 @@ class AotExecutor:
     def first_call(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], laps: Laps
     ) -> Any:
-        """Load, run and verify the artifact; a lap for each phase."""
+        """Load, run and verify the artifact; a lap for each phase.
+
+        See :meth:`~earth2studio_compile.executors.base.Executor.first_call`.
+        """
         t = self.target
         _loader_safe(t.device)
         runner = load_runner(

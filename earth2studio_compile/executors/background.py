@@ -102,7 +102,10 @@ class BackgroundExecutor:
     def first_call(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], laps: Laps
     ) -> Any:
-        """Start the build, then run the call eagerly; a lap for each."""
+        """Start the build, then run the call eagerly; a lap for each.
+
+        See :meth:`~earth2studio_compile.executors.base.Executor.first_call`.
+        """
         job = background.start(self._target(), args, kwargs, self._root)
         laps.lap("background_start")
         if isinstance(job, str):

@@ -89,6 +89,18 @@ class Executor(Protocol):
 
         Every second of it goes into ``laps``, one lap per phase (the report's
         :attr:`~earth2studio_compile.report.RegionReport.FIRST_CALL` names them).
+
+        Parameters
+        ----------
+        args, kwargs : tuple[Any, ...], dict[str, Any]
+            The region's first call's arguments
+        laps : Laps
+            Where each phase's seconds go
+
+        Returns
+        -------
+        Any
+            The call's output
         """
         ...
 

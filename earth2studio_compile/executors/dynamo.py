@@ -54,7 +54,10 @@ class DynamoExecutor:
     def first_call(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], laps: Laps
     ) -> Any:
-        """Load the bundle, compile and run, save the bundle; a lap for each."""
+        """Load the bundle, compile and run, save the bundle; a lap for each.
+
+        See :meth:`~earth2studio_compile.executors.base.Executor.first_call`.
+        """
         r = self.report
         if self.bundle is not None:
             r.artifact = self.bundle.load(args, kwargs)

@@ -27,7 +27,10 @@ class EagerExecutor:
     def first_call(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], laps: Laps
     ) -> Any:
-        """Nothing to build: the call, as its first run."""
+        """Nothing to build: the call, as its first run.
+
+        See :meth:`~earth2studio_compile.executors.base.Executor.first_call`.
+        """
         out = self(*args, **kwargs)
         laps.lap("first_run")
         return out

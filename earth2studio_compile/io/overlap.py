@@ -383,12 +383,12 @@ def _check_int(name: str, value: Any, none: bool) -> None:
         raise ValueError(f"{name} must be >= 1{' (or None)' * none}, got {value}.")
 
 
-def drain(ios: Sequence[Any], failed: bool) -> None:
+def drain(ios: Sequence[IOBackend], failed: bool) -> None:
     """Flush every :class:`OverlappedIO` in ``ios`` at the end of a workflow.
 
     Parameters
     ----------
-    ios : Sequence[Any]
+    ios : Sequence[IOBackend]
         The workflow's IO arguments
     failed : bool
         The workflow raised: a write error it has not seen is logged, not raised, so
