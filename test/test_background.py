@@ -19,7 +19,7 @@ from conftest import messages
 from tiny_cores import TinyCore, TinyModel
 
 from earth2studio_compile import CompileSession, resident
-from earth2studio_compile.artifacts import background
+from earth2studio_compile.artifacts import background, build_process
 from earth2studio_compile.executors import BackgroundExecutor
 from earth2studio_compile.metrics import rel_l2
 
@@ -209,7 +209,7 @@ def test_the_build_process_refuses_a_key_the_forecast_would_not_find(tmp_path):
         "root": tmp_path,
     }
     torch.save(payload, tmp_path / "job.pt")
-    assert not background.build_job(tmp_path)
+    assert not build_process.build_job(tmp_path)
     result = (tmp_path / "result.json").read_text()
     assert "computes the key" in result, result
     assert not (tmp_path / "job.pt").exists()

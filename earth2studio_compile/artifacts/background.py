@@ -16,9 +16,10 @@ Inductor reads the global TF32 flags while it lowers), which a thread would chan
 under the forecast's own eager steps; a thread would also hold the GIL for most of
 the build's Python work (tracing, lowering) that the steps need. The child runs at
 a lower CPU priority (``nice`` 10), with two cores fewer than the machine has for
-its compile workers, and holds its own CUDA context plus a copy of the core's weights while it builds. It outlives the process that
-started it (its own session), so a short forecast still leaves the artifact for
-the next run; :func:`wait` waits for the ones this process started.
+its compile workers, and holds its own CUDA context plus a copy of the core's
+weights while it builds (:mod:`.build_process`). It outlives the process that
+started it (its own session), so a short forecast still leaves the artifact for the
+next run; :func:`wait` waits for the ones this process started.
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ import torch
 from loguru import logger
 
 from earth2studio_compile._torch import MODULE_SLOT
-from earth2studio_compile.artifacts.aot_build import build_region, detached
+from earth2studio_compile.artifacts.aot_build import detached
 from earth2studio_compile.artifacts.aot_key import aot_root
+from earth2studio_compile.artifacts.build_process import INPUT, RESULT, lock_path
 from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.artifacts.store import META
 from earth2studio_compile.cache import make_private_dir
@@ -53,16 +55,14 @@ __all__ = ["ENV", "BuildJob", "enabled", "settings_of", "start", "wait"]
 #: ``auto`` (the default: on CUDA devices), ``on`` or ``off``.
 ENV = "EARTH2STUDIO_COMPILE_BACKGROUND"
 _JOBS = ".jobs"
-_RESULT = "result.json"
-_INPUT = "job.pt"
 _LOG = "build.log"
 #: Marks a function that a region installs on a module (``forward`` wrappers):
 #: what a copy of the module for the build must not carry.
 HOOK_MARK = "_earth2studio_compile_hook"
 
-# Not ``-m`` this module: the package has imported it already (runpy warns).
+# Not ``-m``: the package has imported the module already (runpy warns).
 _CHILD = (
-    "import sys; from earth2studio_compile.artifacts.background import main; "
+    "import sys; from earth2studio_compile.artifacts.build_process import main; "
     "sys.exit(main(sys.argv[1:]))"
 )
 
@@ -216,7 +216,7 @@ class BuildJob:
     def _read_result(self) -> str:
         assert self.directory is not None
         try:
-            result = json.loads((self.directory / _RESULT).read_text())
+            result = json.loads((self.directory / RESULT).read_text())
         except Exception:  # the child died before it wrote one
             code = self._proc.returncode if self._proc is not None else None
             return self._end("failed", f"the build process ended with code {code}")
@@ -375,13 +375,9 @@ def _mkdtemp(parent: Path, key: str) -> str:
     return tempfile.mkdtemp(dir=parent, prefix=f"{key}-{os.getpid()}-")
 
 
-def _lock_path(artifact: Path) -> Path:
-    return artifact.parent / f"{artifact.name}.build.lock"
-
-
 def _locked(artifact: Path) -> bool:
     """Whether some process holds the build lock of ``artifact`` now."""
-    lock = filelock.FileLock(str(_lock_path(artifact)), timeout=0)
+    lock = filelock.FileLock(str(lock_path(artifact)), timeout=0)
     try:
         lock.acquire()
     except filelock.Timeout:
@@ -414,7 +410,7 @@ def _launch(job: BuildJob, payload: dict[str, Any]) -> None:
             snapshot = snapshot_module(target.module)
         payload["target"] = RegionTarget(module=snapshot, **settings_of(target))
         del target, snapshot
-        torch.save(payload, job.directory / _INPUT)
+        torch.save(payload, job.directory / INPUT)
         del payload  # the copy's device memory goes back now
         with open(job.directory / _LOG, "wb") as log:
             proc = subprocess.Popen(
@@ -430,71 +426,3 @@ def _launch(job: BuildJob, payload: dict[str, Any]) -> None:
         job._proc, job.pid = proc, proc.pid
     except Exception as err:  # a full disk, no fork: the region stays eager
         job._launch_error = f"could not start the build ({type(err).__name__}: {err})"
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The child: build the job in ``argv[0]`` (a job directory) at a lower
-    priority; 0 when it left an artifact."""
-    try:
-        os.nice(10)
-    except (AttributeError, OSError):  # not on this OS: build at normal priority
-        pass
-    return 0 if build_job(Path((argv if argv is not None else sys.argv[1:])[0])) else 1
-
-
-def build_job(directory: Path) -> bool:
-    """Build the artifact of the job in ``directory``; write its ``result.json``.
-
-    Sets PyTorch's global TF32 flags to the forecast's: call it in a process of
-    its own (:func:`main`).
-
-    Returns
-    -------
-    bool
-        Whether the artifact was built
-    """
-    result: dict[str, Any] = {"ok": False}
-    start_time = time.perf_counter()
-    try:
-        payload = torch.load(directory / _INPUT, weights_only=False)
-        matmul, conv = payload["tf32"]
-        if (matmul, conv) != tf32_enabled():
-            # A fresh process: the legacy setters cannot clash with the new API.
-            torch.backends.cuda.matmul.allow_tf32 = matmul
-            torch.backends.cudnn.allow_tf32 = conv
-        target: RegionTarget = payload["target"]
-        label = target.label
-        key, _ = target.aot_key(payload["args"], payload["kwargs"])
-        if key != payload["key"]:
-            raise RuntimeError(
-                f"this process computes the key {key}, the forecast's process "
-                f"{payload['key']}: an artifact built here would never be found"
-            )
-        directory_root = aot_root(payload["root"])
-        assert directory_root is not None
-        lock = filelock.FileLock(str(_lock_path(directory_root / key)), timeout=0)
-        try:
-            lock.acquire()
-        except filelock.Timeout:
-            result["reason"] = "another process builds the same artifact"
-        else:
-            try:
-                path = build_region(
-                    target, payload["args"], payload["kwargs"], root=payload["root"]
-                )
-                result = {"ok": True, "path": str(path)}
-            finally:
-                lock.release()
-        logger.info(f"{label}: background build ended: {result}")
-    except Exception as err:
-        result["reason"] = f"{type(err).__name__}: {err}"
-        logger.exception("Background build failed")
-    finally:
-        (directory / _INPUT).unlink(missing_ok=True)
-        result["seconds"] = time.perf_counter() - start_time
-        (directory / _RESULT).write_text(json.dumps(result))
-    return bool(result.get("ok"))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,106 @@
+"""The background build's own process: build one region's artifact, then exit.
+
+:mod:`earth2studio_compile.artifacts.background` saves a job (a copy of the core,
+its inputs, its settings, the forecast's TF32 flags and the key the forecast will
+look for) into a directory and starts this module's :func:`main` on it in a new
+process. The artifact goes into the persistent cache through
+:func:`~earth2studio_compile.artifacts.aot_build.build_region`; ``result.json`` says
+how it went. One build per key at a time (a file lock beside the artifact).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import filelock
+import torch
+from loguru import logger
+
+from earth2studio_compile.artifacts.aot_build import build_region
+from earth2studio_compile.artifacts.aot_key import aot_root
+from earth2studio_compile.artifacts.key import RegionTarget
+from earth2studio_compile.precision import tf32_enabled
+
+__all__ = ["INPUT", "RESULT", "build_job", "lock_path", "main"]
+
+#: The job a build process is given, and what it leaves, in its directory.
+INPUT = "job.pt"
+RESULT = "result.json"
+
+
+def lock_path(artifact: Path) -> Path:
+    """The file lock held while ``artifact`` is built."""
+    return artifact.parent / f"{artifact.name}.build.lock"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The child: build the job in ``argv[0]`` (a job directory) at a lower
+    priority; 0 when it left an artifact."""
+    try:
+        os.nice(10)
+    except (AttributeError, OSError):  # not on this OS: build at normal priority
+        pass
+    return 0 if build_job(Path((argv if argv is not None else sys.argv[1:])[0])) else 1
+
+
+def build_job(directory: Path) -> bool:
+    """Build the artifact of the job in ``directory``; write its ``result.json``.
+
+    Sets PyTorch's global TF32 flags to the forecast's: call it in a process of
+    its own (:func:`main`).
+
+    Returns
+    -------
+    bool
+        Whether the artifact was built
+    """
+    result: dict[str, Any] = {"ok": False}
+    start_time = time.perf_counter()
+    try:
+        payload = torch.load(directory / INPUT, weights_only=False)
+        matmul, conv = payload["tf32"]
+        if (matmul, conv) != tf32_enabled():
+            # A fresh process: the legacy setters cannot clash with the new API.
+            torch.backends.cuda.matmul.allow_tf32 = matmul
+            torch.backends.cudnn.allow_tf32 = conv
+        target: RegionTarget = payload["target"]
+        label = target.label
+        key, _ = target.aot_key(payload["args"], payload["kwargs"])
+        if key != payload["key"]:
+            raise RuntimeError(
+                f"this process computes the key {key}, the forecast's process "
+                f"{payload['key']}: an artifact built here would never be found"
+            )
+        directory_root = aot_root(payload["root"])
+        assert directory_root is not None
+        lock = filelock.FileLock(str(lock_path(directory_root / key)), timeout=0)
+        try:
+            lock.acquire()
+        except filelock.Timeout:
+            result["reason"] = "another process builds the same artifact"
+        else:
+            try:
+                path = build_region(
+                    target, payload["args"], payload["kwargs"], root=payload["root"]
+                )
+                result = {"ok": True, "path": str(path)}
+            finally:
+                lock.release()
+        logger.info(f"{label}: background build ended: {result}")
+    except Exception as err:
+        result["reason"] = f"{type(err).__name__}: {err}"
+        logger.exception("Background build failed")
+    finally:
+        (directory / INPUT).unlink(missing_ok=True)
+        result["seconds"] = time.perf_counter() - start_time
+        (directory / RESULT).write_text(json.dumps(result))
+    return bool(result.get("ok"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
