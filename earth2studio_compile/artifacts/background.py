@@ -123,7 +123,7 @@ class BuildJob:
         The job's directory (input, log, result); None when another process builds
         the same key and this job only watches for its artifact
     started : float
-        ``time.monotonic()`` when the job started
+        ``time.monotonic()`` when the job was launched (or made, until then)
     """
 
     def __init__(self, label: str, artifact: Path, directory: Path | None) -> None:
@@ -138,6 +138,24 @@ class BuildJob:
         self._state = "running"
         self.reason: str | None = None
         self._thread: threading.Thread | None = None
+        self._payload: dict[str, Any] | None = None
+
+    @property
+    def waiting(self) -> bool:
+        """Made but not launched yet (:meth:`launch`)."""
+        return self._payload is not None
+
+    def launch(self) -> None:
+        """Start the build now: a thread copies the module, saves the job and
+        starts the build process. Nothing happens for a launched job."""
+        payload, self._payload = self._payload, None
+        if payload is None:
+            return
+        self.started = time.monotonic()
+        self._thread = threading.Thread(
+            target=_launch, args=(self, payload), name=f"build {self.label}"
+        )
+        self._thread.start()
 
     @property
     def log(self) -> Path | None:
@@ -151,8 +169,10 @@ class BuildJob:
         return end - self.started
 
     def poll(self) -> str:
-        """``"running"``, ``"built"`` or ``"failed"`` (:attr:`reason` says why);
-        never blocks."""
+        """``"waiting"`` (not launched), ``"running"``, ``"built"`` or ``"failed"``
+        (:attr:`reason` says why); never blocks."""
+        if self.waiting:
+            return "waiting"
         if self._state != "running":
             return self._state
         if self._launch_error is not None:
@@ -169,7 +189,9 @@ class BuildJob:
         return self._read_result()
 
     def wait(self, timeout: float | None = None) -> str:
-        """Wait for the job to end (at most ``timeout`` seconds); its state."""
+        """Launch the job if it waits, and wait for it to end (at most ``timeout``
+        seconds); its state."""
+        self.launch()
         deadline = None if timeout is None else time.monotonic() + timeout
         if self._thread is not None:
             self._thread.join(timeout)
@@ -202,6 +224,11 @@ class BuildJob:
             log = f"; log: {self.log}" if self.log is not None else ""
             took = f"{self.seconds:.1f} s"
             return f"background build failed after {took}: {self.reason}{log}"
+        if state == "waiting":
+            return (
+                "to be built in the background when this run ends or has run a "
+                f"while; its artifact goes to {self.artifact} for the next run"
+            )
         pid = f", pid {self.pid}" if self.pid is not None else ""
         return (
             f"still building in the background ({self.seconds:.1f} s so far{pid}); "
@@ -230,6 +257,7 @@ def start(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     root: Path | None,
+    launch: bool = True,
 ) -> BuildJob | str:
     """Start building ``target``'s artifact for these inputs in a child process.
 
@@ -246,6 +274,10 @@ def start(
         The first call's arguments
     root : Path | None
         Cache root (None: :func:`~earth2studio_compile.cache_root`)
+    launch : bool, optional
+        Launch it now; False makes a waiting job, launched by
+        :meth:`BuildJob.launch` (a run too short to gain from the build then
+        does not share the machine with it), by default True
 
     Returns
     -------
@@ -284,17 +316,17 @@ def start(
     jobs = directory / _JOBS
     make_private_dir(jobs)
     job = BuildJob(label, artifact, Path(_mkdtemp(jobs, key)))
-    job._thread = threading.Thread(
-        target=_launch, args=(job, payload), name=f"build {label}"
-    )
-    job._thread.start()
+    job._payload = payload
+    if launch:
+        job.launch()
     with _started_lock:
         _started.append(job)
     return job
 
 
 def wait(timeout: float | None = None) -> list[BuildJob]:
-    """Wait for the background builds this process started.
+    """Wait for the background builds this process started (launching those
+    still waiting).
 
     Parameters
     ----------
