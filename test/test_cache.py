@@ -488,3 +488,22 @@ def test_a_root_that_cannot_be_a_directory_compiles_without_the_cache(
     assert str(root) in warning and "compile cache is off" in warning
     assert f"{cache.ENV} to a writable directory" in warning
     assert blocker.read_text() == "not a directory"
+
+
+def test_a_bundle_owned_by_someone_else_is_refused(bundles, monkeypatch, logs):
+    monkeypatch.delenv(cache.TRUSTED_ENV, raising=False)
+    model = zoo.build("toy")
+    assert _toy_rollout(model)[1].artifact == "saved"
+    (bundle,) = bundles.glob("*.tar")
+    if os.geteuid() == 0:
+        os.chown(bundle, 65534, 65534)  # nobody
+    else:
+        # Only root can give a file away: be someone else instead.
+        monkeypatch.setattr(cache, "_uid", lambda: os.geteuid() + 1)
+    as_new_process()
+    _, region = _toy_rollout(model)
+    assert region.status == "compiled" and region.artifact.startswith(
+        "ignored: not trusted"
+    )
+    (warning,) = messages(logs, "WARNING")
+    assert "is owned by uid" in warning and "compiles its own" in warning

@@ -11,7 +11,8 @@ import pytest
 import torch
 from conftest import assert_unchanged, eager_backend, run_workflow, snapshot
 
-from earth2studio_compile import CompileSession, _torch, precision, resident, run
+from earth2studio_compile import CompileSession, precision, resident, run
+from earth2studio_compile.executors import DynamoExecutor
 from earth2studio_compile.tools import zoo
 
 
@@ -24,15 +25,16 @@ def empty_shelf():
 
 @pytest.fixture
 def compiles(monkeypatch):
-    """How many times a region built a torch.compile wrapper (traced anew)."""
+    """How many times a region built a torch.compile wrapper (traced anew): the
+    Dynamo executor builds one each time it is made."""
     made = []
-    real = _torch.compile_region
+    real = DynamoExecutor.__init__
 
-    def counting(*args, **kwargs):
-        made.append(args[1])
-        return real(*args, **kwargs)
+    def counting(self, target):
+        made.append(target.report.label)
+        real(self, target)
 
-    monkeypatch.setattr(_torch, "compile_region", counting)
+    monkeypatch.setattr(DynamoExecutor, "__init__", counting)
     return made
 
 

@@ -1,4 +1,4 @@
-"""The benchmark CLI's logic: argument errors, derived figures, tables, kernel families.
+"""The benchmark CLI (tools.bench.__main__): argument errors, derived figures, tables.
 
 The measurements themselves run in fresh processes (``test_cache.py`` runs one); these
 tests keep the arithmetic and the error messages honest without timing anything.
@@ -6,15 +6,13 @@ tests keep the arithmetic and the error messages honest without timing anything.
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 
 import pytest
 
 from earth2studio_compile.tools.bench import __main__ as cli
-from earth2studio_compile.tools.bench.e2e import SETUP, STEP, _derive_rows, e2e_table
-from earth2studio_compile.tools.bench.kernels import _family
+from earth2studio_compile.tools.bench.e2e import STEP
 from earth2studio_compile.tools.bench.measure import Rollout
 
 
@@ -61,39 +59,6 @@ def test_steady_ms_averages_whole_model_calls():
     assert Rollout(steps, outputs=[]).steady_ms == pytest.approx(1.0)
 
 
-def test_tables_render_errors_and_figures():
-    rows = [
-        {
-            "model": "fcn",
-            "mode": "eager",
-            "first_step_s": 0.4,
-            "steady_ms": 62.0,
-            "report": None,
-        },
-        {"model": "fcn", "mode": "auto", "error": "timed out after 9 s"},
-    ]
-    text = cli.table(rows)
-    assert "62.00" in text and "error: timed out" in text
-    # runs with TF32 off are another comparison, and say so
-    fp32 = cli.table([rows[0] | {"fp32": True}])
-    assert "fcn fp32" in fp32 and "fcn fp32" not in text
-    b = {f"{p}_ms": 1.0 for p in STEP} | {f"{p}_s": 0.1 for p in SETUP}
-    b |= {"setup_s": 0.5, "tail_s": 0.1, "wall_s": 6.5}
-    r = {
-        "breakdown": {"eager": b | {"model_ms": 60.0}, "compiled": b},
-        "rows": [
-            {"run": "eager", "model_run": "eager", "wall_s": 6.5},
-            {"run": "compiled+overlap", "model_run": "compiled", "wall_s": 3.7},
-        ],
-    }
-    _derive_rows(r, nsteps=20)
-    text = e2e_table("fcn", {"nsteps": 20, "backends": {"zarr": r}})
-    assert "6.50" in text and "3.70" in text and "zarr" in text and "1.76" in text
-    # The floor: set-up plus 20 compiled model steps, for eager rows too.
-    assert r["rows"][1]["floor_s"] == pytest.approx(0.5 + 20 * 1e-3)
-    assert r["rows"][0]["floor_ratio"] == pytest.approx(6.5 / 0.52)
-
-
 def test_render_merges_json_runs(tmp_path, capsys):
     env = {"torch": "x", "triton": "y", "date": "d", "gpu": "G", "driver": "1"}
     row = {
@@ -108,25 +73,6 @@ def test_render_merges_json_runs(tmp_path, capsys):
     path.write_text(json.dumps({"environment": env, "results": [row]}))
     assert cli.main(["--render", str(path)]) == 0
     assert "toy" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize(
-    "kernel, family",
-    [
-        ("sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32", "gemm"),
-        ("ampere_sgemm_128x64_tn", "gemm"),
-        ("regular_fft_factor<...>", "fft"),
-        ("cudnn::winograd_nonfused::winogradForwardData4x4", "conv"),
-        ("triton_poi_fused_add_gelu_0", "triton"),
-        ("Memcpy DtoD (Device -> Device)", "copy"),
-        (
-            "void at::native::vectorized_elementwise_kernel<4, GeluCUDAKernelImpl>",
-            "other",
-        ),
-    ],
-)
-def test_kernel_families(kernel, family):
-    assert _family(kernel) == family
 
 
 def test_eager_precision_rows_scope_the_core_and_restore_it():
@@ -466,37 +412,6 @@ def test_workflow_bad_arguments_name_the_fix(argv, message, capsys):
     with pytest.raises(SystemExit):
         workflow.parse(argv)
     assert message in capsys.readouterr().err
-
-
-def test_workflow_plan_pairs_and_shares_caches():
-    from earth2studio_compile.tools.bench import workflow
-
-    args = workflow.parse(["--device", "cpu", "--io", "zarr-disk,overlapped"])
-    specs = workflow.plan(args)
-    kinds = [(s["job"], s["io"], s["way"], s["run"]) for s in specs]
-    per_io = [("fresh", "eager"), ("cold", "compiled"), ("warm", "compiled")]
-    per_io.append(("second", "both"))
-    expected = []
-    for job in ("fcn", "dlwp-ens"):
-        expected += [(job, "zarr-disk", way, run) for way, run in per_io]
-        expected.append((job, None, "floor", "floor"))  # early: before a deadline
-        expected += [(job, "overlapped", way, run) for way, run in per_io]
-    assert kinds == expected
-    fcn, dlwp = specs[0], specs[9]
-    assert (fcn["steps"], fcn["workflow"]) == (40, "deterministic")
-    assert (dlwp["steps"], dlwp["members"], dlwp["batch_size"]) == (20, 16, 8)
-    # eager runs in empty caches of its own; cold, warm and second share theirs
-    assert fcn["cache"] is None
-    assert {s["cache"] for s in specs[1:5]} == {"fcn-tf32-zarr-disk"}  # floor too
-    assert specs[8]["cache"] == "fcn-tf32-overlapped"
-    # The storage floor writes with AsyncZarrBackend's 8 threads unless told.
-    assert {s["writers"] for s in specs if s["kind"] == "floor"} == {8}
-    args = workflow.parse(["--device", "cpu", "--jobs", "fcn", "--writers", "3"])
-    assert [s["writers"] for s in workflow.plan(args) if s["kind"] == "floor"] == [3]
-    small = workflow.parse(["--device", "cpu", "--jobs", "ens:toy,det:toy"])
-    small.members, small.batch_size = 2, 8
-    job = workflow._job(argparse.ArgumentParser(), "ens:toy", small)
-    assert (job["model"], job["members"], job["batch_size"]) == ("toy", 2, 2)
 
 
 # A child that imports nothing heavy: a fresh row returns at once, the second-call

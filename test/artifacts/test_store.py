@@ -156,7 +156,6 @@ def test_check_meta_takes_members_as_bytes(tmp_path):
 
 def test_an_entry_others_may_write_is_not_trusted(tmp_path, monkeypatch):
     monkeypatch.delenv(cache.TRUSTED_ENV, raising=False)
-    monkeypatch.setattr(cache, "_WARNED", set())
     root = tmp_path / "root"
     path = _entry(root / "aot", "k", b"payload")
     assert store.distrust(root, "aot", "k", "code.bin") is None

@@ -1,0 +1,125 @@
+"""Shared by the ahead-of-time tests (artifacts/test_aot_*.py,
+executors/test_executors_aot.py, test_aot.py, tools/test_build.py): the small FCN
+core built once, an artifact of another forward planted under its key, and the
+calls they make.
+
+One real AOTInductor build per fixture (each 25-90 s on 2 cores): the fixtures are
+session-scoped, so the files share them (conftest.py makes them visible).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from earth2studio_compile.aot import capture_calls
+from earth2studio_compile.artifacts.aot_build import build_region
+from earth2studio_compile.artifacts.aot_load import (
+    load_runner,
+)
+from earth2studio_compile.artifacts.key import RegionTarget
+from earth2studio_compile.options import CompileOptions
+
+CPU = torch.device("cpu")
+
+
+def aot_target(module, owner, precision="fp32", device=CPU, mode=None):
+    """The settings ``compile=True`` and ``build`` use for the region ``model``."""
+    return RegionTarget.resolve(
+        module,
+        owner=owner,
+        region="model",
+        device=device,
+        precision=precision,
+        options=CompileOptions(mode=mode),
+    )
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory):
+    """The small FCN's core built ahead of time in a fresh cache root."""
+    from earth2studio_compile import build, example_input
+    from earth2studio_compile.tools import zoo
+
+    root = tmp_path_factory.mktemp("cache")
+    # The cache is rooted there for the build only: the fixture lives for the
+    # session, and the tests that need the root name it.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EARTH2STUDIO_COMPILE_CACHE", str(root))
+        model = zoo.build("fcn", size="small")
+        [result] = build(model, precision="fp32")
+        x, coords = example_input(model)
+        core = model.model
+        args, kwargs = capture_calls(model, [core], x, coords)[id(core)]
+    return SimpleNamespace(
+        root=root,
+        model=model,
+        core=core,
+        args=(torch.randn_like(args[0]),),
+        kwargs=kwargs,
+        owner=f"{type(model).__module__}.{type(model).__qualname__}",
+        result=result,
+    )
+
+
+def load(b, module=None, args=None, root=None, precision="fp32"):
+    return load_runner(
+        aot_target(module if module is not None else b.core, b.owner, precision),
+        args if args is not None else b.args,
+        b.kwargs,
+        root=root if root is not None else b.root,
+    )
+
+
+def eager(core, args):
+    with torch.no_grad():
+        return core(*args)
+
+
+class _Shifted(torch.nn.Module):
+    """Another forward over the same parameters: a wrong graph for the FCN core."""
+
+    def forward(self, x):
+        return x + self.head.weight.sum()
+
+
+@pytest.fixture(scope="session")
+def planted(built, tmp_path_factory):
+    """A cache root holding an artifact of another forward under the FCN core's key."""
+    tmp_path = tmp_path_factory.mktemp("planted")
+    other = copy.deepcopy(built.core)
+    other.__class__ = type("Shifted", (_Shifted, type(built.core)), {})
+    built_other = build_region(
+        aot_target(other, built.owner), built.args, {}, root=tmp_path
+    )
+    # Planted under the FCN core's own key, with that key's fields.
+    key, fields = aot_target(built.core, built.owner).aot_key(built.args, built.kwargs)
+    planted = tmp_path / "plant" / "aot" / key
+    shutil.copytree(built_other, planted)
+    meta = json.loads((planted / "meta.json").read_text())
+    meta["fields"] = fields
+    (planted / "meta.json").write_text(json.dumps(meta))
+    return tmp_path / "plant"
+
+
+def session_call(built, root, monkeypatch):
+    """One call of the FCN core inside a fp32 session on ``root``: output, report."""
+    from earth2studio_compile import CompileSession
+
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(root))
+    with CompileSession(built.model, precision="fp32", probe=False) as session:
+        with torch.no_grad():
+            out = built.core(*built.args)
+            again = built.core(*built.args)
+    return out, again, session.report.regions[0]
+
+
+def region_summary(region):
+    from earth2studio_compile.report import CompileReport
+
+    return CompileReport([region]).summary()

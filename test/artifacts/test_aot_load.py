@@ -1,0 +1,176 @@
+"""Loading, binding, running and verifying an artifact
+(earth2studio_compile.artifacts.aot_load) on CPU; its CUDA graphs on a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from aot_helpers import aot_target, eager, load
+
+from earth2studio_compile.aot import capture_calls
+from earth2studio_compile.artifacts.aot_build import build_region
+from earth2studio_compile.artifacts.aot_load import (
+    AotRunner,
+    SignatureMismatch,
+    load_runner,
+    verify,
+)
+from earth2studio_compile.metrics import rel_l2
+
+
+def test_outputs_follow_weight_changes(built):
+    runner = load(built)
+    assert isinstance(runner, AotRunner), runner
+    before = runner(*built.args)
+    weight = built.core.head.weight
+    saved = weight.detach().clone()
+    try:
+        with torch.no_grad():
+            weight.mul_(1.5)  # in place: the bound tensor itself
+        changed = runner(*built.args)
+        assert rel_l2(changed, before) > 1e-3
+        assert rel_l2(changed, eager(built.core, built.args)) <= 1e-5
+        # A replaced parameter (not updated in place) is rebound, never stale.
+        built.core.head.weight = torch.nn.Parameter(saved * 0.5)
+        replaced = runner(*built.args)
+        assert rel_l2(replaced, eager(built.core, built.args)) <= 1e-5
+    finally:
+        built.core.head.weight = weight
+        with torch.no_grad():
+            weight.copy_(saved)
+    assert rel_l2(runner(*built.args), before) == 0.0
+
+
+def test_another_input_shape_is_refused_by_the_runner(built):
+    runner = load(built)
+    assert isinstance(runner, AotRunner), runner
+    with pytest.raises(SignatureMismatch):
+        runner(torch.cat([built.args[0]] * 2))
+
+
+def _copy_artifact(built, root: Path) -> Path:
+    target = root / "aot" / built.result.path.name
+    shutil.copytree(built.result.path, target)
+    return target
+
+
+def test_a_damaged_artifact_declines(built, tmp_path):
+    target = _copy_artifact(built, tmp_path)
+    package = target / "model.pt2"
+    data = bytearray(package.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    package.write_bytes(bytes(data))
+    reason = load(built, root=tmp_path)
+    assert isinstance(reason, str) and "checksum" in reason
+
+
+def test_an_artifact_with_another_answer_is_caught_by_verify(built, planted):
+    runner = load(built, root=planted)
+    assert isinstance(runner, AotRunner), runner
+    reason = verify(runner(*built.args), eager(built.core, built.args), "fp32")
+    assert reason is not None and "rel. L2" in reason
+
+
+def test_verify_reasons():
+    a = torch.ones(2, 3)
+    assert verify(a, a.clone(), "fp32") is None
+    assert "structure" in verify((a,), a, "fp32")
+    assert "[3, 2]" in verify(a.T.contiguous(), a, "fp32")
+    nan = a.clone()
+    nan[0, 0] = float("nan")
+    assert "NaN" in verify(nan, a, "fp32")
+    assert verify(nan, nan.clone(), "fp32") is None
+    assert verify(a * (1 + 1e-3), a, "bf16") is None
+    assert "rel. L2" in verify(a * (1 + 1e-3), a, "fp32")
+
+
+def test_a_fresh_process_loads_and_matches(built, tmp_path):
+    """A new process (empty Inductor cache) loads the artifact; its first call
+    is reported against the build time, not asserted."""
+    script = textwrap.dedent(
+        f"""
+        import json, os, time
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = {str(tmp_path / "inductor")!r}
+        import torch
+        from earth2studio_compile import example_input
+        from earth2studio_compile.aot import capture_calls
+        from earth2studio_compile.artifacts.aot_load import load_runner
+        from earth2studio_compile.artifacts.key import RegionTarget
+        from earth2studio_compile.options import CompileOptions
+        from earth2studio_compile.metrics import rel_l2
+        from earth2studio_compile.tools import zoo
+        model = zoo.build("fcn", size="small")
+        core = model.model
+        x, coords = example_input(model)
+        args, kwargs = capture_calls(model, [core], x, coords)[id(core)]
+        args = (torch.randn_like(args[0]),)
+        start = time.perf_counter()
+        target = RegionTarget.resolve(
+            core, owner={built.owner!r}, region="model", device=torch.device("cpu"),
+            precision="fp32", options=CompileOptions(),
+        )
+        runner = load_runner(target, args, kwargs,
+                             root=__import__("pathlib").Path({str(built.root)!r}))
+        out = runner(*args)
+        seconds = time.perf_counter() - start
+        with torch.no_grad():
+            err = rel_l2(out, core(*args))
+        print(json.dumps({{"seconds": seconds, "error": err, "phases": runner.phases}}))
+        """
+    )
+    env = {**os.environ, "EARTH2STUDIO_COMPILE_CACHE": "off"}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["error"] <= 1e-5
+    build_seconds = sum(
+        json.loads((built.result.path / "meta.json").read_text())[
+            "build_seconds"
+        ].values()
+    )
+    print(
+        f"fresh process: load + first call {result['seconds']:.3f} s, "
+        f"build {build_seconds:.1f} s "
+        f"({100 * result['seconds'] / build_seconds:.1f}%), phases {result['phases']}"
+    )
+
+
+@pytest.mark.gpu
+def test_cuda_graph_runner_keeps_held_outputs(tmp_path):
+    """On CUDA the runner captures its own graph at call 2 and clones outputs."""
+    from earth2studio_compile import example_input
+    from earth2studio_compile.precision import scope
+    from earth2studio_compile.tools import zoo
+
+    device = torch.device("cuda")
+    model = zoo.build("fcn", size="small").to(device)
+    core = model.model
+    x, coords = example_input(model)
+    args, kwargs = capture_calls(model, [core], x, coords)[id(core)]
+    owner = f"{type(model).__module__}.{type(model).__qualname__}"
+    target = aot_target(core, owner, "fp32", device, mode="reduce-overhead")
+    build_region(target, args, kwargs, root=tmp_path)
+    runner = load_runner(target, args, kwargs, root=tmp_path)
+    assert isinstance(runner, AotRunner), runner
+    assert runner.cudagraphs
+    inputs = [torch.randn_like(args[0]) for _ in range(3)]
+    outs = [runner(i) for i in inputs]
+    assert runner.phases["cudagraph_capture"] >= 0.0
+    for i, out in zip(inputs, outs):
+        with torch.no_grad(), scope("fp32", device):
+            assert verify(out, core(i), "fp32") is None
