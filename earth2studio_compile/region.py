@@ -17,6 +17,12 @@ CUDA-graph step marks and output clones; :class:`~earth2studio_compile.hooks.Hoo
 what the region changes on its module while installed. The speed probe
 (:mod:`earth2studio_compile.probe`) and the first call's phases (laps of
 :class:`~earth2studio_compile.metrics.Laps`) only observe.
+
+The region is the only writer of its report: an executor measures each call
+(:class:`~earth2studio_compile.executors.Measured`: graphs, CUDA-graph skips, the
+cache, the background build), and :meth:`CompiledRegion._record` copies that into
+the report after the call and logs it (graph breaks, recompiles, the switch to a
+background build's artifact).
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from earth2studio_compile.executors import (
     DynamoExecutor,
     EagerExecutor,
     Executor,
+    Measured,
     Target,
     recompile_limit,
 )
@@ -334,7 +341,6 @@ class CompiledRegion:
             return
         r = self.report
         self._kept = kept
-        kept.executor.adopt(r)
         self._executor = kept.executor
         for name, value in kept.figures.items():
             if self.probe.enabled or name not in resident.SPEED:
@@ -404,14 +410,18 @@ class CompiledRegion:
         inference = torch.is_inference_mode_enabled()
         staged = StagedCall(call.args, inference, pad_to, call.batch)
         recompiles, compiling = r.recompiles, executor.compiling
-        with no_grad_if_enabled(), precision.scope(self.precision, call.device):
-            if executor.cudagraphs:
-                _torch.mark_cudagraph_step()
-            if laps is not None:
-                laps.lap("stage")
-                out = executor.first_call(staged.args, call.kwargs, laps)
-            else:
-                out = executor(*staged.args, **call.kwargs)
+        try:
+            with no_grad_if_enabled(), precision.scope(self.precision, call.device):
+                if executor.cudagraphs:
+                    _torch.mark_cudagraph_step()
+                if laps is not None:
+                    laps.lap("stage")
+                    out = executor.first_call(staged.args, call.kwargs, laps)
+                else:
+                    out = executor(*staged.args, **call.kwargs)
+        finally:
+            # What the call measured counts even when it raised.
+            self._record(executor.measured, first=laps is not None)
         if compiling and not executor.compiling and laps is None:
             self._built(executor)
         if r.recompiles != recompiles:
@@ -424,6 +434,56 @@ class CompiledRegion:
         if laps is not None:
             laps.lap("finish")
         return out
+
+    def _record(self, m: Measured, first: bool) -> None:
+        """Copy what an executor's call measured into the report, and log it: the
+        region is the report's only writer (executors measure, :class:`Measured`)."""
+        r = self.report
+        if m.artifact is not None:
+            r.artifact = m.artifact
+        if m.cache is not None:
+            r.cache, r.cache_source = m.cache, m.cache_source
+        graphs = m.graphs or 0
+        if first and m.graphs is not None:
+            r.graphs = m.graphs
+        elif graphs:
+            r.recompiles += 1
+            seconds = m.seconds or 0.0
+            r.compile_seconds += seconds
+            logger.info(
+                f"{r.label} recompiled ({r.recompiles} so far, {seconds:.1f} s). "
+                "Set TORCH_LOGS='recompiles' to see why."
+            )
+        # Each graph beyond the first of one compile is a graph break; graph
+        # breaks and CUDA-graph skips are each warned once.
+        breaks = max(graphs - 1, 0)
+        if breaks:
+            new = r.graph_breaks == 0
+            r.graph_breaks += breaks
+            if new:
+                logger.warning(
+                    f"{r.label}: {breaks} graph break(s) inside the compiled core; "
+                    "it runs as several graphs with eager code between them and may "
+                    "gain little. Set TORCH_LOGS='graph_breaks' to see where."
+                )
+        if m.cudagraph_skips:
+            new = r.cudagraph_skips == 0
+            r.cudagraph_skips += m.cudagraph_skips
+            if new:
+                logger.warning(
+                    f"{r.label}: Inductor skipped CUDA graphs, so mode "
+                    f"{r.mode} runs without them. Set TORCH_LOGS='perf_hints' to "
+                    "see why."
+                )
+        if m.switch_seconds is not None:
+            r.phases["switch"] = m.switch_seconds
+            r.background = (
+                f"{m.background}; compiled from step {r.calls} on (switched in "
+                f"{m.switch_seconds:.2f} s, verified against eager)"
+            )
+            logger.info(f"{r.label}: {r.background}")
+        elif m.background is not None:
+            r.background = m.background
 
     def _built(self, executor: Executor) -> None:
         """The background build ended at this call: compiled from now on, or

@@ -541,3 +541,42 @@ def test_the_private_name_check_catches_each_way_of_reaching_one(tmp_path):
         f"{NAME}.cache._now",
         f"{NAME}.cache._then",
     ]
+
+
+def _report_writes(path: Path) -> list[str]:
+    """Lines of ``path`` that write or hold a report: assign to ``report.<x>``,
+    ``r.<x>``, ``<...>.report`` or anything under them (item assignments such as
+    ``r.phases[k] =`` too), or change one of their lists or dicts in place."""
+
+    def on_report(node: ast.expr) -> bool:
+        while isinstance(node, (ast.Attribute, ast.Subscript)):
+            if isinstance(node, ast.Attribute) and node.attr == "report":
+                return True
+            node = node.value
+        return isinstance(node, ast.Name) and node.id in ("report", "r")
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            mutators = ("update", "append", "extend", "setdefault", "pop", "clear")
+            targets = [node.func.value] if node.func.attr in mutators else []
+        else:
+            continue
+        for target in targets:
+            for t in target.elts if isinstance(target, ast.Tuple) else [target]:
+                if isinstance(t, (ast.Attribute, ast.Subscript)) and on_report(t):
+                    found.append(f"{path.name}:{node.lineno}: {ast.unparse(t)}")
+    return found
+
+
+def test_only_the_region_writes_the_report():
+    """Executors measure (``Measured``); the region copies it into the report."""
+    executors = sorted((PACKAGE / "executors").glob("*.py"))
+    # The check sees the writes where they belong.
+    assert executors and _report_writes(PACKAGE / "region.py")
+    writes = [w for path in executors for w in _report_writes(path)]
+    assert not writes, f"executors write or hold a report: {writes}"

@@ -1,7 +1,8 @@
 """The ways a region's core can run: eagerly, compiled by Dynamo, or ahead of time.
 
 :mod:`.base` holds the :class:`Executor` Protocol, the :class:`Target` an executor
-is built for and :class:`Declined`; :mod:`.eager`, :mod:`.dynamo`, :mod:`.aot` and
+is built for, :class:`Declined` and :class:`Measured` (what a call measured, which
+the region records); :mod:`.eager`, :mod:`.dynamo`, :mod:`.aot` and
 :mod:`.background` (eager steps while the artifact builds in a child process) the
 executors.
 """
@@ -12,6 +13,7 @@ from earth2studio_compile.executors.base import (
     RECOMPILE_LIMIT,
     Declined,
     Executor,
+    Measured,
     Target,
     recompile_limit,
 )
@@ -26,6 +28,7 @@ __all__ = [
     "DynamoExecutor",
     "EagerExecutor",
     "Executor",
+    "Measured",
     "Target",
     "recompile_limit",
 ]

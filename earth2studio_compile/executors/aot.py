@@ -14,9 +14,8 @@ from earth2studio_compile.artifacts.aot_load import (
     load_runner,
     verify,
 )
-from earth2studio_compile.executors.base import Declined, Target
+from earth2studio_compile.executors.base import Declined, Measured, Target
 from earth2studio_compile.metrics import Laps
-from earth2studio_compile.report import RegionReport
 
 
 def _loader_safe(device: torch.device) -> None:
@@ -59,6 +58,8 @@ class AotExecutor:
         self.target = target
         self.cudagraphs = target.policy.cudagraphs and target.device.type == "cuda"
         self.runner: AotRunner | None = None
+        # The runner reports nothing the region records.
+        self.measured = Measured()
         # The runner binds the live weights and checks them at every call; the
         # shelf's fingerprint checks them again before a later session runs it.
         self.keepable = False
@@ -123,9 +124,6 @@ class AotExecutor:
     def detach(self) -> None:
         """Keep no strong reference to the module (the runner's is weak)."""
         self.target = None  # type: ignore[assignment]
-
-    def adopt(self, report: RegionReport) -> None:
-        """Nothing is recorded by the runner after its first call."""
 
     def release(self) -> None:
         """Nothing is claimed for other processes."""

@@ -30,13 +30,16 @@ from earth2studio_compile.artifacts.aot_load import (
     verify,
 )
 from earth2studio_compile.artifacts.key import RegionTarget
-from earth2studio_compile.executors.base import Declined, Target
+from earth2studio_compile.executors.base import Declined, Measured, Target
 from earth2studio_compile.metrics import Laps
-from earth2studio_compile.report import RegionReport
 
 
 class BackgroundExecutor:
     """Eager calls until the region's artifact, built in a child process, is ready.
+
+    Each call measures (:attr:`measured`) what the build is doing, in words, and
+    the call that switches how long switching took; the region records both in
+    its report.
 
     Attributes
     ----------
@@ -44,8 +47,6 @@ class BackgroundExecutor:
         The background build, until its end was seen
     runner : AotRunner | None
         The verified artifact, once the region switched to it
-    switched_at : int | None
-        The call (step) that switched to the artifact
     """
 
     name = "background"
@@ -55,12 +56,13 @@ class BackgroundExecutor:
     def __init__(self, target: Target) -> None:
         self.not_compiled = None
         self.target = target
-        self.report = target.report
+        # For the verification's WARNING; the label is the module's in every session.
+        self.label = target.report.label
         self._module = weakref.ref(target.module)
         self.job: background.BuildJob | None = None
         self.runner: AotRunner | None = None
-        self.switched_at: int | None = None
         self.keepable = False
+        self.measured = Measured()
         # The settings without the module: a kept executor holds it weakly.
         self._settings = background.settings_of(target)
         self._root = target.artifacts.parent if target.artifacts is not None else None
@@ -106,12 +108,13 @@ class BackgroundExecutor:
 
         See :meth:`~earth2studio_compile.executors.base.Executor.first_call`.
         """
+        m = self.measured = Measured()
         job = background.start(self._target(), args, kwargs, self._root)
         laps.lap("background_start")
         if isinstance(job, str):
             raise Declined(job)
         self.job = job
-        self.report.background = job.describe()
+        m.background = job.describe()
         out = _torch.call_module(self.module, args, kwargs)
         laps.lap("first_run")
         self.keepable = True
@@ -120,6 +123,7 @@ class BackgroundExecutor:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """The artifact once switched; before that eager, switching when the build
         has ended (a non-blocking look at each call)."""
+        m = self.measured = Measured()
         if self.runner is not None:
             try:
                 return self.runner(*args, **kwargs)
@@ -129,15 +133,15 @@ class BackgroundExecutor:
                 ) from err
         job = self.job
         if job is not None and job.poll() == "running":
-            self.report.background = job.describe()
+            m.background = job.describe()
         elif job is not None:
             self.job = None
-            self.report.background = job.describe()
+            m.background = job.describe()
             if job.poll() == "built":
                 out = self._switch(args, kwargs, job)
                 if out is not None:
                     return out[0]
-            self.not_compiled = self.report.background
+            self.not_compiled = m.background
         return _torch.call_module(self.module, args, kwargs)
 
     def _switch(
@@ -145,7 +149,7 @@ class BackgroundExecutor:
     ) -> tuple[Any] | None:
         """Load the artifact, run this call on it and verify it against eager;
         ``(output,)`` once switched, None when the region stays eager."""
-        r = self.report
+        m = self.measured
         start = time.perf_counter()
         runner = load_runner(
             self._target(),
@@ -156,37 +160,28 @@ class BackgroundExecutor:
             root=self._root,
         )
         if isinstance(runner, str):
-            r.background = f"built in the background, but not loaded: {runner}"
+            m.background = f"built in the background, but not loaded: {runner}"
             return None
         out = runner(*args, **kwargs)
-        reason = verify(out, _torch.call_module(self.module, args, kwargs), r.precision)
+        eager = _torch.call_module(self.module, args, kwargs)
+        reason = verify(out, eager, self._settings["precision"])
         seconds = time.perf_counter() - start
         if reason is not None:
-            r.background = f"built, but it gives another answer than eager ({reason})"
+            m.background = f"built, but it gives another answer than eager ({reason})"
             logger.warning(
-                f"The ahead-of-time artifact {runner.path} of {r.label}, built in the "
-                f"background, gives another answer than eager ({reason}): not used; "
-                f"{r.label} stays eager."
+                f"The ahead-of-time artifact {runner.path} of {self.label}, built in "
+                f"the background, gives another answer than eager ({reason}): not "
+                f"used; {self.label} stays eager."
             )
             return None
         self.runner = runner
         self.source = f"the ahead-of-time artifact {runner.path}"
-        self.switched_at = r.calls
-        r.phases["switch"] = seconds
-        r.background = (
-            f"{job.describe()}; compiled from step {r.calls} on (switched in "
-            f"{seconds:.2f} s, verified against eager)"
-        )
-        logger.info(f"{r.label}: {r.background}")
+        m.background, m.switch_seconds = job.describe(), seconds
         return (out,)
 
     def detach(self) -> None:
         """Keep no strong reference to the module or the session."""
         self.target = None  # type: ignore[assignment]
-
-    def adopt(self, report: RegionReport) -> None:
-        """Record into ``report`` from now on."""
-        self.report = report
 
     def release(self) -> None:
         """Nothing is claimed: the build goes on for the next run."""

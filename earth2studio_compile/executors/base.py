@@ -6,6 +6,10 @@ An executor only runs the core: it is given the arguments the region staged
 (copied, padded) inside the region's precision scope, and returns what the core
 returned. Everything every compiled executor needs (staging and write-back,
 CUDA-graph step marks and output clones, precision, fallback) is the region's.
+
+The region is also the only writer of its report: an executor keeps what its last
+call measured in a :class:`Measured` record, and the region copies it into the
+report after each call and logs what it tells.
 """
 
 from __future__ import annotations
@@ -32,6 +36,47 @@ def recompile_limit() -> int:
     return min(RECOMPILE_LIMIT, _torch.recompile_limit() or RECOMPILE_LIMIT)
 
 
+@dataclass(slots=True)
+class Measured:
+    """What an executor's last call measured, for the region to copy into its report.
+
+    An executor makes a new record at each call (an executor that measures
+    nothing keeps an empty one) and fills it as the call goes, so a call that
+    raises leaves what it measured before. A field left None was not measured.
+
+    Attributes
+    ----------
+    artifact : str | None
+        The portable cache bundle's state after a first call (``"loaded"``,
+        ``"saved"``, ...; :attr:`~earth2studio_compile.report.RegionReport.artifact`)
+    cache, cache_source : str | None
+        Inductor's local cache at a first call, and which cache that was
+    graphs : int | None
+        FX graphs the call compiled: all of a first call's, or a later call's new
+        ones (any means it recompiled); None where nothing is compiled here
+    seconds : float | None
+        Wall time of a later call that compiled again
+    cudagraph_skips : int
+        Times Inductor skipped CUDA graphs in the call (counted only where the
+        executor asked for CUDA graphs)
+    background : str | None
+        The background build in words, as the call left it
+    switch_seconds : float | None
+        The call loaded, ran and verified a background build's artifact in this
+        many seconds, and runs it from now on (:attr:`background` is then the
+        build's own description)
+    """
+
+    artifact: str | None = None
+    cache: str | None = None
+    cache_source: str | None = None
+    graphs: int | None = None
+    seconds: float | None = None
+    cudagraph_skips: int = 0
+    background: str | None = None
+    switch_seconds: float | None = None
+
+
 class Executor(Protocol):
     """One way to run a region's module.
 
@@ -50,19 +95,22 @@ class Executor(Protocol):
         is still right): why. The region then falls back to eager.
     keepable : bool
         Its compiled code can serve a later session over the same module
-        (:mod:`earth2studio_compile.resident`): :meth:`detach` and :meth:`adopt`
-        move it there
+        (:mod:`earth2studio_compile.resident`): :meth:`detach` moves it there
     compiling : bool
         Its calls run eagerly while compiled code is being made elsewhere (a
         background build): the speed probe waits. When it turns False, the
         executor runs compiled code from then on, or, with :attr:`not_compiled`
         set, never will
+    measured : Measured
+        What its last call (first or later) measured; the region copies it into
+        its report after each call, returned or raised
     """
 
     name: str
     source: str | None
     not_compiled: str | None
     keepable: bool
+    measured: Measured
 
     @property
     def cudagraphs(self) -> bool: ...
@@ -74,10 +122,6 @@ class Executor(Protocol):
         """Let go of the module and the session's state before being kept."""
         ...
 
-    def adopt(self, report: RegionReport) -> None:
-        """Record into ``report`` from now on (a later session's region)."""
-        ...
-
     def release(self) -> None:
         """Give up what other processes may wait for (a claimed cache bundle)."""
         ...
@@ -85,7 +129,8 @@ class Executor(Protocol):
     def first_call(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], laps: Laps
     ) -> Any:
-        """Run the first call and return its output.
+        """Run the first call and return its output (what it measured:
+        :attr:`measured`).
 
         Every second of it goes into ``laps``, one lap per phase (the report's
         :attr:`~earth2studio_compile.report.RegionReport.FIRST_CALL` names them).
@@ -105,7 +150,8 @@ class Executor(Protocol):
         ...
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Run a later call; raise :class:`Declined` for one it cannot take."""
+        """Run a later call (what it measured: :attr:`measured`); raise
+        :class:`Declined` for one it cannot take."""
         ...
 
 
@@ -132,7 +178,7 @@ class Target(RegionTarget):
     Attributes
     ----------
     report : RegionReport
-        The region's report (label, figures the executor records)
+        The region's report, read for its label; only the region writes it
     artifacts : Path | None
         Directory of portable bundles and artifacts, None when the cache is off
     """

@@ -5,14 +5,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from loguru import logger
-
 from earth2studio_compile import _torch
 from earth2studio_compile.artifacts.bundles import RegionBundle
 from earth2studio_compile.cache import cache_state, local_cache_source
-from earth2studio_compile.executors.base import Target, recompile_limit
+from earth2studio_compile.executors.base import Measured, Target, recompile_limit
 from earth2studio_compile.metrics import Laps
-from earth2studio_compile.report import RegionReport
 
 
 class DynamoExecutor:
@@ -20,8 +17,10 @@ class DynamoExecutor:
 
     Built by :meth:`build`, which declines with a reason where Dynamo cannot
     compile here (no C++ compiler, a PyTorch without what opaque submodules need).
-    It records the figures that only Dynamo has in the region's report: graphs,
-    graph breaks, recompiles, CUDA-graph skips, the local cache and the bundle.
+    It measures the figures that only Dynamo has (:attr:`measured`): graphs
+    compiled, CUDA-graph skips, the local cache and the bundle at the first call,
+    new graphs (a recompile) and their seconds at a later one; the region records
+    them in its report.
     """
 
     name = "dynamo"
@@ -29,11 +28,11 @@ class DynamoExecutor:
 
     def __init__(self, target: Target) -> None:
         self.target = target
-        self.report = target.report
         self.cudagraphs = target.policy.cudagraphs
         self.source: str | None = None
         self.not_compiled: str | None = None
         self.keepable = False
+        self.measured = Measured()
         self.compiled, self.backend = _torch.compile_region(
             target.module, target.report.label, **target.policy.torch_kwargs()
         )
@@ -58,10 +57,10 @@ class DynamoExecutor:
 
         See :meth:`~earth2studio_compile.executors.base.Executor.first_call`.
         """
-        r = self.report
+        m = self.measured = Measured()
         if self.bundle is not None:
-            r.artifact = self.bundle.load(args, kwargs)
-            if r.artifact == "loaded":
+            m.artifact = self.bundle.load(args, kwargs)
+            if m.artifact == "loaded":
                 self.source = f"the compile cache bundle {self.bundle.path}"
             laps.lap("bundle_load")
         (hits, misses), skips = _torch.fx_cache_counts(), _torch.cudagraph_skips()
@@ -84,14 +83,14 @@ class DynamoExecutor:
             )
             return out
         hits, misses = (a - b for a, b in zip(_torch.fx_cache_counts(), (hits, misses)))
-        r.cache = cache_state(hits, misses)
-        if r.cache is not None:
-            r.cache_source = local_cache_source(_torch.inductor_cache_dir())
-        r.graphs = self.backend.graphs
-        self._account(self.backend.graphs, _torch.cudagraph_skips() - skips)
+        m.cache = cache_state(hits, misses)
+        if m.cache is not None:
+            m.cache_source = local_cache_source(_torch.inductor_cache_dir())
+        m.graphs = self.backend.graphs
+        m.cudagraph_skips = self._skips(skips)
         laps.lap("bookkeeping")
         if self.bundle is not None:
-            r.artifact = self.bundle.finish(misses, r.artifact)
+            m.artifact = self.bundle.finish(misses, m.artifact)
             laps.lap("bundle_save")
         self.keepable = True
         return out
@@ -107,48 +106,20 @@ class DynamoExecutor:
         if self.bundle is not None:
             self.bundle.release()
 
-    def adopt(self, report: RegionReport) -> None:
-        """Count recompiles, graph breaks and CUDA-graph skips in ``report``."""
-        self.report = report
-
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.measured = Measured()
         graphs, skips = self.backend.graphs, _torch.cudagraph_skips()
         start = time.perf_counter()
         with _torch.call_context(recompile_limit(), False):
             out = self.compiled(*args, **kwargs)
         new = self.backend.graphs - graphs
-        if new:
-            r = self.report
-            r.recompiles += 1
-            seconds = time.perf_counter() - start
-            r.compile_seconds += seconds
-            logger.info(
-                f"{r.label} recompiled ({r.recompiles} so far, {seconds:.1f} s). "
-                "Set TORCH_LOGS='recompiles' to see why."
-            )
-        self._account(new, _torch.cudagraph_skips() - skips)
+        seconds = time.perf_counter() - start if new else None
+        self.measured = Measured(
+            graphs=new, seconds=seconds, cudagraph_skips=self._skips(skips)
+        )
         return out
 
-    def _account(self, graphs: int, skips: int) -> None:
-        """Graph breaks and CUDA-graph skips of one compile, each warned once."""
-        r = self.report
-        # Each graph beyond the first of one compile is a graph break.
-        breaks = max(graphs - 1, 0)
-        if breaks:
-            new = r.graph_breaks == 0
-            r.graph_breaks += breaks
-            if new:
-                logger.warning(
-                    f"{r.label}: {breaks} graph break(s) inside the compiled core; "
-                    "it runs as several graphs with eager code between them and may "
-                    "gain little. Set TORCH_LOGS='graph_breaks' to see where."
-                )
-        if skips and self.cudagraphs:
-            new = r.cudagraph_skips == 0
-            r.cudagraph_skips += skips
-            if new:
-                logger.warning(
-                    f"{r.label}: Inductor skipped CUDA graphs, so mode "
-                    f"{r.mode} runs without them. Set TORCH_LOGS='perf_hints' to "
-                    "see why."
-                )
+    def _skips(self, before: int) -> int:
+        """CUDA-graph skips since ``before``, where this region asked for CUDA
+        graphs (Inductor counts them process-wide)."""
+        return _torch.cudagraph_skips() - before if self.cudagraphs else 0

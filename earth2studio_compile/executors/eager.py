@@ -7,8 +7,8 @@ from typing import Any
 import torch
 
 from earth2studio_compile import _torch
+from earth2studio_compile.executors.base import Measured
 from earth2studio_compile.metrics import Laps
-from earth2studio_compile.report import RegionReport
 
 
 class EagerExecutor:
@@ -23,6 +23,7 @@ class EagerExecutor:
 
     def __init__(self, module: torch.nn.Module) -> None:
         self.module = module
+        self.measured = Measured()  # nothing to record: the region counts its calls
 
     def first_call(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], laps: Laps
@@ -40,9 +41,6 @@ class EagerExecutor:
 
     def detach(self) -> None:
         """Nothing is kept of an eager executor."""
-
-    def adopt(self, report: RegionReport) -> None:
-        """Nothing is recorded by an eager executor."""
 
     def release(self) -> None:
         """Nothing is claimed for other processes."""
