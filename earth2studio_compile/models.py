@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from earth2studio_compile.patches import DLWP_ZENITH, MethodPatch
 from earth2studio_compile.precision import tf32_enabled
 
 __all__ = [
@@ -76,6 +77,9 @@ class ModelSpec:
         entry's network, say). A subclass that matches the entry only through a base
         class and holds parameters outside ``regions``, ``wrapped`` and ``covers``
         is not what the entry describes: it takes the generic path
+    patches : tuple[MethodPatch, ...], optional
+        Bitwise-identical replacements for the model's own methods, set on the
+        instance while a session is open (:mod:`earth2studio_compile.patches`)
     note : str, optional
         Where the core comes from, for the documentation table
     """
@@ -93,6 +97,7 @@ class ModelSpec:
     fp32_modules: tuple[str, ...] = ()
     precisions_refused: Mapping[str, str] = field(default_factory=dict, compare=False)
     covers: tuple[str, ...] = ()
+    patches: tuple[MethodPatch, ...] = field(default=(), compare=False)
     note: str = ""
 
     def __post_init__(self) -> None:
@@ -105,6 +110,11 @@ class ModelSpec:
             "covers",
         ):
             object.__setattr__(self, name, check_paths(getattr(self, name), name))
+        if not all(isinstance(p, MethodPatch) for p in self.patches):
+            raise TypeError(
+                f"patches must hold MethodPatch objects, got {self.patches!r}"
+            )
+        object.__setattr__(self, "patches", tuple(self.patches))
         if not self.regions and not self.wrapped and not self.reason:
             raise ValueError(
                 "A ModelSpec without regions needs a reason saying why the model "
@@ -273,6 +283,7 @@ MODEL_TABLE: dict[str, ModelSpec] = {
     _PX + "dlwp.DLWP": ModelSpec(
         regions=("model",),
         pad_batch=True,
+        patches=(DLWP_ZENITH,),
         note="physicsnemo DLWP (cubed sphere); sparse regridding and zenith angles "
         "stay eager",
     ),
@@ -464,5 +475,7 @@ def table_markdown() -> str:
             why += "; fp32 under bf16: " + ", ".join(spec.fp32_modules)
         for precision, reason in spec.precisions_refused.items():
             why += f"; no {precision}: {reason}"
+        for patch in spec.patches:
+            why += f"; `{patch.name}` patched while a session runs ({patch.why})"
         lines.append(f"| {name} | {regions or 'eager'} | {exclude} | {why} |")
     return "\n".join(lines)

@@ -18,6 +18,7 @@ from torch.nn.parameter import is_lazy
 
 from earth2studio_compile import _torch
 from earth2studio_compile.models import ModelSpec, lookup
+from earth2studio_compile.patches import MethodPatch
 
 # Type hints only: importing Earth2Studio takes a minute on a small machine, and
 # the package is imported before it (the demo's banner comes first).
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from earth2studio.models.dx.base import DiagnosticModel
     from earth2studio.models.px.base import PrognosticModel
 
-__all__ = ["Plan", "generic_spec", "plan", "resolve"]
+__all__ = ["Plan", "generic_spec", "plan", "resolve", "table_patches"]
 
 
 def _n_params(module: torch.nn.Module) -> int:
@@ -263,3 +264,31 @@ def plan(
             )
         spec = ModelSpec(reason=why)
     return Plan(name=name, targets=tuple(targets), spec=spec, source=source)
+
+
+def table_patches(model: Any) -> list[tuple[Any, MethodPatch]]:
+    """The method patches the table lists for ``model`` and the models it wraps.
+
+    They follow the class's entry whatever compiles (``regions=`` included): each
+    replacement is bitwise identical, and applies only to the code it was written
+    for (:class:`~earth2studio_compile.patches.Patches` checks).
+
+    Parameters
+    ----------
+    model : Any
+        A model instance
+
+    Returns
+    -------
+    list[tuple[Any, MethodPatch]]
+        ``(instance, patch)`` pairs
+    """
+    found = lookup(model)
+    if found is None:
+        return []
+    spec = found[1]
+    out = [(model, patch) for patch in spec.patches]
+    for pattern in spec.wrapped:
+        for _, inner in resolve(model, pattern):
+            out.extend(table_patches(inner))
+    return out

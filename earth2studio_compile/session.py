@@ -16,7 +16,8 @@ from earth2studio_compile._torch import MODULE_SLOT
 from earth2studio_compile.cache import cache_root, usable_root, use_local_cache
 from earth2studio_compile.models import check_paths
 from earth2studio_compile.options import CompileOptions
-from earth2studio_compile.planning import Plan, plan
+from earth2studio_compile.patches import Patches
+from earth2studio_compile.planning import Plan, plan, table_patches
 from earth2studio_compile.precision import check_precision
 from earth2studio_compile.region import CompiledRegion
 from earth2studio_compile.report import (
@@ -142,6 +143,7 @@ class CompileSession:
         self.regions = tuple(regions) if regions is not None else None
         self.report = CompileReport()
         self._open: list[CompiledRegion] = []
+        self._patches = Patches(())
         self._active = False
 
     def __enter__(self) -> CompileSession:
@@ -156,11 +158,14 @@ class CompileSession:
             use_local_cache(root)
             artifacts = root / "artifacts"
         regions = self._plan_regions(artifacts)
+        # The table's bitwise-identical method patches (DLWP's zenith fields).
+        self._patches = Patches(p for m in self.models for p in table_patches(m))
         # All or nothing: a failure while installing leaves no model compiled.
         try:
             for region in regions:
                 self._open.append(region)
                 region.install()
+            self._patches.install()
         except BaseException:
             self._restore()
             raise
@@ -263,6 +268,7 @@ class CompileSession:
     def _restore(self) -> None:
         # No torch._dynamo.reset(): each region's compiled code dies with it, and a
         # reset would discard the user's own compiled functions and other sessions'.
+        self._patches.restore()
         for region in reversed(self._open):
             region.restore()
         self._open = []
