@@ -40,9 +40,17 @@ def _eager(core, x):
 class _Job:
     """A stand-in build job: running for ``running`` polls, then ``end``."""
 
-    def __init__(self, running: int, end: str, reason: str = "boom") -> None:
+    def __init__(
+        self, running: int, end: str, reason: str = "boom", waiting: bool = False
+    ) -> None:
         self.left, self.end, self.reason = running, end, reason
         self.polls = 0
+        self.waiting, self.launches = waiting, []
+
+    def launch(self) -> None:
+        if self.waiting:
+            self.launches.append(self.polls)
+        self.waiting = False
 
     def poll(self) -> str:
         self.polls += 1
@@ -236,3 +244,31 @@ def test_the_core_is_copied_off_the_callers_step(on, monkeypatch):
     jobs = background.wait(timeout=60)
     assert seen and "MainThread" not in seen, seen
     assert jobs[-1].poll() == "failed" and "code 3" in jobs[-1].reason
+
+
+def test_a_short_run_launches_its_build_when_the_session_closes(on, monkeypatch):
+    """Shorter than LAUNCH_AFTER_S: the build does not share the machine with the
+    forecast; it starts as the session ends (for the next run)."""
+    from earth2studio_compile.executors import background as executor
+
+    job = _Job(running=100, end="built", waiting=True)
+    made = []
+    monkeypatch.setattr(background, "start", lambda *a, **k: made.append(k) or job)
+    model = TinyModel()
+    with CompileSession(model, regions=["core"]) as session:
+        with torch.no_grad():
+            for _ in range(4):
+                model.core(torch.randn(4, 8))
+        assert job.waiting and made == [{"launch": False}]
+    assert not job.waiting and len(job.launches) == 1
+    assert session.report.regions[0].status == "building"
+    # A run past LAUNCH_AFTER_S launches it at the next call.
+    resident.release()
+    job = _Job(running=100, end="built", waiting=True)
+    monkeypatch.setattr(executor, "LAUNCH_AFTER_S", 0.0)
+    with CompileSession(model, regions=["core"]):
+        with torch.no_grad():
+            model.core(torch.randn(4, 8))
+            assert job.waiting
+            model.core(torch.randn(4, 8))
+            assert not job.waiting
