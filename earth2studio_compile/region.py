@@ -8,8 +8,10 @@ region catches them there, re-runs that call eagerly and stays eager.
 
 A region is a small state machine (:class:`RegionState`): *pending* until its first
 call picks an executor (:mod:`earth2studio_compile.executors`) from
-:data:`CANDIDATES` and runs it, *compiled* while that executor runs its calls, and
-*eager* once it has fallen back, for good. The call path
+:data:`~earth2studio_compile.executors.CANDIDATES` and runs it, *building* while
+calls run eagerly as a background build makes its artifact, *compiled* while the
+executor runs compiled calls, and *eager* once it has fallen back, for good. The
+call path
 (:meth:`CompiledRegion._dispatch` to :meth:`CompiledRegion._run`) is the same for
 every compiled executor: :class:`~earth2studio_compile.staging.StagedCall` (the
 arguments compiled code sees, and the mutations it makes, handed back), precision,
@@ -19,17 +21,15 @@ what the region changes on its module while installed. The speed probe
 :class:`~earth2studio_compile.metrics.Laps`) only observe.
 
 The region is the only writer of its report: an executor measures each call
-(:class:`~earth2studio_compile.executors.Measured`: graphs, CUDA-graph skips, the
-cache, the background build), and :meth:`CompiledRegion._record` copies that into
-the report after the call and logs it (graph breaks, recompiles, the switch to a
-background build's artifact).
+(:class:`~earth2studio_compile.measured.Measured`), and the region records it
+(:func:`~earth2studio_compile.measured.record`, which also logs what it means).
 """
 
 from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,17 +40,15 @@ from earth2studio_compile import _torch, precision, resident
 from earth2studio_compile._torch import tree_map
 from earth2studio_compile.executors import (
     RECOMPILE_LIMIT,
-    AotExecutor,
-    BackgroundExecutor,
     Declined,
-    DynamoExecutor,
     EagerExecutor,
     Executor,
-    Measured,
     Target,
+    offers,
     recompile_limit,
 )
 from earth2studio_compile.hooks import Hooks
+from earth2studio_compile.measured import record, warn_fallback
 from earth2studio_compile.metrics import Laps, synchronize
 from earth2studio_compile.models import ModelSpec
 from earth2studio_compile.options import CompileOptions
@@ -64,42 +62,7 @@ from earth2studio_compile.staging import (
     no_grad_if_enabled,
 )
 
-__all__ = [
-    "CANDIDATES",
-    "RECOMPILE_LIMIT",
-    "CompiledRegion",
-    "RegionState",
-    "SpeedProbe",
-]
-
-_TORCH_LOGS_HINT = (
-    "Set TORCH_LOGS='+dynamo,graph_breaks,recompiles' (and TORCHDYNAMO_VERBOSE=1) "
-    "to see more."
-)
-
-#: Executors a region tries at its first call, in order: each returns an executor
-#: for the :class:`~earth2studio_compile.executors.Target`, or a reason to decline
-#: (then the next is tried; the last reason is the fallback's).
-#: With no artifact, a background build runs (eager steps meanwhile) where it
-#: can; Dynamo, on the caller's first step, where it cannot.
-CANDIDATES: list[Callable[[Target], Executor | str]] = [
-    AotExecutor.build,
-    BackgroundExecutor.build,
-    DynamoExecutor.build,
-]
-
-
-def offers(target: Target) -> Iterator[Executor | str]:
-    """Each of :data:`CANDIDATES` built for ``target``: an executor, or why not."""
-    if target.policy.cudagraphs and _torch.missing("cudagraph_step"):
-        # The region marks CUDA-graph steps for every compiled executor.
-        yield str(_torch.missing("cudagraph_step"))
-        return
-    for candidate in CANDIDATES:
-        try:
-            yield candidate(target)
-        except Exception as err:  # nothing on the compile path may end a forecast
-            yield f"setting up torch.compile failed ({describe(err)})"
+__all__ = ["RECOMPILE_LIMIT", "CompiledRegion", "RegionState", "SpeedProbe"]
 
 
 class RegionState(enum.Enum):
@@ -421,7 +384,7 @@ class CompiledRegion:
                     out = executor(*staged.args, **call.kwargs)
         finally:
             # What the call measured counts even when it raised.
-            self._record(executor.measured, first=laps is not None)
+            record(self.report, executor.measured, first=laps is not None)
         if compiling and not executor.compiling and laps is None:
             self._built(executor)
         if r.recompiles != recompiles:
@@ -434,56 +397,6 @@ class CompiledRegion:
         if laps is not None:
             laps.lap("finish")
         return out
-
-    def _record(self, m: Measured, first: bool) -> None:
-        """Copy what an executor's call measured into the report, and log it: the
-        region is the report's only writer (executors measure, :class:`Measured`)."""
-        r = self.report
-        if m.artifact is not None:
-            r.artifact = m.artifact
-        if m.cache is not None:
-            r.cache, r.cache_source = m.cache, m.cache_source
-        graphs = m.graphs or 0
-        if first and m.graphs is not None:
-            r.graphs = m.graphs
-        elif graphs:
-            r.recompiles += 1
-            seconds = m.seconds or 0.0
-            r.compile_seconds += seconds
-            logger.info(
-                f"{r.label} recompiled ({r.recompiles} so far, {seconds:.1f} s). "
-                "Set TORCH_LOGS='recompiles' to see why."
-            )
-        # Each graph beyond the first of one compile is a graph break; graph
-        # breaks and CUDA-graph skips are each warned once.
-        breaks = max(graphs - 1, 0)
-        if breaks:
-            new = r.graph_breaks == 0
-            r.graph_breaks += breaks
-            if new:
-                logger.warning(
-                    f"{r.label}: {breaks} graph break(s) inside the compiled core; "
-                    "it runs as several graphs with eager code between them and may "
-                    "gain little. Set TORCH_LOGS='graph_breaks' to see where."
-                )
-        if m.cudagraph_skips:
-            new = r.cudagraph_skips == 0
-            r.cudagraph_skips += m.cudagraph_skips
-            if new:
-                logger.warning(
-                    f"{r.label}: Inductor skipped CUDA graphs, so mode "
-                    f"{r.mode} runs without them. Set TORCH_LOGS='perf_hints' to "
-                    "see why."
-                )
-        if m.switch_seconds is not None:
-            r.phases["switch"] = m.switch_seconds
-            r.background = (
-                f"{m.background}; compiled from step {r.calls} on (switched in "
-                f"{m.switch_seconds:.2f} s, verified against eager)"
-            )
-            logger.info(f"{r.label}: {r.background}")
-        elif m.background is not None:
-            r.background = m.background
 
     def _built(self, executor: Executor) -> None:
         """The background build ended at this call: compiled from now on, or
@@ -566,12 +479,7 @@ class CompiledRegion:
         self.state = RegionState.EAGER
         r.reason = reason
         self._drop_executor()  # processes waiting for this compile take over
-        what = "ran eagerly" if cause is None else "was re-run eagerly"
-        logger.warning(
-            f"torch.compile failed for {r.label} {stage}: {reason}. That call {what} "
-            f"and {r.label} stays eager for the rest of the session; no output is "
-            f"lost. {_TORCH_LOGS_HINT}"
-        )
+        warn_fallback(r, stage, rerun=cause is not None)
 
 
 def _target(region: CompiledRegion, device: torch.device) -> Target:

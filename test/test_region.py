@@ -567,38 +567,3 @@ def test_legitimate_shape_changes_are_not_storms(shapes, logs):
     # Counts vary with Dynamo's remembered dynamic dims (PGO); never a storm.
     assert region.status == "compiled", s.report.summary()
     assert not messages(logs, "WARNING")
-
-
-def test_the_region_records_what_its_executor_measured(logs):
-    """Executors only measure (``Measured``); the region copies it into its report
-    and warns once per kind, CUDA-graph skips (which need a GPU) included."""
-    from earth2studio_compile.executors import Measured
-    from earth2studio_compile.models import ModelSpec
-    from earth2studio_compile.options import CompileOptions
-    from earth2studio_compile.region import CompiledRegion
-
-    r = RegionReport("M", "core", mode="inductor/reduce-overhead", calls=4)
-    spec = ModelSpec(regions=("net",))
-    region = CompiledRegion(toy_core(), r, CompileOptions(), spec, probe=False)
-    first = Measured(
-        artifact="saved", cache="cold", cache_source="ours", graphs=3, cudagraph_skips=2
-    )
-    region._record(first, first=True)
-    region._record(Measured(graphs=1, seconds=0.5, cudagraph_skips=1), first=False)
-    region._record(Measured(graphs=0, cudagraph_skips=0), first=False)
-    region._record(Measured(background="built in 3.0 s", switch_seconds=1.25), False)
-    assert (r.artifact, r.cache, r.cache_source) == ("saved", "cold", "ours")
-    assert (r.graphs, r.graph_breaks, r.cudagraph_skips) == (3, 2, 3)
-    assert r.recompiles == 1 and r.compile_seconds == 0.5
-    assert r.phases == {"switch": 1.25}
-    assert r.background == (
-        "built in 3.0 s; compiled from step 4 on (switched in 1.25 s, verified "
-        "against eager)"
-    )
-    warnings = messages(logs, "WARNING")
-    assert len(warnings) == 2
-    assert "2 graph break(s)" in warnings[0] and "skipped CUDA graphs" in warnings[1]
-    assert messages(logs, "INFO") == [
-        "M.core recompiled (1 so far, 0.5 s). Set TORCH_LOGS='recompiles' to see why.",
-        f"M.core: {r.background}",
-    ]

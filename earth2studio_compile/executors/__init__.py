@@ -4,9 +4,12 @@
 is built for, :class:`Declined` and :class:`Measured` (what a call measured, which
 the region records); :mod:`.eager`, :mod:`.dynamo`, :mod:`.aot` and
 :mod:`.background` (eager steps while the artifact builds in a child process) the
-executors.
+executors; :data:`CANDIDATES` the order a region tries them in.
 """
 
+from collections.abc import Callable, Iterator
+
+from earth2studio_compile import _torch
 from earth2studio_compile.executors.aot import AotExecutor
 from earth2studio_compile.executors.background import BackgroundExecutor
 from earth2studio_compile.executors.base import (
@@ -19,8 +22,35 @@ from earth2studio_compile.executors.base import (
 )
 from earth2studio_compile.executors.dynamo import DynamoExecutor
 from earth2studio_compile.executors.eager import EagerExecutor
+from earth2studio_compile.report import describe
+
+#: Executors a region tries at its first call, in order: each returns an executor
+#: for the :class:`~earth2studio_compile.executors.Target`, or a reason to decline
+#: (then the next is tried; the last reason is the fallback's).
+#: With no artifact, a background build runs (eager steps meanwhile) where it
+#: can; Dynamo, on the caller's first step, where it cannot.
+CANDIDATES: list[Callable[[Target], Executor | str]] = [
+    AotExecutor.build,
+    BackgroundExecutor.build,
+    DynamoExecutor.build,
+]
+
+
+def offers(target: Target) -> Iterator[Executor | str]:
+    """Each of :data:`CANDIDATES` built for ``target``: an executor, or why not."""
+    if target.policy.cudagraphs and _torch.missing("cudagraph_step"):
+        # The region marks CUDA-graph steps for every compiled executor.
+        yield str(_torch.missing("cudagraph_step"))
+        return
+    for candidate in CANDIDATES:
+        try:
+            yield candidate(target)
+        except Exception as err:  # nothing on the compile path may end a forecast
+            yield f"setting up torch.compile failed ({describe(err)})"
+
 
 __all__ = [
+    "CANDIDATES",
     "RECOMPILE_LIMIT",
     "AotExecutor",
     "BackgroundExecutor",
@@ -30,5 +60,6 @@ __all__ = [
     "Executor",
     "Measured",
     "Target",
+    "offers",
     "recompile_limit",
 ]

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from earth2studio_compile import _torch
 from earth2studio_compile.artifacts.key import RegionTarget
+from earth2studio_compile.measured import Measured
 from earth2studio_compile.metrics import Laps
 from earth2studio_compile.report import RegionReport
 
@@ -34,47 +35,6 @@ RECOMPILE_LIMIT = 4
 def recompile_limit() -> int:
     """Compiled variants a Dynamo region may hold (a user's lower limit wins)."""
     return min(RECOMPILE_LIMIT, _torch.recompile_limit() or RECOMPILE_LIMIT)
-
-
-@dataclass(slots=True)
-class Measured:
-    """What an executor's last call measured, for the region to copy into its report.
-
-    An executor makes a new record at each call (an executor that measures
-    nothing keeps an empty one) and fills it as the call goes, so a call that
-    raises leaves what it measured before. A field left None was not measured.
-
-    Attributes
-    ----------
-    artifact : str | None
-        The portable cache bundle's state after a first call (``"loaded"``,
-        ``"saved"``, ...; :attr:`~earth2studio_compile.report.RegionReport.artifact`)
-    cache, cache_source : str | None
-        Inductor's local cache at a first call, and which cache that was
-    graphs : int | None
-        FX graphs the call compiled: all of a first call's, or a later call's new
-        ones (any means it recompiled); None where nothing is compiled here
-    seconds : float | None
-        Wall time of a later call that compiled again
-    cudagraph_skips : int
-        Times Inductor skipped CUDA graphs in the call (counted only where the
-        executor asked for CUDA graphs)
-    background : str | None
-        The background build in words, as the call left it
-    switch_seconds : float | None
-        The call loaded, ran and verified a background build's artifact in this
-        many seconds, and runs it from now on (:attr:`background` is then the
-        build's own description)
-    """
-
-    artifact: str | None = None
-    cache: str | None = None
-    cache_source: str | None = None
-    graphs: int | None = None
-    seconds: float | None = None
-    cudagraph_skips: int = 0
-    background: str | None = None
-    switch_seconds: float | None = None
 
 
 class Executor(Protocol):
