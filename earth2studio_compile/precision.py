@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import difflib
 import os
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -42,7 +41,6 @@ from loguru import logger
 
 from earth2studio_compile import _torch
 from earth2studio_compile._torch import tree_flatten, tree_map
-from earth2studio_compile.metrics import rel_l2
 
 __all__ = [
     "ENV",
@@ -52,7 +50,6 @@ __all__ = [
     "env_precision",
     "warn_bad_env",
     "KeepFp32",
-    "Reference",
     "scope",
     "snapshot",
     "tf32_enabled",
@@ -381,154 +378,3 @@ def _device_type(args: Any) -> str:
         if isinstance(leaf, torch.Tensor):
             return leaf.device.type
     return "cpu"
-
-
-class Reference:
-    """The fp32 eager reference for one call, taken from the state before the call.
-
-    :meth:`before` copies the call's arguments and the module's buffers before the
-    call runs, so a core that updates its inputs or buffers in place (a counter, a
-    recurrent state) is measured from the state the call started from, and is not
-    updated twice: the reference runs on the copies, through ``_call_impl`` (not
-    the region's slot).
-
-    Parameters
-    ----------
-    module : torch.nn.Module
-        The core
-    args : tuple
-        Copies of the call's positional arguments
-    kwargs : dict
-        Copies of its keyword arguments
-    buffers : dict[str, torch.Tensor]
-        Copies of the module's buffers
-    """
-
-    def __init__(
-        self,
-        module: torch.nn.Module,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        buffers: dict[str, torch.Tensor],
-    ) -> None:
-        self.module = module
-        self.args = args
-        self.kwargs = kwargs
-        self.buffers = buffers
-
-    @classmethod
-    def before(
-        cls, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Reference:
-        """Copy a call's arguments and ``module``'s buffers; call before the call.
-
-        Parameters
-        ----------
-        module : torch.nn.Module
-            The core about to be called
-        args, kwargs : tuple[Any, ...], dict[str, Any]
-            The call's arguments
-
-        Returns
-        -------
-        Reference
-            The reference, ready for :meth:`error`
-        """
-        args, kwargs = tree_map(_clone, (args, kwargs))
-        buffers = {k: b.clone() for k, b in module.named_buffers()}
-        return cls(module, args, kwargs, buffers)
-
-    def error(self, out: Any, device: torch.device) -> float | None:
-        """Relative L2 of ``out`` against the same call in fp32 eager, TF32 off.
-
-        Runs the reference once, on the copies (the copies are used up).
-
-        Parameters
-        ----------
-        out : Any
-            The region's output for the call
-        device : torch.device
-            Where the call computed
-
-        Returns
-        -------
-        float | None
-            The largest relative L2 over the floating outputs; None if there are none
-        """
-        state = {**dict(self.module.named_parameters()), **self.buffers}
-        with (
-            torch.no_grad(),
-            scope("fp32", device),
-            _torch.reparametrized(self.module, state),
-        ):
-            ref = _torch.call_module(self.module, self.args, self.kwargs)
-        got = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-        want = [t for t in tree_flatten(ref)[0] if isinstance(t, torch.Tensor)]
-        errors = [
-            rel_l2(g.float(), w.float())
-            for g, w in zip(got, want)
-            if w.is_floating_point() and g.shape == w.shape
-        ]
-        return max(errors) if errors else None
-
-
-def _clone(t: Any) -> Any:
-    return t.clone() if isinstance(t, torch.Tensor) else t
-
-
-def log_error(label: str, precision: str, error: float | None) -> None:
-    """WARN when a precision cost more accuracy than its documented threshold.
-
-    Parameters
-    ----------
-    label : str
-        The region's name
-    precision : str
-        Its precision, a key of :data:`THRESHOLDS`
-    error : float | None
-        The measured relative L2 error; None: nothing to check
-    """
-    if error is None:
-        return
-    limit = THRESHOLDS[precision]
-    if error > limit:
-        logger.warning(
-            f"{label} in {precision}: rel. L2 {error:.1e} against fp32 eager after one "
-            f"call, above the {limit:.0e} expected for {precision}. Check the "
-            f"forecast, or use precision='fp32' (unset {ENV})."
-        )
-
-
-def measure(
-    reference: Reference, label: str, precision: str, out: Any, device: torch.device
-) -> tuple[float | None, float]:
-    """The accuracy cost of ``out`` against its fp32 reference, WARNed when above
-    the threshold, and the seconds the reference took.
-
-    Parameters
-    ----------
-    reference : Reference
-        The call's reference, taken before it (:meth:`Reference.before`)
-    label : str
-        The region's name, for the warning
-    precision : str
-        The region's precision, a key of :data:`THRESHOLDS`
-    out : Any
-        The region's output for the call
-    device : torch.device
-        Where the call computed
-
-    Returns
-    -------
-    tuple[float | None, float]
-        The relative L2 error (None when there is none to measure, or the reference
-        failed: a measurement must not end a forecast) and the seconds spent
-    """
-    start = time.perf_counter()
-    error = None
-    try:
-        error = reference.error(out, device)
-        log_error(label, precision, error)
-    except Exception as err:
-        logger.trace(f"No fp32 reference for {label}: {err!r}")
-    return error, time.perf_counter() - start

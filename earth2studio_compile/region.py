@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from loguru import logger
 
-from earth2studio_compile import _torch, precision, resident
+from earth2studio_compile import _torch, accuracy, precision, resident
 from earth2studio_compile._torch import tree_map
 from earth2studio_compile.executors import (
     RECOMPILE_LIMIT,
@@ -182,7 +182,7 @@ class CompiledRegion:
             and r.precision_error is None
         ):
             # Inputs and buffers copied before the call, which may update them.
-            reference = precision.Reference.before(self.module, args, kwargs)
+            reference = accuracy.Reference.before(self.module, args, kwargs)
         copied = time.perf_counter() - start
         try:
             out = self._dispatch(call)
@@ -192,7 +192,7 @@ class CompiledRegion:
         if reference is not None:
             name = self.precision
             assert name is not None
-            r.precision_error, seconds = precision.measure(
+            r.precision_error, seconds = accuracy.measure(
                 reference, r.label, name, out, call.device
             )
             r.phases["precision_reference"] = copied + seconds

@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import assert_unchanged, eager_backend, run_workflow, snapshot
 
-from earth2studio_compile import CompileSession, precision, resident, run
+from earth2studio_compile import CompileSession, accuracy, resident, run
 from earth2studio_compile.executors import DynamoExecutor
 from earth2studio_compile.tools import zoo
 
@@ -125,13 +125,13 @@ def test_other_settings_do_not_share_code(compiles):
 
 def test_the_accuracy_check_runs_once_per_model_and_settings(monkeypatch):
     references = []
-    real = precision.Reference.before
+    real = accuracy.Reference.before
 
     def counting(*args, **kwargs):
         references.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(precision.Reference, "before", counting)
+    monkeypatch.setattr(accuracy.Reference, "before", counting)
     model = zoo.build("toy")
     first, _ = _session(model, _inputs(2), backend=eager_backend, precision="bf16")
     second, _ = _session(model, _inputs(2), backend=eager_backend, precision="bf16")
