@@ -127,7 +127,7 @@ class CompiledRegion:
         self.padding = BatchPadding(self.spec.pad_batch)
         self.hooks = Hooks(module, report.label, self.spec, precision)
         report.opaque = len(self.hooks.opaque)
-        # resident.key() of the first call's target: where the executor is kept.
+        # The first call's RegionTarget.resident_key(): where the executor is kept.
         self._shelf_key: str | None = None
         self._kept: resident.Kept | None = None
 
@@ -296,7 +296,7 @@ class CompiledRegion:
     def _take_kept(self, call: Call) -> None:
         """Run code an earlier session compiled for this module, if it fits."""
         try:
-            self._shelf_key = resident.key(_target(self, call.device))
+            self._shelf_key = _target(self, call.device).resident_key()
         except Exception:  # _first reports why the target cannot be built
             return
         kept = resident.take(self.module, self._shelf_key)

@@ -8,7 +8,8 @@ session closes (:func:`keep`), and the next region over the same module with the
 same settings takes it back (:func:`take`): it runs compiled from its first call,
 and its report carries the figures measured the first time.
 
-What is kept is keyed by what the code was compiled with (:func:`key`: the owner
+What is kept is keyed by what the code was compiled with
+(:meth:`~earth2studio_compile.artifacts.key.RegionTarget.resident_key`: the owner
 and path, the resolved policy, precision, device) and checked against the module
 before it runs (:func:`fingerprint`): the module classes and training flags, and
 every parameter and buffer by name, shape, dtype, storage and version counter. A
@@ -33,10 +34,10 @@ import torch
 from loguru import logger
 
 from earth2studio_compile import _torch
-from earth2studio_compile.executors import Executor, Target
+from earth2studio_compile.executors import Executor
 from earth2studio_compile.report import RegionReport
 
-__all__ = ["Kept", "fingerprint", "keep", "key", "release", "take"]
+__all__ = ["Kept", "fingerprint", "keep", "release", "take"]
 
 #: Report fields measured once per kept executor and carried to later sessions.
 CARRIED = (
@@ -92,23 +93,6 @@ _shelf: weakref.WeakKeyDictionary[torch.nn.Module, dict[str, Kept]] = (
 _lock = threading.Lock()
 
 
-def key(target: Target) -> str:
-    """What a region's compiled code depends on besides the module itself
-    (:meth:`~earth2studio_compile.artifacts.key.RegionTarget.resident_key`).
-
-    Parameters
-    ----------
-    target : Target
-        The region at its first call
-
-    Returns
-    -------
-    str
-        A text that two regions share only when the same code serves both
-    """
-    return target.resident_key()
-
-
 def fingerprint(module: torch.nn.Module) -> tuple[Any, ...] | None:
     """The module's structure and tensors as kept code depends on them.
 
@@ -157,7 +141,7 @@ def keep(
     module : torch.nn.Module
         The region's core
     name : str
-        :func:`key` of the region
+        ``RegionTarget.resident_key()`` of the region
     executor : Executor
         Its compiled executor, detached (``executor.keepable`` must be True)
     report : RegionReport
@@ -203,7 +187,7 @@ def take(module: torch.nn.Module, name: str) -> Kept | None:
     module : torch.nn.Module
         The region's core
     name : str
-        :func:`key` of the region
+        ``RegionTarget.resident_key()`` of the region
 
     Returns
     -------
