@@ -30,6 +30,7 @@ import io
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import threading
@@ -315,6 +316,7 @@ def start(
         return f"its core cannot be handed to a build process ({why})"
     jobs = directory / _JOBS
     make_private_dir(jobs)
+    sweep(jobs)
     job = BuildJob(label, artifact, Path(_mkdtemp(jobs, key)))
     job._payload = payload
     if launch:
@@ -346,6 +348,38 @@ def wait(timeout: float | None = None) -> list[BuildJob]:
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         job.wait(left)
     return jobs
+
+
+#: Job directories older than this are removed when a new job starts: their logs
+#: have been read or never will be, and a build process that was killed leaves
+#: its input (a copy of the weights) behind.
+STALE_S = 24 * 3600.0
+
+
+def sweep(jobs: Path, older_than: float = STALE_S) -> int:
+    """Remove job directories under ``jobs`` not touched for ``older_than`` seconds.
+
+    Parameters
+    ----------
+    jobs : Path
+        The directory of job directories (``<root>/aot/.jobs``)
+    older_than : float, optional
+        Age in seconds, by default :data:`STALE_S`
+
+    Returns
+    -------
+    int
+        How many were removed
+    """
+    now, removed = time.time(), 0
+    for job in jobs.iterdir():
+        try:
+            if job.is_dir() and now - job.stat().st_mtime > older_than:
+                shutil.rmtree(job, ignore_errors=True)
+                removed += 1
+        except OSError:  # another process swept it first
+            continue
+    return removed
 
 
 def _installed(module: torch.nn.Module) -> set[int]:

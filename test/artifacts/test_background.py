@@ -272,3 +272,19 @@ def test_a_short_run_launches_its_build_when_the_session_closes(on, monkeypatch)
             assert job.waiting
             model.core(torch.randn(4, 8))
             assert not job.waiting
+
+
+def test_old_job_directories_are_swept(tmp_path):
+    """A killed build process leaves its input (a copy of the weights): job
+    directories older than a day go when the next job starts."""
+    import os
+    import time
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    for d in (old, new):
+        d.mkdir()
+        (d / "job.pt").write_bytes(b"weights")
+    day_ago = time.time() - background.STALE_S - 60
+    os.utime(old, (day_ago, day_ago))
+    assert background.sweep(tmp_path) == 1
+    assert not old.exists() and (new / "job.pt").exists()
