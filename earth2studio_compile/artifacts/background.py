@@ -33,6 +33,7 @@ import pickle
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -47,7 +48,7 @@ from earth2studio_compile.artifacts.aot_build import detached
 from earth2studio_compile.artifacts.aot_key import aot_root
 from earth2studio_compile.artifacts.build_process import INPUT, RESULT, lock_path
 from earth2studio_compile.artifacts.key import RegionTarget
-from earth2studio_compile.artifacts.store import META
+from earth2studio_compile.artifacts.store import META, file_lock
 from earth2studio_compile.cache import make_private_dir
 from earth2studio_compile.precision import tf32_enabled
 
@@ -293,7 +294,11 @@ def start(
     key, _ = target.aot_key(args, kwargs)
     artifact = directory / key
     make_private_dir(directory)
-    if _locked(artifact):
+    try:
+        busy = _locked(artifact)
+    except OSError as err:  # no flock here: no lock to keep two builds apart
+        return f"no build lock on this file system ({err})"
+    if busy:
         logger.debug(f"{label}: another process builds {artifact}; watching for it")
         return BuildJob(label, artifact, None)
     try:
@@ -436,16 +441,14 @@ def _check_picklable(payload: Any, skip: set[int]) -> None:
 
 
 def _mkdtemp(parent: Path, key: str) -> str:
-    import tempfile
-
     return tempfile.mkdtemp(dir=parent, prefix=f"{key}-{os.getpid()}-")
 
 
 def _locked(artifact: Path) -> bool:
     """Whether some process holds the build lock of ``artifact`` now."""
-    lock = filelock.FileLock(str(lock_path(artifact)), timeout=0)
+    lock = file_lock(lock_path(artifact))
     try:
-        lock.acquire()
+        lock.acquire(timeout=0)
     except filelock.Timeout:
         return True
     lock.release()

@@ -24,6 +24,7 @@ from loguru import logger
 from earth2studio_compile.artifacts.aot_build import build_region
 from earth2studio_compile.artifacts.aot_key import aot_root
 from earth2studio_compile.artifacts.key import RegionTarget
+from earth2studio_compile.artifacts.store import file_lock
 from earth2studio_compile.precision import tf32_enabled
 
 __all__ = ["INPUT", "RESULT", "build_job", "lock_path", "main"]
@@ -78,9 +79,9 @@ def build_job(directory: Path) -> bool:
             )
         directory_root = aot_root(payload["root"])
         assert directory_root is not None
-        lock = filelock.FileLock(str(lock_path(directory_root / key)), timeout=0)
+        lock = file_lock(lock_path(directory_root / key))
         try:
-            lock.acquire()
+            lock.acquire(timeout=0)
         except filelock.Timeout:
             result["reason"] = "another process builds the same artifact"
         else:

@@ -288,3 +288,23 @@ def test_old_job_directories_are_swept(tmp_path):
     os.utime(old, (day_ago, day_ago))
     assert background.sweep(tmp_path) == 1
     assert not old.exists() and (new / "job.pt").exists()
+
+
+def test_no_build_lock_compiles_on_the_first_call(on, monkeypatch):
+    """Where the file system has no flock, two processes could build the same
+    artifact at once: no background build then, and no fallback either."""
+
+    class NoFlock:
+        def acquire(self, timeout=None):
+            raise OSError("flock not supported")
+
+    monkeypatch.setattr(background, "file_lock", lambda path: NoFlock())
+    model = TinyModel()
+    x = torch.randn(4, 8)
+    with CompileSession(model, regions=["core"], probe=False) as session:
+        with torch.no_grad():
+            out = model.core(x)
+    [r] = session.report.regions
+    assert r.status == "compiled" and r.executor == "dynamo", r
+    assert any("no build lock" in d for d in r.declined), r.declined
+    assert rel_l2(out, _eager(model.core, x)) < 1e-5
