@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -14,6 +15,7 @@ from earth2studio_compile.artifacts.aot_load import (
     load_runner,
     verify,
 )
+from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.executors.base import Declined, Measured, Target
 from earth2studio_compile.metrics import Laps
 
@@ -35,6 +37,61 @@ def _loader_safe(device: torch.device) -> None:
 
         with quiet_imports():
             importlib.import_module("earth2studio.models.px")
+
+
+def run_artifact(
+    target: RegionTarget,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    cudagraphs: bool,
+    root: Path | None,
+    laps: Laps | None = None,
+) -> tuple[AotRunner | None, Any, str | None]:
+    """Load the region's artifact, run one call on it and verify it against eager.
+
+    What the ahead-of-time executor does at its first call and the background
+    executor at its switch; each says itself what a refusal means for it.
+
+    Parameters
+    ----------
+    target : RegionTarget
+        The region (its live module is bound to the artifact)
+    args, kwargs : tuple, dict
+        The call's arguments, as the region staged them
+    cudagraphs : bool
+        Capture a CUDA graph around the artifact (outputs are not cloned: the
+        region clones what escapes a CUDA graph)
+    root : Path | None
+        Cache root
+    laps : Laps | None, optional
+        Where to lap ``key`` (with the load's phases), ``first_run`` and
+        ``verify``, by default None
+
+    Returns
+    -------
+    tuple[AotRunner | None, Any, str | None]
+        ``(runner, output, None)`` for an artifact that gives eager's answer;
+        ``(None, None, why)`` when none could be loaded; ``(runner, output, why)``
+        when it gives another answer (then neither may be used)
+    """
+    _loader_safe(target.device)
+    runner = load_runner(
+        target, args, kwargs, cudagraphs=cudagraphs, clone=False, root=root
+    )
+    if isinstance(runner, str):
+        return None, None, runner
+    if laps is not None:
+        # The loader's import above is part of finding the artifact: "key".
+        loaded = ("checksum", "aot_load", "bind")
+        laps.lap("key", **{k: runner.phases[k] for k in loaded})
+    out = runner(*args, **kwargs)
+    if laps is not None:
+        laps.lap("first_run")
+    eager = _torch.call_module(target.module, args, kwargs)
+    reason = verify(out, eager, target.precision)
+    if laps is not None:
+        laps.lap("verify")
+    return runner, out, reason
 
 
 class AotExecutor:
@@ -81,24 +138,10 @@ class AotExecutor:
         See :meth:`~earth2studio_compile.executors.base.Executor.first_call`.
         """
         t = self.target
-        _loader_safe(t.device)
-        runner = load_runner(
-            t,
-            args,
-            kwargs,
-            cudagraphs=self.cudagraphs,
-            clone=False,  # the region clones what escapes a CUDA graph
-            root=t.artifacts.parent if t.artifacts is not None else None,
-        )
-        if isinstance(runner, str):
-            raise Declined(runner)
-        # The loader's import above is part of finding the artifact: "key".
-        loaded = ("checksum", "aot_load", "bind")
-        laps.lap("key", **{k: runner.phases[k] for k in loaded})
-        out = runner(*args, **kwargs)
-        laps.lap("first_run")
-        reason = verify(out, _torch.call_module(t.module, args, kwargs), t.precision)
-        laps.lap("verify")
+        root = t.artifacts.parent if t.artifacts is not None else None
+        runner, out, reason = run_artifact(t, args, kwargs, self.cudagraphs, root, laps)
+        if runner is None:
+            raise Declined(reason)
         if reason is not None:
             logger.warning(
                 f"The ahead-of-time artifact {runner.path} of {t.report.label} gives "

@@ -26,10 +26,9 @@ from earth2studio_compile.artifacts import background
 from earth2studio_compile.artifacts.aot_load import (
     AotRunner,
     SignatureMismatch,
-    load_runner,
-    verify,
 )
 from earth2studio_compile.artifacts.key import RegionTarget
+from earth2studio_compile.executors.aot import run_artifact
 from earth2studio_compile.executors.base import Declined, Measured, Target
 from earth2studio_compile.metrics import Laps
 
@@ -162,21 +161,13 @@ class BackgroundExecutor:
         ``(output,)`` once switched, None when the region stays eager."""
         m = self.measured
         start = time.perf_counter()
-        runner = load_runner(
-            self._target(),
-            args,
-            kwargs,
-            cudagraphs=self._wants_cudagraphs,
-            clone=False,  # the region clones what escapes a CUDA graph
-            root=self._root,
+        runner, out, reason = run_artifact(
+            self._target(), args, kwargs, self._wants_cudagraphs, self._root
         )
-        if isinstance(runner, str):
-            m.background = f"built in the background, but not loaded: {runner}"
-            return None
-        out = runner(*args, **kwargs)
-        eager = _torch.call_module(self.module, args, kwargs)
-        reason = verify(out, eager, self._settings["precision"])
         seconds = time.perf_counter() - start
+        if runner is None:
+            m.background = f"built in the background, but not loaded: {reason}"
+            return None
         if reason is not None:
             m.background = f"built, but it gives another answer than eager ({reason})"
             logger.warning(
