@@ -375,8 +375,6 @@ class CompiledRegion:
         recompiles, compiling = r.recompiles, executor.compiling
         try:
             with no_grad_if_enabled(), precision.scope(self.precision, call.device):
-                if executor.cudagraphs:
-                    _torch.mark_cudagraph_step()
                 if laps is not None:
                     laps.lap("stage")
                     out = executor.first_call(staged.args, call.kwargs, laps)

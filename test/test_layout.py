@@ -369,7 +369,6 @@ UNMIRRORED = {
     "artifacts/key.py": "test_cache.py, artifacts/test_aot_key.py",
     "executors/background.py": "artifacts/test_background.py",
     "executors/base.py": "test_region.py",
-    "executors/dynamo.py": "test_region.py, test_resident.py",
     "executors/eager.py": "test_region.py",
     "planning.py": "test_session.py, test_gpu.py",
     "probe.py": "test_region.py, test_precision.py",

@@ -9,7 +9,6 @@ executors; :data:`CANDIDATES` the order a region tries them in.
 
 from collections.abc import Callable, Iterator
 
-from earth2studio_compile import _torch
 from earth2studio_compile.executors.aot import AotExecutor
 from earth2studio_compile.executors.background import BackgroundExecutor
 from earth2studio_compile.executors.base import (
@@ -38,10 +37,6 @@ CANDIDATES: list[Callable[[Target], Executor | str]] = [
 
 def offers(target: Target) -> Iterator[Executor | str]:
     """Each of :data:`CANDIDATES` built for ``target``: an executor, or why not."""
-    if target.policy.cudagraphs and _torch.missing("cudagraph_step"):
-        # The region marks CUDA-graph steps for every compiled executor.
-        yield str(_torch.missing("cudagraph_step"))
-        return
     for candidate in CANDIDATES:
         try:
             yield candidate(target)

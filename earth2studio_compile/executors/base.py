@@ -46,7 +46,8 @@ class Executor(Protocol):
         ``"eager"``, ``"dynamo"``, ``"aot"`` or ``"background"``
     cudagraphs : bool
         Outputs live in CUDA-graph memory that the next replay overwrites: the
-        region marks each call as a new step and clones what it returns
+        region clones what it returns (an executor on CUDA graph trees marks each
+        call as a new step itself)
     source : str | None
         Where the executor's code came from when not built in this process (e.g.
         ``"the compile cache bundle <path>"``), named when its first call fails

@@ -44,6 +44,7 @@ from earth2studio_compile.tools.bench.tables import (
     second_call,
     warm_phases,
     workflow,
+    workflow_phases,
 )
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -179,10 +180,19 @@ FIGURES: tuple[Figure, ...] = (
         "workflow",
         "README.md",
         (
-            "2026-11-25-h100-bg/workflow-fcn-async.json",
-            "2026-11-25-h100-bg/workflow-fcn-overlapped.json",
+            "2026-11-25-h100-night/workflow-fcn-async.json",
+            "2026-11-25-h100-night/workflow-fcn-overlapped.json",
         ),
         workflow,
+    ),
+    Figure(
+        "workflow-phases",
+        PERF,
+        (
+            "2026-11-25-h100-night/workflow-fcn-async.json",
+            "2026-11-25-h100-night/workflow-fcn-overlapped.json",
+        ),
+        workflow_phases,
     ),
     Figure(
         "second-call", "README.md", ("2026-11-25-h100/second_call.json",), second_call

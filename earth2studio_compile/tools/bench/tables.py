@@ -222,11 +222,13 @@ def workflow(datas: Sequence[Mapping[str, Any]]) -> str:
                     _f(r["wall_s"], ".2f"),
                     _f(r.get("vs_eager"), ".2f") + "x" if r.get("vs_eager") else "-",
                     _f(max(first), ".2f") if first else "-",
+                    _f(r.get("floor_s"), ".2f"),
+                    _f(r.get("wall_over_floor"), ".2f"),
                     how,
                 ]
             )
     header = ["IO backend", "call", "eager s", "compile=True s", "eager / compiled"]
-    header += ["first step s", "compile=True ran"]
+    header += ["first step s", "floor s", "compiled / floor", "compile=True ran"]
     model, steps, precision, members = sorted(jobs)[0] if jobs else ("?", 0, "?", 1)
     who = f"{model.upper()} at full size (random weights), {steps} steps"
     if members > 1:
@@ -236,9 +238,40 @@ def workflow(datas: Sequence[Mapping[str, Any]]) -> str:
         "alike); each call timed from calling the workflow until the store is "
         "written and the device is idle. A fresh row is paired with a fresh eager "
         "process of the same IO; a later call with the eager call before it in the "
-        "same process."
+        "same process. floor = the compiled step's time x steps + the same bytes "
+        "written with numpy.save from the writer threads (measured in the same run)."
     )
     return _md(header, rows) + note
+
+
+def workflow_phases(datas: Sequence[Mapping[str, Any]]) -> str:
+    """Where a compiled call's first step went: the region's measured phases for
+    each compiled row of the workflow mode that has them (seconds)."""
+    rows, names = [], []
+    for data in datas:
+        for r in data["rows"]:
+            regions = (r.get("report") or {}).get("regions", [])
+            for g in regions:
+                if r.get("run") != "compiled" or not g.get("phases"):
+                    continue
+                names += [k for k in g["phases"] if k not in names]
+                rows.append((r, g))
+    header = ["IO backend", "call", "first step s", *names]
+    body = [
+        [
+            _IOS.get(r["io"], str(r["io"])),
+            _WAYS.get(r["way"], f"call {r.get('call')} in one process"),
+            _f(g.get("first_call_s"), ".3f"),
+            *(_f(g["phases"].get(k), ".3f") for k in names),
+        ]
+        for r, g in rows
+    ]
+    note = (
+        "\n\nPhases run in this order, each timed on the host (a phase that "
+        "waits for the device, as verify does, also waits for the kernels queued "
+        "before it); cudagraph_record is the next step's, not the first's."
+    )
+    return _md(header, body) + note
 
 
 def kernels(datas: Sequence[Mapping[str, Any]]) -> str:
