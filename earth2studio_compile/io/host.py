@@ -93,7 +93,7 @@ class Block:
 
 def _span(t: torch.Tensor) -> tuple[int, int]:
     """The elements of ``t``'s storage that ``t`` reaches: ``[start, end)``."""
-    start = t.storage_offset()
+    start = int(t.storage_offset())
     return start, start + 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
 
 
@@ -132,7 +132,7 @@ def _spanned(
     return Block(
         source,
         tuple(
-            (i, tuple(m.shape), tuple(m.stride()), m.storage_offset() - start)
+            (i, tuple(m.shape), tuple(m.stride()), int(m.storage_offset()) - start)
             for i, m in members
         ),
     )
@@ -215,7 +215,8 @@ class HostPool:
         self._reuse = _torch.missing("storage_holders") is None
         self.copies = 0  # blocks copied
         self.allocated = 0  # buffers allocated
-        self.kept = 0  # buffers given back but held by something else: not reused
+        # Given back but held by something else when checked: let go, not reused.
+        self.kept = 0
         self.held_bytes = 0  # buffers alive that the pool made and has not let go
         self.peak_bytes = 0
 
@@ -276,8 +277,9 @@ class HostPool:
             self.kept += 1
             if self.kept == 1 and self._reuse:
                 logger.debug(
-                    "OverlappedIO: the backend keeps what it stored (an in-memory "
-                    "store keeps views of it): its host buffers are not reused."
+                    "OverlappedIO: a stored step's host buffer is held elsewhere (a "
+                    "store that keeps views of what it stores, such as Zarr's memory "
+                    "store, or a thread still letting go of it): not reused."
                 )
         self._returned = []
 

@@ -519,7 +519,7 @@ def test_a_write_of_views_is_one_copy_into_buffers_reused_across_steps(max_pendi
             x.normal_()  # in place: the writer must hold a copy
             io.write([x[:, :, :, i] for i in range(26)], {}, names)
             assert io._pool.copies == step + 1
-        assert io._pool.allocated <= max_pending + 1
+        assert io._pool.allocated <= max_pending + 1 + io._pool.kept
         assert 0 < io.host_bytes <= (max_pending + 1) * step_bytes
     assert io._pool.held_bytes == 0  # let go at close
     torch.manual_seed(0)  # the same draws again
@@ -559,8 +559,10 @@ def test_buffers_are_reused_with_a_zarr_store_on_disk(workers, tmp_path):
     io.close()
     for name in names:
         np.testing.assert_array_equal(backend.root[name][:, 0], np.arange(nsteps))
-    assert io._pool.copies == nsteps and io._pool.kept == 0
-    assert io._pool.allocated <= io.max_pending + 1
+    # A buffer is let go, not reused, where a writer's thread still held it when
+    # checked (seldom: it lets go as its job ends); nothing else adds buffers.
+    assert io._pool.copies == nsteps and io._pool.kept <= 2
+    assert io._pool.allocated <= io.max_pending + 1 + io._pool.kept
 
 
 @pytest.mark.gpu
@@ -598,8 +600,8 @@ def test_a_cuda_rollout_of_views_is_stored_bitwise_with_bounded_buffers(
     with OverlappedIO(backend, max_pending=max_pending) as io:
         rollout(io)
         step_bytes = 2 * nvar * 181 * 360 * 4
-        assert io._pool.copies == nsteps and io._pool.kept == 0
-        assert io._pool.allocated <= max_pending + 1
+        assert io._pool.copies == nsteps and io._pool.kept <= 2
+        assert io._pool.allocated <= max_pending + 1 + io._pool.kept
         assert io.host_bytes <= (max_pending + 1) * step_bytes
     for name in names:
         np.testing.assert_array_equal(backend.root[name][:], sync.root[name][:])
