@@ -11,7 +11,8 @@ Callers import the names below from here (``_torch.missing(...)``); the modules
 behind them, one concern each:
 
 - ``probes``: the features, their probes and :func:`missing`
-- ``modules``: private attributes of modules and tensors; meta-tensor runs
+- ``modules``: private attributes of modules and tensors (a storage's holders);
+  meta-tensor runs
 - ``pytree``: flattening nested inputs and outputs, pytree specs
 - ``dynamo``: compiling a region (:func:`compile_region`), per-call settings
 - ``inductor``: Inductor's modes and options checked up front, preflight, logs
@@ -58,6 +59,7 @@ from earth2studio_compile._torch.modules import (
     is_optimized_module,
     real_tensors,
     reparametrized,
+    storage_shared,
     tensor_version,
 )
 from earth2studio_compile._torch.precision_flags import (
@@ -117,6 +119,7 @@ __all__ = [
     "real_tensors",
     "recompile_limit",
     "reparametrized",
+    "storage_shared",
     "stored_fp32_flags",
     "tensor_version",
     "tree_flatten",

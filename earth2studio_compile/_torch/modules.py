@@ -1,7 +1,8 @@
 """Private attributes of modules and tensors, and running a module outside a trace.
 
 The slot ``nn.Module.compile()`` fills, a module's own call past it, a tensor's
-version counter, what marks a ``torch.compile``'d module; and for opaque submodules
+version counter, whether anything else holds a tensor's storage, what marks a
+``torch.compile``'d module; and for opaque submodules
 (run on meta tensors to learn their output shapes), leaving fake-tensor tracing and
 swapping a module's parameters for a block.
 """
@@ -9,6 +10,7 @@ swapping a module's parameters for a block.
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any
 
 import torch
@@ -40,6 +42,25 @@ def tensor_version(t: torch.Tensor) -> int:
     """The tensor's in-place version counter: it changes when the tensor is mutated
     (not kept by inference tensors, which raise)."""
     return t._version
+
+
+def storage_holders(t: torch.Tensor) -> int:
+    """References to ``t``'s storage (tensors and views, numpy arrays made from
+    them), as PyTorch counts them: :func:`storage_shared` compares it with a lone
+    tensor's (PyTorch has no public name for this count)."""
+    return int(torch._C._storage_Use_Count(t.untyped_storage()._cdata))
+
+
+def storage_shared(t: torch.Tensor) -> bool:
+    """Whether anything but ``t`` itself holds its storage: a view, or a numpy
+    array made from one (an in-memory Zarr store keeps those)."""
+    return storage_holders(t) > _lone_holders()
+
+
+@functools.cache
+def _lone_holders() -> int:
+    # What the count reads for a tensor alone (the Python storage object counts).
+    return storage_holders(torch.empty(1))
 
 
 def is_optimized_module(module: torch.nn.Module) -> bool:

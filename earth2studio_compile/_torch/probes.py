@@ -70,6 +70,19 @@ def _probe_aoti_compile() -> None:
         raise AttributeError("torch.export has no export")
 
 
+def _probe_storage_holders() -> None:
+    from earth2studio_compile._torch.modules import storage_holders, storage_shared
+
+    t = torch.empty(2)
+    alone = storage_holders(t)
+    view = t[1:]
+    if storage_holders(t) != alone + 1 or not storage_shared(t):
+        raise AttributeError("the storage use count does not count views")
+    del view
+    if storage_shared(t):
+        raise AttributeError("the storage use count keeps a dropped view")
+
+
 def _probe_aoti_loader() -> None:
     loader = torch._C._aoti.AOTIModelPackageLoader
     for name in ("boxed_run", "get_call_spec", "get_constant_fqns", "load_constants"):
@@ -107,6 +120,10 @@ FEATURES: dict[str, tuple[str, Callable[[], None]]] = {
     "aoti_loader": (
         "loading ahead-of-time compiled regions (AOTInductor's package loader)",
         _probe_aoti_loader,
+    ),
+    "storage_holders": (
+        "reusing OverlappedIO's host buffers across steps",
+        _probe_storage_holders,
     ),
 }
 

@@ -6,6 +6,10 @@ waits for each copy and stores it, one future per array. Writes reach the backen
 the caller's order (per array, with parallel writers); host copies exist for at most
 ``max_pending + 1`` steps; the stored result is bitwise the synchronous one.
 
+The copies are :mod:`~earth2studio_compile.io.host`'s: views of one tensor (what
+``split_coords`` hands ``write``) come over in one copy, on a side CUDA stream per
+device, into host buffers reused from step to step (``host_bytes`` says the most held).
+
 A backend error reaches the caller once, as the original exception, at the next
 ``write``, ``add_array``, ``flush`` or ``close`` once every earlier step is stored (the
 workflows of :mod:`earth2studio_compile.run` flush before they return); later writes
@@ -41,6 +45,7 @@ import numpy as np
 import torch
 from loguru import logger
 
+from earth2studio_compile.io.host import HostPool
 from earth2studio_compile.io.writers import SerialWriter, Writer, parallel_writer
 
 # Type hints only: importing Earth2Studio takes a minute on a small machine, and
@@ -69,8 +74,8 @@ class OverlappedIO:
         Steps that may wait before ``write`` blocks, by default 2: host copies exist
         for at most ``max_pending + 1`` steps, with any number of workers
     pin_memory : bool | None, optional
-        Copy CUDA tensors into pinned host memory, asynchronously; by default None,
-        meaning yes whenever CUDA is available
+        Copy CUDA tensors into pinned host memory, asynchronously, on a side stream;
+        by default None, meaning yes whenever CUDA is available
     workers : int | None, optional
         Arrays that store at once, by default None: ``min(8, CPU cores)`` for backends
         that take parallel writes (``ZarrBackend``, ``KVBackend``), 1 for the others
@@ -119,6 +124,8 @@ class OverlappedIO:
         # Waits for the writer if this is dropped unclosed; set while writes pend.
         self._finalizer: weakref.finalize | None = None
         self._steps: deque[list[Future[bool]]] = deque()  # a future per array
+        self._pool = HostPool(self.pin_memory)
+        self._buffers: deque[list[torch.Tensor]] = deque()  # the pool's, per step
         self._step, self._blocked = 0, 0.0
         self._error: BaseException | None = None
         self._delivered = self._closed = False
@@ -133,6 +140,12 @@ class OverlappedIO:
     def dropped(self) -> int:
         """Writes not written, or only in part, because an earlier write failed."""
         return self._counts["skipped"]
+
+    @property
+    def host_bytes(self) -> int:
+        """The most bytes of host buffers held at once (pinned for copies from CUDA):
+        at most ``max_pending + 1`` steps' worth while steps are alike."""
+        return self._pool.peak_bytes
 
     @property
     def blocked_s(self) -> float:
@@ -170,7 +183,11 @@ class OverlappedIO:
         Parameters
         ----------
         x : torch.Tensor | list[torch.Tensor]
-            Tensor(s) to write, on any device; the caller may reuse them at once
+            Tensor(s) to write, on any device. CPU ones are copied before this
+            returns; CUDA ones may be dropped at once (their memory is not handed
+            out again before the copy ends), but not changed in place before
+            ``flush()``: the copy runs on a side stream, unordered with the
+            caller's later work (upstream's models make a new tensor each step)
         coords : CoordSystem
             Their coordinates (copied)
         array_name : str | list[str]
@@ -205,11 +222,8 @@ class OverlappedIO:
                 self._retire(len(self._steps) - self.max_pending)
                 self._blocked += time.perf_counter() - start
             self._check()  # a write may have failed meanwhile
-            host = [self._to_host(t) for t in tensors]
-            ready = []  # recorded after the copies: the writer waits for them
-            for device in {t.device for t in tensors if t.device.type == "cuda"}:
-                ready.append(torch.cuda.Event())
-                ready[-1].record(torch.cuda.current_stream(device))
+            staged = self._pool.stage(tensors)
+            host = staged.host
             copied = OrderedDict((k, np.array(v, copy=True)) for k, v in coords.items())
             writer = self._writer or self._start()
             self._step += 1
@@ -219,9 +233,10 @@ class OverlappedIO:
                     host[0] if isinstance(x, torch.Tensor) else host,
                     copied,
                     array_name if isinstance(array_name, str) else names,
-                    ready,
+                    staged.ready,  # the writer waits for them before reading
                 )
             )
+            self._buffers.append(staged.buffers)
 
     def flush(self) -> None:
         """Wait until every queued write is stored; the threads stop until the next.
@@ -233,6 +248,7 @@ class OverlappedIO:
         """
         with self._lock:
             self._retire(len(self._steps))
+            self._pool.clear()
             writer, self._writer = self._writer, None
             if writer is not None:
                 assert self._finalizer is not None
@@ -297,6 +313,8 @@ class OverlappedIO:
         for _ in range(n):
             futures = self._steps.popleft()
             wait(futures)
+            # Stored (or skipped): the writer has done with the step's host memory.
+            self._pool.give(self._buffers.popleft())
             errors = [f.exception() for f in futures if f.exception() is not None]
             for error in errors:
                 if self._error is None:
@@ -314,14 +332,6 @@ class OverlappedIO:
                 self._counts["written"] += 1
             else:
                 self._counts["skipped"] += 1
-
-    def _to_host(self, t: torch.Tensor) -> torch.Tensor:
-        t = t.detach()
-        if t.device.type == "cpu":
-            # The caller may change its tensor in place after write() returns.
-            return t.clone(memory_format=torch.contiguous_format)
-        out = torch.empty(t.shape, dtype=t.dtype, pin_memory=self.pin_memory)
-        return out.copy_(t, non_blocking=self.pin_memory)
 
     def _raise_once(self) -> None:
         if self._error is not None and not self._delivered:

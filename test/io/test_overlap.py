@@ -30,6 +30,7 @@ from io_helpers import (
     run_child,
     step_tensors,
     threads_left,
+    zarr_writes,
 )
 
 from earth2studio_compile import run
@@ -489,3 +490,118 @@ def test_an_unclosed_zarr_writer_loses_nothing_at_exit(workers, tmp_path):
     for name in ["a", "b", "c", "d"]:
         assert group[name][:, 0].tolist() == [1.0 + i for i in range(8)], done.stderr
     assert "was not closed before exit" in done.stderr
+
+
+class _Keeper:
+    """Keeps a copy of every tensor it is handed, by name."""
+
+    def __init__(self):
+        self.stored: dict[str, list[torch.Tensor]] = {}
+
+    def add_array(self, coords, array_name, **kwargs):
+        pass
+
+    def write(self, x, coords, array_name):
+        for t, name in zip(x, array_name):
+            self.stored.setdefault(name, []).append(t.clone())
+
+
+@pytest.mark.parametrize("max_pending", [1, 2])
+def test_a_write_of_views_is_one_copy_into_buffers_reused_across_steps(max_pending):
+    """What split_coords hands write(): 26 views of one tensor, one copy per step;
+    over 10 steps no more buffers than steps in flight."""
+    backend, names = _Keeper(), [f"v{i}" for i in range(26)]
+    torch.manual_seed(0)
+    x = torch.zeros(2, 1, 1, 26, 9, 12)
+    step_bytes = x.numel() * x.element_size()
+    with OverlappedIO(backend, max_pending=max_pending) as io:
+        for step in range(10):
+            x.normal_()  # in place: the writer must hold a copy
+            io.write([x[:, :, :, i] for i in range(26)], {}, names)
+            assert io._pool.copies == step + 1
+        assert io._pool.allocated <= max_pending + 1 + io._pool.kept
+        assert 0 < io.host_bytes <= (max_pending + 1) * step_bytes
+    assert io._pool.held_bytes == 0  # let go at close
+    torch.manual_seed(0)  # the same draws again
+    x = torch.zeros(2, 1, 1, 26, 9, 12)
+    for step in range(10):
+        x.normal_()
+        for i, name in enumerate(names):
+            assert torch.equal(backend.stored[name][step], x[:, :, :, i])
+
+
+def test_an_in_memory_zarr_store_keeps_every_step_whole():
+    """A memory store keeps views of what it stores: those buffers are never
+    reused, or an earlier step would change under the store."""
+    from earth2studio.io import ZarrBackend
+
+    names, nsteps = ["a", "b", "c"], 6
+    io = OverlappedIO(ZarrBackend(), max_pending=1)
+    io.add_array(OrderedDict(lead_time=np.arange(nsteps), x=np.arange(4)), names)
+    x = torch.zeros(1, 3, 4)
+    for i in range(nsteps):
+        x.fill_(float(i))
+        io.write(list(x.unbind(1)), OrderedDict(lead_time=np.array([i])), names)
+    io.close()
+    for name in names:
+        np.testing.assert_array_equal(io.io.root[name][:, 0], np.arange(nsteps))
+    assert io._pool.kept > 0  # the store held them
+
+
+@pytest.mark.parametrize("workers", [1, 4])
+def test_buffers_are_reused_with_a_zarr_store_on_disk(workers, tmp_path):
+    names, nsteps = [f"v{i}" for i in range(6)], 10
+    io, backend = zarr_writes(names, nsteps, tmp_path / "out.zarr", workers=workers)
+    x = torch.zeros(1, 6, 4)
+    for i in range(nsteps):
+        x.fill_(float(i))
+        io.write(list(x.unbind(1)), OrderedDict(lead_time=np.array([i])), names)
+    io.close()
+    for name in names:
+        np.testing.assert_array_equal(backend.root[name][:, 0], np.arange(nsteps))
+    # A buffer is let go, not reused, where a writer's thread still held it when
+    # checked (seldom: it lets go as its job ends); nothing else adds buffers.
+    assert io._pool.copies == nsteps and io._pool.kept <= 2
+    assert io._pool.allocated <= io.max_pending + 1 + io._pool.kept
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("max_pending", [1, 2])
+def test_a_cuda_rollout_of_views_is_stored_bitwise_with_bounded_buffers(
+    max_pending, tmp_path
+):
+    from earth2studio.io import ZarrBackend
+    from earth2studio.utils.coords import split_coords
+
+    nsteps, nvar = 12, 26
+    names = [f"v{i}" for i in range(nvar)]
+    grid = OrderedDict(lat=np.arange(181), lon=np.arange(360))
+
+    def rollout(io) -> None:
+        torch.manual_seed(0)
+        io.add_array(
+            OrderedDict(batch=np.arange(2), lead_time=np.arange(nsteps), **grid), names
+        )
+        x = torch.randn(2, 1, nvar, 181, 360, device="cuda")
+        for step in range(nsteps):
+            torch.cuda._sleep(5_000_000)  # a slow step: the copy must wait for it
+            x = x * 1.01 + torch.randn_like(x)  # a new tensor; the old one is freed
+            coords = OrderedDict(
+                batch=np.arange(2),
+                lead_time=np.array([step]),
+                variable=np.array(names),
+                **grid,
+            )
+            io.write(*split_coords(x, coords))
+
+    sync = ZarrBackend(str(tmp_path / "sync.zarr"))
+    rollout(sync)
+    backend = ZarrBackend(str(tmp_path / "overlapped.zarr"))
+    with OverlappedIO(backend, max_pending=max_pending) as io:
+        rollout(io)
+        step_bytes = 2 * nvar * 181 * 360 * 4
+        assert io._pool.copies == nsteps and io._pool.kept <= 2
+        assert io._pool.allocated <= max_pending + 1 + io._pool.kept
+        assert io.host_bytes <= (max_pending + 1) * step_bytes
+    for name in names:
+        np.testing.assert_array_equal(backend.root[name][:], sync.root[name][:])

@@ -1,0 +1,355 @@
+"""Host copies of one step's tensors for :class:`~earth2studio_compile.io.OverlappedIO`.
+
+Upstream's workflows write ``io.write(*split_coords(x, coords))``: the tensors of one
+write are views (``x[..., i, ...]``) of one device tensor. :func:`plan_copies`, a pure
+function, groups such views into a :class:`Block`, the smallest span of their storage
+that covers them, copied once; the writer gets host views with the same strides and
+offsets into the copy, so what is stored is bitwise what the tensors hold. A span
+more than twice the bytes of its views (views picked far apart) is not copied whole:
+each of those tensors gets a block of its own, a contiguous copy where its own span is
+that sparse, as before.
+
+:class:`HostPool` holds the host buffers, reused across steps. A step takes its
+buffers in :meth:`HostPool.stage` and gives them back in :meth:`HostPool.give` once
+it is stored; a buffer is reused only when, at the next step, nothing else holds its
+memory (an in-memory Zarr store keeps views of what it stores: such a buffer is left
+to it).
+With steps alike, buffers exist for at most the steps in flight, which
+``OverlappedIO`` bounds by ``max_pending + 1``; a step that needs none of the free
+buffers' sizes drops them. Copies from CUDA go into pinned buffers on a side stream,
+one per device: it waits for the caller's current stream, so the copy sees the
+finished tensor; the source is marked used by that stream (``record_stream``), so the
+caching allocator does not hand its memory out again before the copy ends, while
+the caller drops it at once (changing it in place before the copy ends would race:
+nothing orders the caller's later work after the copy). Keeping a reference instead
+would hold a whole step of device memory (the model's state) until the step is
+stored, up to ``max_pending + 1`` of them; ``record_stream`` holds it only until the
+copy ends. The writer waits for
+the event recorded on the side stream after the copies before reading host memory.
+Copies from the CPU are synchronous, into plain buffers: the caller may change its
+tensors once ``write`` returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from loguru import logger
+
+from earth2studio_compile import _torch
+
+__all__ = ["Block", "HostPool", "Staged", "plan_copies"]
+
+# A shared span is copied whole only when it is at most this many times the bytes of
+# the views it covers: the rest of it would be host memory and bandwidth for nothing.
+MAX_SPAN = 2.0
+
+_MB = 1e6
+
+
+@dataclass(frozen=True)
+class Block:
+    """One copy: ``source`` into a one-dimensional buffer of its size, and where each
+    of the step's tensors lies in that buffer.
+
+    Attributes
+    ----------
+    source : torch.Tensor
+        What is copied: a one-dimensional span of a storage, or one tensor whole
+        (copied contiguous)
+    members : tuple[tuple[int, tuple[int, ...], tuple[int, ...], int], ...]
+        Per tensor: its index in the step, shape, strides and offset in the buffer
+    """
+
+    source: torch.Tensor
+    members: tuple[tuple[int, tuple[int, ...], tuple[int, ...], int], ...]
+
+    @property
+    def numel(self) -> int:
+        """Elements copied."""
+        return self.source.numel()
+
+    def views(self, buffer: torch.Tensor) -> list[tuple[int, torch.Tensor]]:
+        """The block's tensors as views of ``buffer``, a copy of :attr:`source`.
+
+        Parameters
+        ----------
+        buffer : torch.Tensor
+            A one-dimensional tensor of :attr:`numel` elements holding the copy
+
+        Returns
+        -------
+        list[tuple[int, torch.Tensor]]
+            Each tensor's index in the step and its view
+        """
+        base = buffer.storage_offset()
+        return [
+            (i, buffer.as_strided(shape, stride, base + offset))
+            for i, shape, stride, offset in self.members
+        ]
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """The elements of ``t``'s storage that ``t`` reaches: ``[start, end)``."""
+    start = int(t.storage_offset())
+    return start, start + 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+
+
+def _groupable(t: torch.Tensor) -> bool:
+    return (
+        t.layout == torch.strided
+        and t.numel() > 0
+        and not t.is_conj()
+        and not t.is_neg()
+    )
+
+
+def _contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def _alone(i: int, t: torch.Tensor) -> Block:
+    """A tensor copied by itself: its span where that is dense enough, else the
+    tensor contiguous."""
+    if _groupable(t):
+        start, end = _span(t)
+        if end - start <= MAX_SPAN * t.numel():
+            return _spanned(t, start, end, [(i, t)])
+    shape = tuple(t.shape)
+    return Block(t, ((i, shape, _contiguous_strides(shape), 0),))
+
+
+def _spanned(
+    t: torch.Tensor, start: int, end: int, members: list[tuple[int, torch.Tensor]]
+) -> Block:
+    source = t.as_strided((end - start,), (1,), start)
+    return Block(
+        source,
+        tuple(
+            (i, tuple(m.shape), tuple(m.stride()), int(m.storage_offset()) - start)
+            for i, m in members
+        ),
+    )
+
+
+def plan_copies(tensors: Sequence[torch.Tensor]) -> list[Block]:
+    """The copies that bring one step's tensors to the host (see the module's
+    docstring). Pure: nothing is copied or allocated.
+
+    Parameters
+    ----------
+    tensors : Sequence[torch.Tensor]
+        The step's tensors, on any devices (detached)
+
+    Returns
+    -------
+    list[Block]
+        One block per shared storage (views of it) or per tensor; every tensor is in
+        exactly one, in the order of their first tensor
+    """
+    groups: dict[tuple, list[tuple[int, torch.Tensor]]] = {}
+    alone: list[Block] = []
+    for i, t in enumerate(tensors):
+        if not _groupable(t):
+            alone.append(_alone(i, t))
+            continue
+        storage = t.untyped_storage()
+        if _span(t)[1] * t.element_size() > storage.nbytes():
+            alone.append(_alone(i, t))  # not inside its storage: never seen, but safe
+            continue
+        groups.setdefault((t.device, t.dtype, storage.data_ptr()), []).append((i, t))
+    blocks = alone
+    for members in groups.values():
+        spans = [_span(t) for _, t in members]
+        start, end = min(s for s, _ in spans), max(e for _, e in spans)
+        if end - start <= MAX_SPAN * sum(t.numel() for _, t in members):
+            blocks.append(_spanned(members[0][1], start, end, members))
+        else:
+            blocks += [_alone(i, t) for i, t in members]
+    return sorted(blocks, key=lambda b: b.members[0][0])
+
+
+@dataclass
+class Staged:
+    """One step's host copies, as :meth:`HostPool.stage` made them.
+
+    Attributes
+    ----------
+    host : list[torch.Tensor]
+        The step's tensors on the host, in order: views of :attr:`buffers`
+    buffers : list[torch.Tensor]
+        The pool's buffers the step holds; give them back once it is stored
+    ready : list[torch.cuda.Event]
+        Recorded after the copies from CUDA, one per device: wait before reading
+    """
+
+    host: list[torch.Tensor]
+    buffers: list[torch.Tensor] = field(default_factory=list)
+    ready: list[torch.cuda.Event] = field(default_factory=list)
+
+
+_Key = tuple[torch.dtype, int, bool]  # dtype, elements, pinned
+
+
+class HostPool:
+    """Host buffers reused across steps, and the side streams that fill them.
+
+    Parameters
+    ----------
+    pin_memory : bool
+        Copy CUDA tensors into pinned buffers, asynchronously (else synchronously
+        into plain ones); copies from the CPU never pin
+    """
+
+    def __init__(self, pin_memory: bool) -> None:
+        self.pin_memory = pin_memory
+        self._free: dict[_Key, list[torch.Tensor]] = {}
+        self._returned: list[torch.Tensor] = []  # given back, not yet checked
+        self._streams: dict[torch.device, torch.cuda.Stream] = {}
+        self._reuse = _torch.missing("storage_holders") is None
+        self.copies = 0  # blocks copied
+        self.allocated = 0  # buffers allocated
+        # Given back but held by something else when checked: let go, not reused.
+        self.kept = 0
+        self.held_bytes = 0  # buffers alive that the pool made and has not let go
+        self.peak_bytes = 0
+
+    def stage(self, tensors: Sequence[torch.Tensor]) -> Staged:
+        """Copy one step's tensors to the host: one copy per :class:`Block`.
+
+        Parameters
+        ----------
+        tensors : Sequence[torch.Tensor]
+            The step's tensors, on any devices; the caller may change or drop them
+            once this returns
+
+        Returns
+        -------
+        Staged
+            Host views of the copies, the buffers they live in, and the events to
+            wait for before reading them
+        """
+        blocks = plan_copies([t.detach() for t in tensors])
+        keys = [
+            (b.source.dtype, b.numel, self.pin_memory and b.source.is_cuda)
+            for b in blocks
+        ]
+        buffers = self._take(keys)
+        host: list[torch.Tensor | None] = [None] * len(tensors)
+        cuda: dict[torch.device, list[tuple[Block, torch.Tensor]]] = {}
+        for block, buffer in zip(blocks, buffers):
+            if block.source.is_cuda:
+                cuda.setdefault(block.source.device, []).append((block, buffer))
+            else:
+                buffer.view(block.source.shape).copy_(block.source)
+            for i, view in block.views(buffer):
+                host[i] = view
+        ready = [self._copy_from(device, pairs) for device, pairs in cuda.items()]
+        self.copies += len(blocks)
+        assert all(h is not None for h in host)
+        return Staged([h for h in host if h is not None], buffers, ready)
+
+    def give(self, buffers: Sequence[torch.Tensor]) -> None:
+        """Take back a stored step's buffers, for reuse where nothing else holds them.
+
+        Parameters
+        ----------
+        buffers : Sequence[torch.Tensor]
+            What :meth:`stage` handed out for the step (:attr:`Staged.buffers`)
+        """
+        # Checked at the next step: a writer's thread may still be letting go of
+        # its last reference to the step as it finishes.
+        self._returned += buffers
+
+    def _sort_returned(self) -> None:
+        """Returned buffers nothing else holds become free; the others are let go."""
+        for buffer in self._returned:
+            if self._reuse and not _torch.storage_shared(buffer):
+                self._free.setdefault(self._key(buffer), []).append(buffer)
+                continue
+            self._let_go(buffer)
+            self.kept += 1
+            if self.kept == 1 and self._reuse:
+                logger.debug(
+                    "OverlappedIO: a stored step's host buffer is held elsewhere (a "
+                    "store that keeps views of what it stores, such as Zarr's memory "
+                    "store, or a thread still letting go of it): not reused."
+                )
+        self._returned = []
+
+    def clear(self) -> None:
+        """Let every free buffer go (the pool stays usable)."""
+        free = [b for bs in self._free.values() for b in bs] + self._returned
+        self._free.clear()
+        self._returned = []
+        for buffer in free:
+            self._let_go(buffer)
+        if self.allocated:
+            logger.debug(
+                f"OverlappedIO: host buffers freed; {self.allocated} allocated, "
+                f"{self.copies} copies, peak {self.peak_bytes / _MB:.1f} MB held."
+            )
+
+    def _take(self, keys: Sequence[_Key]) -> list[torch.Tensor]:
+        self._sort_returned()
+        # Free buffers of sizes this step does not need would stay unused while new
+        # ones are made: let them go, so that what is held stays within the steps
+        # in flight.
+        for key in set(self._free) - set(keys):
+            for buffer in self._free.pop(key):
+                self._let_go(buffer)
+        out = []
+        for key in keys:
+            free = self._free.get(key)
+            out.append(free.pop() if free else self._allocate(key))
+        return out
+
+    def _allocate(self, key: _Key) -> torch.Tensor:
+        dtype, numel, pinned = key
+        buffer = torch.empty(numel, dtype=dtype, pin_memory=pinned)
+        self.allocated += 1
+        self.held_bytes += _nbytes(buffer)
+        self.peak_bytes = max(self.peak_bytes, self.held_bytes)
+        logger.debug(
+            f"OverlappedIO: {'pinned ' * pinned}host buffer of "
+            f"{_nbytes(buffer) / _MB:.1f} MB allocated ({self.allocated} so far, "
+            f"{self.held_bytes / _MB:.1f} MB held, peak {self.peak_bytes / _MB:.1f})."
+        )
+        return buffer
+
+    def _key(self, buffer: torch.Tensor) -> _Key:
+        # is_pinned() asks CUDA: only where pinning is asked for.
+        pinned = self.pin_memory and buffer.is_pinned()
+        return buffer.dtype, buffer.numel(), pinned
+
+    def _let_go(self, buffer: torch.Tensor) -> None:
+        self.held_bytes -= _nbytes(buffer)
+
+    def _copy_from(
+        self, device: torch.device, pairs: list[tuple[Block, torch.Tensor]]
+    ) -> torch.cuda.Event:
+        """Copy blocks from one CUDA device on its side stream; the event to wait
+        for."""
+        side = self._streams.get(device)
+        if side is None:
+            side = self._streams[device] = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))  # the finished tensors
+        with torch.cuda.stream(side):
+            for block, buffer in pairs:
+                buffer.view(block.source.shape).copy_(
+                    block.source, non_blocking=self._key(buffer)[2]
+                )
+                block.source.record_stream(side)
+            ready = torch.cuda.Event()
+            ready.record(side)
+        return ready
+
+
+def _nbytes(buffer: torch.Tensor) -> int:
+    return buffer.numel() * buffer.element_size()

@@ -1,0 +1,194 @@
+"""Host copies (earth2studio_compile.io.host): views of one storage copied once, the
+host views bitwise the tensors, buffers reused across steps and bounded, a buffer
+something else still holds never reused.
+
+CPU tensors stand in for the device: the plan and the pool are the same for both;
+only the copy's stream differs (test_overlap.py runs it on a GPU).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import pytest
+import torch
+
+from earth2studio_compile.io.host import MAX_SPAN, HostPool, plan_copies
+
+NVAR = 26
+
+
+def _state(batch: int = 2) -> torch.Tensor:
+    # (batch, time, lead_time, variable, lat, lon), as Earth2Studio's workflows hold it
+    return torch.randn(batch, 1, 1, NVAR, 5, 7)
+
+
+def _split(x: torch.Tensor) -> list[torch.Tensor]:
+    """What ``split_coords`` hands ``write``: a view per variable."""
+    return [x.select(3, i) for i in range(x.shape[3])]
+
+
+def _same(host: list[torch.Tensor], tensors: list[torch.Tensor]) -> None:
+    assert len(host) == len(tensors)
+    for h, t in zip(host, tensors):
+        assert h.shape == t.shape and h.dtype == t.dtype and h.device.type == "cpu"
+        # Bitwise, NaN payloads included.
+        assert torch.equal(h.view(torch.int32), t.view(torch.int32))
+
+
+def _stage_and_give(pool: HostPool, tensors: list[torch.Tensor]) -> None:
+    staged = pool.stage(tensors)
+    _same(staged.host, tensors)
+    buffers = staged.buffers
+    del staged  # the writer drops its host views once stored
+    pool.give(buffers)
+
+
+def test_views_of_one_tensor_are_one_copy_of_the_block_that_covers_them():
+    x = _state()
+    views = _split(x)
+    blocks = plan_copies(views)
+    assert len(blocks) == 1 and blocks[0].numel == x.numel()
+    pool = HostPool(pin_memory=False)
+    staged = pool.stage(views)
+    assert pool.copies == 1 and len(staged.buffers) == 1 and staged.ready == []
+    _same(staged.host, views)
+    for h, t in zip(staged.host, views):
+        assert h.stride() == t.stride()  # views of the copy, as of the tensor
+
+
+def test_a_block_covers_only_the_span_it_needs():
+    x = _state(batch=1)
+    views = _split(x[:, :, :, 3:9])  # offset into the storage, a run of variables
+    (block,) = plan_copies(views)
+    assert block.numel < x.numel()
+    pool = HostPool(pin_memory=False)
+    _same(pool.stage(views).host, views)
+
+
+def test_views_far_apart_are_copied_one_by_one():
+    x = _state()
+    views = [x.select(3, 0), x.select(3, NVAR - 1)]  # a span ~13x their bytes
+    blocks = plan_copies(views)
+    assert len(blocks) == 2
+    assert all(b.numel == v.numel() for b, v in zip(blocks, views))  # contiguous
+    _same(HostPool(pin_memory=False).stage(views).host, views)
+
+
+def test_separate_tensors_odd_layouts_and_empty_ones_are_each_their_own_copy():
+    x = _state(batch=1)
+    tensors = [
+        torch.randn(3, 4),
+        x.select(3, 2),
+        torch.randn(4, 3).t(),  # transposed: its span is dense, copied as is
+        torch.tensor(2.5).expand(3, 4),  # one element seen 12 times
+        torch.empty(0, 4),
+        torch.arange(6, dtype=torch.float64),
+        x.select(3, 5),
+    ]
+    blocks = plan_copies(tensors)
+    # x's two views (3 variables apart) share a block; the rest are alone.
+    assert len(blocks) == len(tensors) - 1
+    assert sorted(i for b in blocks for i, *_ in b.members) == list(range(7))
+    assert plan_copies([tensors[3]])[0].numel == 1
+    staged = HostPool(pin_memory=False).stage(tensors)
+    for h, t in zip(staged.host, tensors):
+        assert torch.equal(h, t)
+
+
+def test_the_span_limit():
+    x = torch.randn(10, 4)
+    # Columns 0 and 1: a span of 38 elements for 20 (1.9x) is one block...
+    assert len(plan_copies([x[:, 0], x[:, 1]])) == 1
+    # ...column 0 alone spans 37 for 10: copied contiguous.
+    assert plan_copies([x[:, 0]])[0].numel == 10
+    assert MAX_SPAN == 2.0
+
+
+def test_cpu_copies_are_made_before_stage_returns():
+    x = _state()
+    views = _split(x)
+    expected = [v.clone() for v in views]
+    staged = HostPool(pin_memory=False).stage(views)
+    x.fill_(7.0)
+    _same(staged.host, expected)
+
+
+def test_buffers_are_reused_across_steps():
+    pool = HostPool(pin_memory=False)
+    x = _state()
+    for step in range(10):
+        x.normal_()
+        _stage_and_give(pool, _split(x))
+    assert pool.copies == 10 and pool.allocated == 1 and pool.kept == 0
+    assert pool.peak_bytes == x.numel() * x.element_size()
+
+
+@pytest.mark.parametrize("in_flight", [1, 2, 3])
+def test_buffers_alive_never_exceed_the_steps_in_flight(in_flight):
+    """OverlappedIO gives a step back once stored, with at most max_pending + 1 in
+    flight: the pool then holds no more than that many steps."""
+    pool, x = HostPool(pin_memory=False), _state()
+    step_bytes = x.numel() * x.element_size()
+    pending: deque[list[torch.Tensor]] = deque()
+    for step in range(10):
+        if len(pending) == in_flight:
+            pool.give(pending.popleft())
+        x.normal_()
+        staged = pool.stage(_split(x))
+        _same(staged.host, _split(x))
+        pending.append(staged.buffers)
+        del staged
+        assert pool.held_bytes <= in_flight * step_bytes
+    assert pool.allocated == in_flight and pool.peak_bytes == in_flight * step_bytes
+    while pending:
+        pool.give(pending.popleft())
+    pool.clear()
+    assert pool.held_bytes == 0
+
+
+def test_a_buffer_something_still_holds_is_never_reused():
+    """An in-memory Zarr store keeps views of what it stores."""
+    pool, x = HostPool(pin_memory=False), _state()
+    stored = []
+    for step in range(4):
+        x.fill_(float(step))
+        staged = pool.stage(_split(x))
+        stored.append(staged.host[0].numpy())  # what the store keeps
+        buffers = staged.buffers
+        del staged
+        pool.give(buffers)
+    assert [float(a.flat[0]) for a in stored] == [0.0, 1.0, 2.0, 3.0]
+    # Checked at the next step: the last one is still in the pool's hands.
+    assert pool.kept == 3 and pool.allocated == 4
+    pool.clear()
+    assert pool.held_bytes == 0
+
+
+def test_free_buffers_a_step_does_not_need_are_let_go():
+    pool = HostPool(pin_memory=False)
+    _stage_and_give(pool, _split(_state(batch=2)))
+    big = _state(batch=3)
+    _stage_and_give(pool, _split(big))
+    # The first step's buffer went when the second needed another size.
+    assert pool.allocated == 2 and pool.held_bytes == big.numel() * big.element_size()
+    pool.clear()
+    assert pool.held_bytes == 0
+
+
+@pytest.mark.gpu
+def test_cuda_views_are_one_copy_on_a_side_stream_into_reused_pinned_buffers():
+    pool, x = HostPool(pin_memory=True), torch.randn(2, 1, 1, NVAR, 64, 128).cuda()
+    for step in range(5):
+        torch.cuda._sleep(10_000_000)  # the tensor is finished late on the caller's
+        x.add_(1.0)  # stream: the copy must wait for it
+        views = _split(x)
+        expected = [v.cpu() for v in views]
+        staged = pool.stage(views)
+        assert len(staged.ready) == 1 and staged.buffers[0].is_pinned()
+        staged.ready[0].synchronize()
+        _same(staged.host, expected)
+        buffers = staged.buffers
+        del staged, views
+        pool.give(buffers)
+    assert pool.copies == 5 and pool.allocated == 1
