@@ -16,16 +16,13 @@ memory (an in-memory Zarr store keeps views of what it stores: such a buffer is 
 to it).
 With steps alike, buffers exist for at most the steps in flight, which
 ``OverlappedIO`` bounds by ``max_pending + 1``; a step that needs none of the free
-buffers' sizes drops them. Copies from CUDA go into pinned buffers on a side stream,
-one per device: it waits for the caller's current stream, so the copy sees the
-finished tensor; the source is marked used by that stream (``record_stream``), so the
-caching allocator does not hand its memory out again before the copy ends, while
-the caller drops it at once (changing it in place before the copy ends would race:
-nothing orders the caller's later work after the copy). Keeping a reference instead
-would hold a whole step of device memory (the model's state) until the step is
-stored, up to ``max_pending + 1`` of them; ``record_stream`` holds it only until the
-copy ends. The writer waits for
-the event recorded on the side stream after the copies before reading host memory.
+buffers' sizes drops them. Copies from CUDA go into pinned buffers, asynchronously,
+on the caller's current stream: the writer waits for the event recorded after them
+before reading host memory, and the caller's later work on that stream (a model that
+updates its state in place, for one) is ordered after the copy. Not on a side stream:
+that would overlap the copy with the next step only by letting such an update race
+with it, for a few milliseconds of a step whose host work takes a hundred
+(issue 34's breakdown).
 Copies from the CPU are synchronous, into plain buffers: the caller may change its
 tensors once ``write`` returns.
 """
@@ -198,7 +195,7 @@ _Key = tuple[torch.dtype, int, bool]  # dtype, elements, pinned
 
 
 class HostPool:
-    """Host buffers reused across steps, and the side streams that fill them.
+    """Host buffers reused across steps.
 
     Parameters
     ----------
@@ -211,7 +208,6 @@ class HostPool:
         self.pin_memory = pin_memory
         self._free: dict[_Key, list[torch.Tensor]] = {}
         self._returned: list[torch.Tensor] = []  # given back, not yet checked
-        self._streams: dict[torch.device, torch.cuda.Stream] = {}
         self._reuse = _torch.missing("storage_holders") is None
         self.copies = 0  # blocks copied
         self.allocated = 0  # buffers allocated
@@ -334,20 +330,13 @@ class HostPool:
     def _copy_from(
         self, device: torch.device, pairs: list[tuple[Block, torch.Tensor]]
     ) -> torch.cuda.Event:
-        """Copy blocks from one CUDA device on its side stream; the event to wait
-        for."""
-        side = self._streams.get(device)
-        if side is None:
-            side = self._streams[device] = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))  # the finished tensors
-        with torch.cuda.stream(side):
-            for block, buffer in pairs:
-                buffer.view(block.source.shape).copy_(
-                    block.source, non_blocking=self._key(buffer)[2]
-                )
-                block.source.record_stream(side)
-            ready = torch.cuda.Event()
-            ready.record(side)
+        """Queue the copies of one CUDA device's blocks on its current stream; the
+        event to wait for before reading them."""
+        for block, buffer in pairs:
+            pinned = self.pin_memory and buffer.is_pinned()
+            buffer.view(block.source.shape).copy_(block.source, non_blocking=pinned)
+        ready = torch.cuda.Event()
+        ready.record(torch.cuda.current_stream(device))
         return ready
 
 

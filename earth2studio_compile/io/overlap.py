@@ -7,8 +7,8 @@ the caller's order (per array, with parallel writers); host copies exist for at 
 ``max_pending + 1`` steps; the stored result is bitwise the synchronous one.
 
 The copies are :mod:`~earth2studio_compile.io.host`'s: views of one tensor (what
-``split_coords`` hands ``write``) come over in one copy, on a side CUDA stream per
-device, into host buffers reused from step to step (``host_bytes`` says the most held).
+``split_coords`` hands ``write``) come over in one copy, queued on the caller's
+stream, into host buffers reused from step to step (``host_bytes`` says the most held).
 
 A backend error reaches the caller once, as the original exception, at the next
 ``write``, ``add_array``, ``flush`` or ``close`` once every earlier step is stored (the
@@ -74,8 +74,8 @@ class OverlappedIO:
         Steps that may wait before ``write`` blocks, by default 2: host copies exist
         for at most ``max_pending + 1`` steps, with any number of workers
     pin_memory : bool | None, optional
-        Copy CUDA tensors into pinned host memory, asynchronously, on a side stream;
-        by default None, meaning yes whenever CUDA is available
+        Copy CUDA tensors into pinned host memory, asynchronously; by default None,
+        meaning yes whenever CUDA is available
     workers : int | None, optional
         Arrays that store at once, by default None: ``min(8, CPU cores)`` for backends
         that take parallel writes (``ZarrBackend``, ``KVBackend``), 1 for the others
@@ -183,11 +183,9 @@ class OverlappedIO:
         Parameters
         ----------
         x : torch.Tensor | list[torch.Tensor]
-            Tensor(s) to write, on any device. CPU ones are copied before this
-            returns; CUDA ones may be dropped at once (their memory is not handed
-            out again before the copy ends), but not changed in place before
-            ``flush()``: the copy runs on a side stream, unordered with the
-            caller's later work (upstream's models make a new tensor each step)
+            Tensor(s) to write, on any device; the caller may drop or change them
+            once this returns (CPU ones are copied before it returns; the copy of
+            CUDA ones is queued on the caller's stream, before its later work)
         coords : CoordSystem
             Their coordinates (copied)
         array_name : str | list[str]

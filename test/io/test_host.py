@@ -3,7 +3,8 @@ host views bitwise the tensors, buffers reused across steps and bounded, a buffe
 something else still holds never reused.
 
 CPU tensors stand in for the device: the plan and the pool are the same for both;
-only the copy's stream differs (test_overlap.py runs it on a GPU).
+only the copy is asynchronous on a GPU (the GPU-marked tests here and in
+test_overlap.py run it there).
 """
 
 from __future__ import annotations
@@ -177,14 +178,17 @@ def test_free_buffers_a_step_does_not_need_are_let_go():
 
 
 @pytest.mark.gpu
-def test_cuda_views_are_one_copy_on_a_side_stream_into_reused_pinned_buffers():
+def test_cuda_views_are_one_copy_into_reused_pinned_buffers_before_later_work():
     pool, x = HostPool(pin_memory=True), torch.randn(2, 1, 1, NVAR, 64, 128).cuda()
     for step in range(5):
+        expected = [(v + 1.0).cpu() for v in _split(x)]
         torch.cuda._sleep(10_000_000)  # the tensor is finished late on the caller's
         x.add_(1.0)  # stream: the copy must wait for it
         views = _split(x)
-        expected = [v.cpu() for v in views]
         staged = pool.stage(views)
+        # A model updating its state in place once write() returned: ordered after
+        # the copy, never racing with it.
+        x.mul_(-1.0)
         assert len(staged.ready) == 1 and staged.buffers[0].is_pinned()
         staged.ready[0].synchronize()
         _same(staged.host, expected)
