@@ -246,7 +246,7 @@ def floor(spec: dict[str, Any], model: Any, device: Any, tmp: Path) -> dict[str,
     from earth2studio_compile.tools.bench.runs import initial_state
 
     batch = spec["batch_size"] if spec["workflow"] == "ensemble" else 1
-    batches = math.ceil(spec["members"] / batch) if batch > 1 else 1
+    batches = math.ceil(spec["members"] / batch)  # members is 1 unless an ensemble
     x, coords = initial_state(model, device)
     if spec["workflow"] == "ensemble":
         x = x.unsqueeze(0).repeat(batch, *([1] * x.dim()))

@@ -232,7 +232,7 @@ def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
     IO, shared by its cold, warm and second-call children); None is a fresh empty
     one of its own.
     """
-    specs = []
+    specs: list[dict[str, Any]] = []
     for job in args.job_list:
         for precision in args.precision_list:
             base = {**job, "precision": precision, "size": args.size}
