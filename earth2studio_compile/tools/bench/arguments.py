@@ -123,6 +123,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="with --ensemble: also write every variable at the largest batch size",
     )
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        help="with --ensemble: seconds from the start after which no row starts, nor "
+        "one that an earlier row of its kind says cannot finish in the time left "
+        "(marked skipped; the JSON holds every row that finished)",
+    )
     p.add_argument("--json", type=Path, default=None, help="write every figure here")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG figure here")
     p.add_argument("--timeout", type=int, default=900, help="seconds per measurement")
@@ -137,6 +145,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.ensemble:
         return parse_ensemble(p, args)
+    if args.deadline is not None:
+        p.error("--deadline works with --ensemble (and the workflow mode)")
     if args.steps < 11:
         p.error("--steps must be >= 11 (the median of >= 10 steady-state steps)")
     if args.device is None:

@@ -39,9 +39,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-#: Workflows of a job, and the IO backends of a row.
+#: Workflows of a job, and the IO backends of a row (the first three by default).
 WORKFLOWS = ("deterministic", "ensemble")
-IOS = ("zarr-disk", "async-zarr", "overlapped")
+IOS = ("zarr-disk", "async-zarr", "overlapped", "memory-zarr", "overlapped-memory")
+#: The IOs that wrap a backend in our ``OverlappedIO``, and the backend they wrap:
+#: upstream's eager workflow on that backend is what a user runs without us.
+OVERLAPPED = {"overlapped": "zarr-disk", "overlapped-memory": "memory-zarr"}
 #: Precisions of the mode: ``tf32`` and ``fp32`` are PyTorch's global switches for
 #: every row, eager and compiled; ``bf16`` also scopes bf16 autocast to the cores.
 PRECISIONS = ("tf32", "fp32", "bf16")
@@ -64,33 +67,46 @@ def set_precision(precision: str) -> None:
 def make_call_io(spec: dict[str, Any], model: Any, tmp: Path) -> Any:
     """A fresh IO backend of the row on local disk.
 
-    ``zarr-disk`` is ``ZarrBackend`` on a path, ``async-zarr`` upstream's
-    ``AsyncZarrBackend(blocking=False)``, ``overlapped`` ``OverlappedIO`` around a
-    ``ZarrBackend`` on a path with its default writers.
+    ``zarr-disk`` is ``ZarrBackend`` on a path, ``memory-zarr`` ``ZarrBackend`` in
+    memory, ``async-zarr`` upstream's ``AsyncZarrBackend(blocking=False)``,
+    ``overlapped`` ``OverlappedIO`` with its default writers around a ``ZarrBackend``
+    on a path, ``overlapped-memory`` the same around one in memory.
     """
     from earth2studio_compile import OverlappedIO  # where it lives moves; this stays
-    from earth2studio_compile.tools.bench.ensemble import make_ensemble_io
+    from earth2studio_compile.tools.bench.ensemble.upstream import make_ensemble_io
 
     name = spec["io"]
     if name not in IOS:
         raise ValueError(f"io={name!r} is not one of {', '.join(IOS)}")
-    base = "zarr-disk" if name == "overlapped" else name
+    base = OVERLAPPED.get(name, name)
+    base = "zarr" if base == "memory-zarr" else base  # the bench's other modes' name
     if spec["workflow"] == "ensemble":
         io = make_ensemble_io(base, tmp, model, spec["steps"], spec["members"])
     else:
         from earth2studio_compile.tools.bench.e2e import make_io
 
         io = make_io(base, tmp, model, spec["steps"])
-    return OverlappedIO(io) if name == "overlapped" else io
+    return OverlappedIO(io) if name in OVERLAPPED else io
 
 
 def store_bytes(spec: dict[str, Any], model: Any) -> int:
-    """Bytes of the row's store, float32 and uncompressed: every variable of every
-    member at every lead time, the initial state included."""
-    coords = model.input_coords()
+    """Bytes of the row's store, float32 and uncompressed: every variable written
+    (``spec["outputs"]``: ``all``, the default, or ``few``) of every member at every
+    lead time, the initial state included."""
+    from earth2studio_compile.tools.bench.ensemble.upstream import (
+        store_bytes as ensemble_bytes,
+    )
+
     members = spec["members"] if spec["workflow"] == "ensemble" else 1
-    grid = len(coords["variable"]) * len(coords["lat"]) * len(coords["lon"])
-    return 4 * members * (spec["steps"] + 1) * grid
+    return ensemble_bytes(model, members, spec["steps"], spec.get("outputs", "all"))
+
+
+def _variables(spec: dict[str, Any], model: Any) -> int:
+    """Variables the row writes (``spec["outputs"]``)."""
+    from earth2studio_compile.tools.bench.ensemble.upstream import output_coords
+
+    chosen = output_coords(model, spec.get("outputs", "all")).get("variable")
+    return len(model.input_coords()["variable"] if chosen is None else chosen)
 
 
 def _store_bytes_then_remove(io: Any) -> int | None:
@@ -163,6 +179,7 @@ def call(
     import torch
 
     from earth2studio_compile.tools import zoo
+    from earth2studio_compile.tools.bench.ensemble.upstream import output_coords
     from earth2studio_compile.tools.bench.measure import eager_precision
     from earth2studio_compile.tools.bench.runs import TIME, finish
 
@@ -180,6 +197,7 @@ def call(
     io = make_call_io(spec, model, tmp)
     args: list[Any] = [[str(TIME)], spec["steps"]]
     kwargs: dict[str, Any] = {"device": device, "verbose": False}
+    kwargs["output_coords"] = output_coords(model, spec.get("outputs", "all"))
     if spec["workflow"] == "ensemble":
         from earth2studio.perturbation import Gaussian
 
@@ -228,7 +246,7 @@ def floor(spec: dict[str, Any], model: Any, device: Any, tmp: Path) -> dict[str,
     from earth2studio_compile.tools.bench.runs import initial_state
 
     batch = spec["batch_size"] if spec["workflow"] == "ensemble" else 1
-    batches = math.ceil(spec["members"] / batch) if batch > 1 else 1
+    batches = math.ceil(spec["members"] / batch)  # members is 1 unless an ensemble
     x, coords = initial_state(model, device)
     if spec["workflow"] == "ensemble":
         x = x.unsqueeze(0).repeat(batch, *([1] * x.dim()))
@@ -254,9 +272,44 @@ def floor(spec: dict[str, Any], model: Any, device: Any, tmp: Path) -> dict[str,
     total = store_bytes(spec, model)
     out["store_bytes_expected"] = total
     writes = (spec["steps"] + 1) * batches
-    variables = len(model.input_coords()["variable"])
-    values = total // (4 * writes * variables)
     writers = int(spec.get("writers") or FLOOR_WRITERS)
+    out.update(
+        storage_floor(tmp, total, writes, _variables(spec, model), device, writers)
+    )
+    out["floor_s"] = out["compute_floor_s"] + out["io_floor_s"]
+    return out
+
+
+def storage_floor(
+    tmp: Path, total: int, writes: int, variables: int, device: Any, writers: int
+) -> dict[str, Any]:
+    """The storage floor of a store of ``total`` bytes: :func:`write_store` with one
+    writer, then with ``writers``, then an ``os.sync()`` (timed, not in the floor).
+
+    Parameters
+    ----------
+    tmp : Path
+        Where the files go (removed after)
+    total : int
+        The store's bytes, float32
+    writes : int
+        Host copies of a step (lead times x batches); each is written as
+        ``variables`` files
+    variables : int
+        Variables written per step
+    device : Any
+        Where a step lives before its copy
+    writers : int
+        Writer threads of the floor
+
+    Returns
+    -------
+    dict[str, Any]
+        ``io_floor_s`` (``writers`` threads), ``io_floor_writers``,
+        ``io_floor_1writer_s``, ``io_sync_s``
+    """
+    values = total // (4 * writes * variables)
+    out: dict[str, Any] = {}
     seconds: dict[int, float] = {}
     for n in dict.fromkeys((1, writers)):  # one writer first; once if writers is 1
         directory = tmp / f"floor-{n}"
@@ -269,7 +322,6 @@ def floor(spec: dict[str, Any], model: Any, device: Any, tmp: Path) -> dict[str,
         shutil.rmtree(directory)
     out["io_floor_s"], out["io_floor_writers"] = seconds[writers], writers
     out["io_floor_1writer_s"] = seconds[1]
-    out["floor_s"] = out["compute_floor_s"] + out["io_floor_s"]
     return out
 
 

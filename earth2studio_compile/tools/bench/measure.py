@@ -245,10 +245,6 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
 
     from earth2studio_compile.tools import zoo
 
-    if spec["mode"] == "ensemble":
-        from earth2studio_compile.tools.bench.ensemble import measure_ensemble
-
-        return measure_ensemble(spec)
     logger.remove()
     logger.add(sys.stderr, level="WARNING")
     device = torch.device(spec["device"])

@@ -1,7 +1,8 @@
 """The bench's fresh processes: one measurement, one ahead-of-time build.
 
 Every row of the rollout and ensemble modes runs in a process of its own
-(:func:`run_one`, ``python -m`` :data:`MEASURE`) with its own, empty local compile
+(:func:`run_one`, ``python -m`` :data:`MEASURE`, or :data:`MEASURE_ENSEMBLE` for an
+ensemble row) with its own, empty local compile
 caches; ``--aot`` rows build their artifacts first in another (:func:`build_one`).
 """
 
@@ -19,6 +20,8 @@ from typing import Any
 from earth2studio_compile.tools.bench.measure import AUTO, EAGER
 
 MEASURE = "earth2studio_compile.tools.bench.measure"  # run once per fresh process
+#: The child of an ensemble row (``spec["mode"] == "ensemble"``).
+MEASURE_ENSEMBLE = "earth2studio_compile.tools.bench.ensemble.measure"
 
 
 def run_one(spec: dict[str, Any], timeout: int, workdir: Path) -> dict[str, Any]:
@@ -38,9 +41,10 @@ def run_one(spec: dict[str, Any], timeout: int, workdir: Path) -> dict[str, Any]
     }
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = Path(f.name)
+    child = MEASURE_ENSEMBLE if spec.get("mode") == "ensemble" else MEASURE
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", MEASURE, json.dumps(spec), str(out)],
+            [sys.executable, "-m", child, json.dumps(spec), str(out)],
             capture_output=True,
             text=True,
             timeout=timeout,

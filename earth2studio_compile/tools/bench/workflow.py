@@ -15,17 +15,23 @@ and the device is idle, three ways:
     calls 1, 2, 3 in one process, eager and compiled interleaved (the compiled call 1
     finds the cold row's caches where that row ran).
 
-Each fresh compiled row is paired with a fresh eager process of the same job, IO and
-precision (run just before the cold row); each compiled call of ``second`` with the
-eager call before it. Rows per job, precision and IO backend (``zarr-disk``:
-``ZarrBackend`` on a path; ``async-zarr``: ``AsyncZarrBackend``; ``overlapped``:
-``OverlappedIO`` around a ``ZarrBackend`` on a path), then per job and precision the
-floors (:mod:`.calls`): ``N x`` the compiled step, and the store's bytes written with
-``numpy.save`` from ``--writers`` threads (8 by default, as many as
-``AsyncZarrBackend`` uses; one writer is timed too). Every child is a fresh process
-(:mod:`.calls`); the parent rewrites the JSON whenever a child has finished a call,
-so a run cut short keeps what it measured, and ``--deadline`` stops starting rows
-that could not finish in time.
+Each fresh compiled row is paired with a fresh eager process of upstream's workflow
+on the same job, storage and precision (run just before the cold row); each compiled
+call of ``second`` with the eager call before it (:mod:`.workflow_tables`). Rows per
+job, precision and IO backend (``zarr-disk``: ``ZarrBackend`` on a path;
+``memory-zarr``: one in memory; ``async-zarr``: ``AsyncZarrBackend``; ``overlapped``
+and ``overlapped-memory``: ``OverlappedIO`` around the first two, whose compiled rows
+pair with upstream eager on the backend they wrap and, beside it, with eager through
+the same ``OverlappedIO``: how much of the gain is writing, how much compiling),
+then per job and precision the floors (:mod:`.calls`): ``N x`` the compiled step,
+and the store's bytes written with ``numpy.save`` from ``--writers`` threads (8 by
+default, as many as ``AsyncZarrBackend`` uses; one writer is timed too). Jobs:
+``fcn`` (40 steps), ``dlwp-ens`` (16 members x 20 steps, batch 8, 3 variables),
+``fcn-ens`` (8 members x 10 steps, batch 4, all 26 variables); ensembles report
+members x steps per second. Every child is a fresh process (:mod:`.calls`); the
+parent rewrites the JSON whenever a child has finished a call, so a run cut short
+keeps what it measured, and ``--deadline`` stops starting rows that could not finish
+in time (:mod:`.deadline`).
 
 Precision: ``tf32`` (the default) sets PyTorch's global TF32 switches in every row,
 eager and compiled, the one line a user adds, so eager in the same precision is the
@@ -49,10 +55,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from earth2studio_compile.tools.bench.calls import FLOOR_WRITERS, IOS, PRECISIONS
-from earth2studio_compile.tools.bench.text import format_table
+from earth2studio_compile.tools.bench.calls import (
+    FLOOR_WRITERS,
+    IOS,
+    OVERLAPPED,
+    PRECISIONS,
+)
+from earth2studio_compile.tools.bench.deadline import Deadline
+from earth2studio_compile.tools.bench.workflow_tables import (
+    derive,
+    storage_floor,
+    tables,
+)
 
-#: Named jobs: the workflow, the model, steps, members and members per batch.
+__all__ = ["derive", "main", "parse", "plan", "run_child", "storage_floor", "tables"]
+
+#: Named jobs: the workflow, the model, steps, members, members per batch and the
+#: variables written (``few``: three, ``all``: every one).
 JOBS: dict[str, dict[str, Any]] = {
     "fcn": {"workflow": "deterministic", "model": "fcn", "steps": 40},
     "dlwp-ens": {
@@ -61,8 +80,20 @@ JOBS: dict[str, dict[str, Any]] = {
         "steps": 20,
         "members": 16,
         "batch_size": 8,
+        "outputs": "few",
+    },
+    "fcn-ens": {
+        "workflow": "ensemble",
+        "model": "fcn",
+        "steps": 10,
+        "members": 8,
+        "batch_size": 4,
     },
 }
+#: The IOs of a run unless ``--io`` says.
+DEFAULT_IOS = ("zarr-disk", "async-zarr", "overlapped")
+#: What makes two children the same kind, for ``--deadline``'s estimate.
+KIND = ("job", "kind", "run", "way")
 WAYS = ("cold", "warm", "second")
 #: How a child starts: ``python CHILD SPEC_JSON OUT_JSON``.
 CHILD: tuple[str, ...] = ("-m", "earth2studio_compile.tools.bench.calls")
@@ -82,8 +113,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--jobs",
         default="fcn,dlwp-ens",
         help="comma-separated: fcn (deterministic, 40 steps, every variable), "
-        "dlwp-ens (ensemble, 16 members x 20 steps, batch 8), det:MODEL or ens:MODEL "
-        "(default fcn,dlwp-ens)",
+        "dlwp-ens (ensemble, 16 members x 20 steps, batch 8, 3 variables), fcn-ens "
+        "(ensemble, 8 members x 10 steps, batch 4, every variable), det:MODEL or "
+        "ens:MODEL (default fcn,dlwp-ens)",
     )
     p.add_argument("--size", default="full", choices=["full", "medium", "small"])
     p.add_argument("--steps", type=int, default=None, help="override every job's")
@@ -91,8 +123,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=None, help="override ensembles'")
     p.add_argument(
         "--io",
-        default=",".join(IOS),
-        help=f"comma-separated IO backends: {', '.join(IOS)} (default all)",
+        default=",".join(DEFAULT_IOS),
+        help=f"comma-separated IO backends: {', '.join(IOS)}; overlapped and "
+        "overlapped-memory are our OverlappedIO around zarr-disk and memory-zarr, "
+        "each also run eagerly, and upstream eager on the backend they wrap "
+        f"(default {','.join(DEFAULT_IOS)})",
     )
     p.add_argument(
         "--ways",
@@ -117,7 +152,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         default=None,
         help="seconds from the start after which no process starts (its rows are "
-        "marked skipped) and none runs on; the tables still print",
+        "marked skipped) and none runs on; nor does one that an earlier one of its "
+        "kind says cannot finish in the time left; the tables still print",
     )
     p.add_argument(
         "--writers",
@@ -169,10 +205,14 @@ def _job(p: argparse.ArgumentParser, name: str, args: argparse.Namespace) -> dic
     elif kind in kinds and model:
         job = {**JOBS[kinds[kind]], "model": model}
     else:
-        p.error(f"--jobs: unknown {name!r}; use fcn, dlwp-ens, det:MODEL or ens:MODEL")
+        p.error(
+            f"--jobs: unknown {name!r}; use fcn, dlwp-ens, fcn-ens, det:MODEL or "
+            "ens:MODEL"
+        )
     job["job"] = name
     job.setdefault("members", 1)
     job.setdefault("batch_size", 1)
+    job.setdefault("outputs", "all")
     if args.steps:
         job["steps"] = args.steps
     if job["workflow"] == "ensemble":
@@ -184,13 +224,15 @@ def _job(p: argparse.ArgumentParser, name: str, args: argparse.Namespace) -> dic
 def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
     """The children, in order: per job, precision and IO the eager fresh process,
     the cold and warm compiled ones and the second-call one; the floors after the
-    first IO's.
+    first IO's. An ``OverlappedIO`` (``overlapped``, ``overlapped-memory``) has its
+    eager fresh process (eager + OverlappedIO: our IO path alone) after upstream's
+    eager one on the backend it wraps, unless that ran already.
 
     ``cache`` names the caches a child gets (one directory per job, precision and
     IO, shared by its cold, warm and second-call children); None is a fresh empty
     one of its own.
     """
-    specs = []
+    specs: list[dict[str, Any]] = []
     for job in args.job_list:
         for precision in args.precision_list:
             base = {**job, "precision": precision, "size": args.size}
@@ -198,11 +240,14 @@ def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
             for n, io in enumerate(args.io_list):
                 key = f"{job['job']}-{precision}-{io}".replace(":", "_")
                 row = {**base, "io": io, "cache": key}
-                if {"cold", "warm"} & set(args.way_list):
-                    specs.append(
-                        {**row, "kind": "fresh", "run": "eager", "way": "fresh"}
-                    )
-                    specs[-1]["cache"] = None
+                fresh = {"kind": "fresh", "run": "eager", "way": "fresh", "cache": None}
+                for each in dict.fromkeys((OVERLAPPED.get(io, io), io)):
+                    if {"cold", "warm"} & set(args.way_list) and not any(
+                        s["run"] == "eager" and s["io"] == each and s["way"] == "fresh"
+                        for s in specs
+                        if s["job"] == job["job"] and s["precision"] == precision
+                    ):
+                        specs.append({**row, **fresh, "io": each})
                 for way in ("cold", "warm"):
                     if way in args.way_list:
                         specs.append(
@@ -302,127 +347,6 @@ def _rows(
     return rows
 
 
-def derive(rows: list[dict[str, Any]]) -> None:
-    """Pair every compiled row with its eager row, and every row with its floor.
-
-    Adds ``pair`` (the eager row's index), ``eager_wall_s`` and ``vs_eager``
-    (eager seconds over compiled seconds) to compiled rows; ``floor_s`` and
-    ``wall_over_floor`` to every timed row whose job and precision have a floor.
-    """
-    floors = {(r["job"], r["precision"]): r["floor_s"] for r in rows if "floor_s" in r}
-    for r in rows:
-        if "wall_s" not in r:
-            continue
-        f = floors.get((r["job"], r["precision"]))
-        if f:
-            r.update(floor_s=f, wall_over_floor=r["wall_s"] / f)
-        if r["run"] != "compiled":
-            continue
-        same = ("job", "precision", "io")
-        for i, e in enumerate(rows):
-            if (
-                e["run"] == "eager"
-                and "wall_s" in e
-                and all(e.get(k) == r.get(k) for k in same)
-                and (e["way"], e.get("call")) == _eager_way(r)
-            ):
-                r.update(pair=i, eager_wall_s=e["wall_s"])
-                r["vs_eager"] = e["wall_s"] / r["wall_s"]
-
-
-def _eager_way(r: dict[str, Any]) -> tuple[str, int | None]:
-    return ("second", r["call"]) if r["way"] == "second" else ("fresh", None)
-
-
-def _f(v: Any, fmt: str = ".2f") -> str:
-    return "-" if v is None else format(v, fmt)
-
-
-def _s(v: float | None) -> str:
-    """Seconds: two decimals, three significant digits below 1 s (CPU floors)."""
-    return "-" if v is None else format(v, ".2f" if abs(v) >= 1 else ".3g")
-
-
-def tables(rows: list[dict[str, Any]]) -> str:
-    """The whole calls, one line per compiled row and its eager pair (and per row
-    that failed), then the per-step medians and floors."""
-    header = ["job", "prec", "io", "way", "call", "eager s", "compiled s"]
-    header += ["eager/comp", "floor s", "eager/floor", "comp/floor", "status"]
-    header += ["proc s eager/comp", "import s"]
-    lines = []
-    paired = {r["pair"] for r in rows if "pair" in r}
-    for i, r in enumerate(rows):
-        head = [
-            r["job"],
-            r["precision"],
-            r["io"] or "",
-            r["way"],
-            _f(r.get("call"), ""),
-        ]
-        if "error" in r or r.get("skipped"):
-            why = r.get("error") or r["skipped"]
-            lines.append(head + [f"{r['run']}: {why}"[:70]] + [""] * 8)
-            continue
-        if r["run"] == "floor" or (r["run"] == "eager" and i in paired):
-            continue
-        e = rows[r["pair"]] if "pair" in r else (r if r["run"] == "eager" else {})
-        c = r if r["run"] == "compiled" else {}
-        regions = (c.get("report") or {}).get("regions", [])
-        proc = f"{_f(e.get('process_s'), '.1f')}/{_f(c.get('process_s'), '.1f')}"
-        lines.append(
-            head
-            + [_f(e.get("wall_s")), _f(c.get("wall_s")), _f(c.get("vs_eager"))]
-            + [_s(r.get("floor_s")), _f(e.get("wall_over_floor"))]
-            + [_f(c.get("wall_over_floor"))]
-            + [",".join(sorted({x["status"] for x in regions})) or "-"]
-            + [proc if r["way"] != "second" else "-"]
-            + [_f(c.get("import_s") if c else e.get("import_s"), ".1f")]
-        )
-    text = "Whole call, from calling the workflow until the store is written:\n"
-    text += format_table(header, lines)
-    header = ["job", "prec", "eager ms/step", "compiled ms/step", "speedup"]
-    header += ["model steps", "N x step s", "numpy.save s", "1 writer s", "os.sync s"]
-    header += ["GB", "floor s"]
-    lines = []
-    for r in rows:
-        if r["run"] != "floor" or "floor_s" not in r:
-            continue
-        lines.append(
-            [
-                r["job"],
-                r["precision"],
-                _f(r["eager_step_ms"]),
-                _f(r["compiled_step_ms"]),
-            ]
-            + [_f(r["eager_step_ms"] / r["compiled_step_ms"]), str(r["model_steps"])]
-            + [_s(r["compute_floor_s"]), storage_floor(r)]
-            + [_s(r.get("io_floor_1writer_s")), _s(r.get("io_sync_s"))]
-            + [_f(r["store_bytes_expected"] / 1e9, ".3g"), _s(r["floor_s"])]
-        )
-    text += (
-        "\n\nPer step (medians of a rollout, compiled after its compile) and floors:\n"
-    )
-    text += format_table(header, lines)
-    return text + (
-        "\n\nfloor = N x the compiled step + numpy.save s: the same bytes copied to "
-        "the host and written with numpy.save from that many writer threads, one file "
-        "per variable per step (then a device sync; no fsync, as no backend does one: "
-        "os.sync s is what it took after); proc s = the fresh process, start to exit; "
-        "import s = interpreter start until torch, earth2studio and "
-        "earth2studio_compile are imported"
-    )
-
-
-def storage_floor(r: dict[str, Any]) -> str:
-    """A floor row's storage figure named with its writers: ``"0.52 (8 writers)"``.
-
-    Rows written before the floor had parallel writers have no
-    ``io_floor_writers``: their figure is one writer's.
-    """
-    n = r.get("io_floor_writers", 1)
-    return f"{_s(r['io_floor_s'])} ({n} writer{'s' * (n != 1)})"
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``earth2studio-compile-bench workflow``."""
     from earth2studio_compile.tools.bench.env import environment, git_commit
@@ -443,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         "environment": env,
     }
     rows: list[dict[str, Any]] = []
+    deadline = Deadline(args.deadline, KIND)
 
     def save(extra: list[dict[str, Any]] = []) -> None:  # noqa: B006 (read only)
         if args.json:
@@ -450,20 +375,18 @@ def main(argv: list[str] | None = None) -> int:
             derive(both)
             args.json.write_text(json.dumps({"meta": meta, "rows": both}, indent=1))
 
-    began = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         for spec in plan(args):
-            left = args.timeout
-            if args.deadline is not None:
-                left = min(left, args.deadline - (time.perf_counter() - began))
-            if left <= 0:
-                rows.append({**_base(spec, False), "skipped": "skipped: deadline"})
+            why = deadline.skip(spec, rows)
+            if why is not None:
+                rows.append({**_base(spec, False), "skipped": why})
             else:
                 print(
                     f"{spec['job']} {spec['precision']} {spec['io']} {spec['way']}"
                     f" {spec.get('run', '')}".rstrip(),
                     flush=True,
                 )
+                left = deadline.timeout(args.timeout)
                 rows += run_child(spec, Path(tmp), left, progress=save)
             save()
     derive(rows)

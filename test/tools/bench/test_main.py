@@ -343,6 +343,50 @@ def test_ensemble_mode_measures_small_fcn(tmp_path):
     assert rows[2]["report"]["regions"][0]["status"] == "compiled"
     # Same seeded data and perturbation at the same batch size as the reference.
     assert rows[2]["rel_l2_first"] < 1e-5
+    # The compiled row measures its floors in its session: the compiled step, and
+    # the same bytes through the workflow mode's storage floor (8 writers and 1).
+    assert "floors" not in rows[0] and "floors" not in rows[1]
+    f = rows[2]["floors"]
+    assert f["model_steps"] == 4 and f["compute_ms"] > 0  # 2 steps x 2 batches
+    assert f["store_bytes"] == rows[2]["store_bytes_expected"]
+    assert f["io_floor_writers"] == 8 and f["io_floor_1writer_s"] > 0
+    assert f["storage_ms"] == pytest.approx(1e3 * f["io_floor_s"] / 4)
+    assert f["floor_s"] == pytest.approx(4 * f["floor_ms"] / 1e3)
+    assert rows[2]["wall_over_floor"] == pytest.approx(rows[2]["wall_s"] / f["floor_s"])
+    assert not list(tmp_path.glob("**/floor-*"))
+
+
+def test_ensemble_breakdown_sits_beside_the_floors():
+    from earth2studio_compile.tools.bench.ensemble import STEP, tables
+    from earth2studio_compile.tools.bench.ensemble.tables import floors_of
+
+    phases = {f"{p}_ms": 10.0 for p in STEP} | {"setup_s": 0.5}  # 80 ms a step
+    floors = {"compute_ms": 2.0, "storage_ms": 18.0, "floor_ms": 20.0, "floor_s": 0.5}
+    extra = {"steady_member_steps_per_s": 1.0, "first_step_s": 0.1, "wall_s": 2.0}
+    rows = [
+        _row("eager", 8, 1.0, breakdown=phases, **extra),
+        _row("compiled", 8, 2.0, "fp32", breakdown=phases, floors=floors, **extra),
+        _row("compiled", 8, 2.0, "tf32", floors=floors | {"floor_ms": 1.0}, **extra),
+        _row("eager", 4, 1.0, breakdown=phases, **extra),  # no floors at B=4
+    ]
+    assert floors_of(rows[0], rows) is floors  # eager fp32: the fp32 floors
+    assert floors_of(rows[3], rows) is None
+    text = tables(rows).split("Per batched step")[1].split("Throughput")[0]
+    assert "compute floor ms" in text and "wall/floor" in text
+    eager = next(x.split() for x in text.splitlines() if " eager " in x and " 8 " in x)
+    # step ms (every phase but the perturbation), the floors, step/floor, wall/floor
+    assert eager[-5:] == ["80.0", "2.0", "18.0", "4.00", "4.00"]
+    small = next(x.split() for x in text.splitlines() if " 4 " in x)
+    assert small[-5:] == ["80.0", "-", "-", "-", "-"]
+
+
+def test_workflow_store_bytes_count_the_variables_written():
+    from earth2studio_compile.tools.bench import calls
+
+    spec = {"workflow": "ensemble", "members": 8, "steps": 10, "outputs": "few"}
+    assert calls.store_bytes(spec, _small_fcn()) == 4 * 8 * 11 * 3 * 16 * 32
+    spec["outputs"] = "all"
+    assert calls.store_bytes(spec, _small_fcn()) == 4 * 8 * 11 * 26 * 16 * 32
 
 
 def test_render_merges_ensemble_runs(tmp_path, capsys):
@@ -399,7 +443,10 @@ def test_an_aot_row_builds_first_and_says_when_the_artifact_was_not_used(
         (["--ways", "hot"], "--ways: unknown 'hot'"),
         (["--io", "zarr"], "--io: unknown 'zarr'"),
         (["--io", ","], "--io is empty"),
-        (["--jobs", "gfs"], "--jobs: unknown 'gfs'; use fcn, dlwp-ens, det:MODEL"),
+        (
+            ["--jobs", "gfs"],
+            "--jobs: unknown 'gfs'; use fcn, dlwp-ens, fcn-ens, det:MODEL",
+        ),
         (["--precision", "fp16"], "--precision: unknown 'fp16'"),
         (["--steps", "0"], "--steps must be >= 1, not 0"),
         (["--device", "tpu"], "--device must be cuda or cpu"),
@@ -625,3 +672,30 @@ def test_workflow_floor_table_names_the_writers():
     assert "1.25 (8 writers)" in new_line and "5.38" in new_line
     assert "5.38 (1 writer)" in old_line
     assert "from that many writer threads" in text
+
+
+def test_ensemble_rows_stop_before_a_row_that_cannot_finish(monkeypatch, tmp_path):
+    from earth2studio_compile.tools.bench import deadline
+
+    clock = {"t": 0.0}
+    monkeypatch.setattr(deadline.time, "perf_counter", lambda: clock["t"])
+
+    def fake(spec, timeout, workdir):
+        clock["t"] += 30.0
+        row = {**spec, "member_steps_per_s": 1.0, "steady_member_steps_per_s": 1.0}
+        return row | {"first_step_s": 0.1, "wall_s": 1.0}
+
+    monkeypatch.setattr(cli, "_run_one", fake)
+    out = tmp_path / "ens.json"
+    argv = ["--ensemble", "2", "--models", "fcn", "--io", "zarr-disk,async-zarr"]
+    argv += ["--precision", "fp32", "--no-warm", "--device", "cpu"]
+    assert cli.main([*argv, "--deadline", "70", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["ensemble"]
+    assert [(r["io"], r["run"], r.get("skipped", "ran")[:17]) for r in rows] == [
+        ("zarr-disk", "eager", "ran"),
+        ("zarr-disk", "compiled", "ran"),
+        ("async-zarr", "eager", "skipped: deadline"),  # 10 s left, it took 30
+        ("async-zarr", "compiled", "skipped: deadline"),
+    ]
+    assert rows[0]["process_s"] == 30.0
+    assert "a row like it took 30 s" in rows[2]["skipped"]

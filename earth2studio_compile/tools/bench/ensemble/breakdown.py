@@ -1,9 +1,12 @@
-"""Where an ensemble run's time goes: a per-step breakdown of one batch.
+"""Where an ensemble run's time goes: a per-step breakdown of one batch, and floors.
 
 A second, instrumented run of upstream's ``ensemble`` (:func:`breakdown`), one batch
 of the row's size, synchronized around each phase with the end-to-end profile's
 machinery (:mod:`earth2studio_compile.tools.bench.e2e`) plus timers on the core
-networks (:func:`core_timer`) and the perturbation.
+networks (:func:`core_timer`) and the perturbation; beside it, measured in the same
+process, the floors (:func:`floors`): the compiled model step alone, and the store's
+bytes written with ``numpy.save`` from parallel writers as the workflow mode's
+storage floor writes them (:func:`..calls.storage_floor`).
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ from typing import Any
 import torch
 
 from earth2studio_compile.metrics import synchronize
+from earth2studio_compile.tools.bench.calls import FLOOR_WRITERS, storage_floor
 from earth2studio_compile.tools.bench.e2e import _instrumented, _TimedIO
 from earth2studio_compile.tools.bench.ensemble.upstream import (
     NOISE,
     make_ensemble_io,
     run_ensemble,
+    store_bytes,
 )
 
 #: Per-step phases of the breakdown, ms per batched forecast step: the core
@@ -137,4 +142,69 @@ def breakdown(
     out["tail_s"] = marks["end"] - marks["returned"]
     out["wall_s"] = wall
     out["steps"] = steps
+    return out
+
+
+def floors(
+    model: Any,
+    nensemble: int,
+    nsteps: int,
+    batch_size: int,
+    device: torch.device,
+    tmp: Path,
+    outputs: str,
+    writers: int = FLOOR_WRITERS,
+) -> dict[str, Any]:
+    """The floors of a row, per batched step and for the whole run.
+
+    Called inside the row's session, after its run, so the model step timed is the
+    compiled one the run used (nothing compiles again).
+
+    Parameters
+    ----------
+    model : Any
+        Prognostic model, on ``device`` (compiled: inside its session)
+    nensemble, nsteps, batch_size : int
+        Members, forecast steps, members per batch
+    device : torch.device
+        Where the model runs
+    tmp : Path
+        Where the storage floor's files go (removed after)
+    outputs : str
+        ``few`` or ``all``: the variables the row writes
+    writers : int, optional
+        Writer threads of the storage floor, by default :data:`FLOOR_WRITERS`
+
+    Returns
+    -------
+    dict[str, Any]
+        ``compute_ms`` (the median model step of ``batch_size`` members),
+        ``storage_ms`` (the storage floor over the model steps), ``floor_ms``
+        (their sum), ``model_steps`` (steps x batches), ``compute_floor_s``,
+        ``floor_s`` and the storage floor's figures (``io_floor_s``, ...)
+    """
+    import numpy as np
+
+    from earth2studio_compile.tools.bench.ensemble.upstream import output_coords
+    from earth2studio_compile.tools.bench.measure import time_rollout
+    from earth2studio_compile.tools.bench.runs import initial_state
+
+    x, coords = initial_state(model, device)
+    x = x.unsqueeze(0).repeat(batch_size, *([1] * x.dim()))
+    coords = OrderedDict([("ensemble", np.arange(batch_size)), *coords.items()])
+    # Enough steps for medians over whole model calls (DLWP: two steps per call).
+    step = time_rollout(model, x, coords, max(nsteps, 8))
+    batches = -(-nensemble // batch_size)
+    total = store_bytes(model, nensemble, nsteps, outputs)
+    chosen = output_coords(model, outputs).get("variable")
+    variables = len(model.input_coords()["variable"] if chosen is None else chosen)
+    out: dict[str, Any] = {"compute_ms": step.steady_ms, "store_bytes": total}
+    out.update(
+        storage_floor(tmp, total, (nsteps + 1) * batches, variables, device, writers)
+    )
+    out["model_steps"] = nsteps * batches
+    out["storage_ms"] = 1e3 * out["io_floor_s"] / out["model_steps"]
+    out["floor_ms"] = out["compute_ms"] + out["storage_ms"]
+    out["compute_floor_s"] = out["model_steps"] * out["compute_ms"] / 1e3
+    out["floor_s"] = out["compute_floor_s"] + out["io_floor_s"]
     return out

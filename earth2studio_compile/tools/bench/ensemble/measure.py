@@ -1,5 +1,8 @@
 """One row of the ensemble mode, measured in this process (:func:`measure_ensemble`).
 
+Run as ``python -m earth2studio_compile.tools.bench.ensemble.measure SPEC_JSON
+OUT_JSON``, once per row, by the CLI's fresh-process runner.
+
 Throughput from the call of ``ensemble`` until the store is written, the first
 step's seconds (:func:`first_step_timer`), peak GPU memory, relative L2 against the
 eager fp32 reference and the breakdown (:mod:`.breakdown`).
@@ -8,6 +11,7 @@ eager fp32 reference and the breakdown (:mod:`.breakdown`).
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import sys
 import tempfile
@@ -19,7 +23,7 @@ from typing import Any
 import torch
 
 from earth2studio_compile.metrics import rel_l2, synchronize
-from earth2studio_compile.tools.bench.ensemble.breakdown import breakdown
+from earth2studio_compile.tools.bench.ensemble.breakdown import breakdown, floors
 from earth2studio_compile.tools.bench.ensemble.upstream import (
     COMPILED,
     EAGER_TF32,
@@ -76,7 +80,7 @@ def measure_ensemble(spec: dict[str, Any]) -> dict[str, Any]:
         ``compiled``), ``precision`` (compiled rows), ``nensemble``, ``steps``,
         ``batch_size``, ``io``, ``outputs``; optional ``reference`` (a ``.pt`` path),
         ``save_reference``, ``prime`` (compile only: one batch, two steps),
-        ``breakdown`` (default True)
+        ``breakdown`` (default True), ``floors`` (compiled rows, default True)
 
     Returns
     -------
@@ -133,6 +137,14 @@ def measure_ensemble(spec: dict[str, Any]) -> dict[str, Any]:
                     result["breakdown"] = breakdown(
                         model, spec["io"], b, steps, device, tmp, selection
                     )
+                if (
+                    run == COMPILED
+                    and spec.get("floors", True)
+                    and not spec.get("prime")
+                ):  # in the session: the compiled step the run used
+                    result["floors"] = floors(
+                        model, n, steps, b, device, tmp, spec["outputs"]
+                    )
         except torch.OutOfMemoryError as err:
             why = str(err).strip().splitlines()[0][:160]
             return {**result, "oom": True, "error": f"out of memory: {why}"}
@@ -151,6 +163,8 @@ def measure_ensemble(spec: dict[str, Any]) -> dict[str, Any]:
             peak_gpu_bytes_per_member=None if peak is None else peak / b,
             store_bytes=tree_bytes(store_path(io)),
         )
+        if "floors" in result:
+            result["wall_over_floor"] = wall / result["floors"]["floor_s"]
         _compare(result, spec, store_path(io))
     return result
 
@@ -169,3 +183,12 @@ def _compare(result: dict[str, Any], spec: dict[str, Any], path: Path | None) ->
         if shared:
             a = torch.stack([step1[k] for k in shared])
             result["rel_l2_first"] = rel_l2(a, torch.stack([saved[k] for k in shared]))
+
+
+def main() -> None:
+    spec, out = json.loads(sys.argv[1]), Path(sys.argv[2])
+    out.write_text(json.dumps(measure_ensemble(spec)))
+
+
+if __name__ == "__main__":
+    main()

@@ -2,7 +2,8 @@
 
 :func:`plan_rows` turns the CLI's arguments into one spec per row; :func:`run_rows`
 runs them (each through the CLI's fresh-process runner), skipping larger batches of
-a kind that ran out of memory, and prints :func:`.tables.tables`.
+a kind that ran out of memory and, with ``--deadline``, rows that could not finish
+in the time left (:mod:`..deadline`), and prints :func:`.tables.tables`.
 """
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from earth2studio_compile.tools.bench.deadline import Deadline
 from earth2studio_compile.tools.bench.ensemble.tables import (
     ROW_HEADER,
     label,
@@ -76,6 +79,10 @@ def plan_rows(args: Any) -> list[dict[str, Any]]:
     return specs
 
 
+#: What makes two rows the same kind for ``--deadline``'s estimate.
+KIND = ("model", "outputs", "run", "precision", "batch_size", "prime")
+
+
 def _skip_reason(spec: dict[str, Any], rows: list[dict[str, Any]]) -> str | None:
     """A larger batch of a kind that ran out of memory is not tried."""
     for r in rows:
@@ -113,13 +120,15 @@ def run_rows(
 
     specs = plan_rows(args)
     rows: list[dict[str, Any]] = []
+    # A row's time grows with its batch: only the same kind and batch size tells.
+    deadline = Deadline(getattr(args, "deadline", None), KIND)
     with (
         tempfile.TemporaryDirectory() as tmp,
         tqdm(total=len(specs), desc="ensemble") as bar,
     ):
         for spec in specs:
             bar.set_postfix_str(f"{spec['model']} {label(spec)} B={spec['batch_size']}")
-            skipped = _skip_reason(spec, rows)
+            skipped = _skip_reason(spec, rows) or deadline.skip(spec, rows)
             name = "-".join(str(spec[k]) for k in ("model", "io", "outputs"))
             ref = Path(tmp) / f"ref-{name.replace(':', '_')}-b{spec['batch_size']}.pt"
             spec = {
@@ -131,7 +140,10 @@ def run_rows(
             if skipped:
                 result = {**spec, "skipped": skipped}
             else:
-                result = run_one(spec, args.timeout, Path(tmp))
+                start = time.perf_counter()
+                timeout = max(1, int(deadline.timeout(args.timeout)))
+                result = run_one(spec, timeout, Path(tmp))
+                result["process_s"] = time.perf_counter() - start
             for key in ("reference", "save_reference", "workdir"):
                 result.pop(key, None)
             rows.append(result)

@@ -146,25 +146,70 @@ def row_line(r: dict[str, Any]) -> list[str]:
     ]
 
 
-def tables(rows: Sequence[dict[str, Any]]) -> str:
-    """The measurement table, the breakdown, the summary and the largest batches."""
-    text = format_table(ROW_HEADER, [row_line(r) for r in rows])
-    done = measured(rows)
+#: The compiled precision whose floors an eager row is set beside.
+_FLOOR_OF = {EAGER: "fp32", EAGER_TF32: "tf32"}
+
+
+def floors_of(r: dict[str, Any], rows: Sequence[dict[str, Any]]) -> dict | None:
+    """The floors a row is set beside: its own (compiled rows measure them), else
+    those of a compiled row of the same model, outputs and batch size, on the same
+    IO and in the same precision where there is one."""
+    if r.get("floors"):
+        return r["floors"]  # type: ignore[no-any-return]
+    same = [
+        x
+        for x in rows
+        if x.get("floors")
+        and (x["model"], x["outputs"], x["batch_size"])
+        == (r["model"], r["outputs"], r["batch_size"])
+    ]
+    want = (r["io"], _FLOOR_OF.get(r["run"], r.get("precision")))
+    same.sort(key=lambda x: (x["io"], x.get("precision")) != want)
+    return same[0]["floors"] if same else None
+
+
+def step_ms(b: dict[str, float]) -> float:
+    """A breakdown's ms per batched step: its phases but the perturbation (once per
+    batch, in the setup)."""
+    return sum(b[f"{p}_ms"] for p in STEP if p != "perturb")
+
+
+def _breakdown(rows: Sequence[dict[str, Any]]) -> str:
+    """The per-step table: each phase, beside the compute and storage floors."""
     header = ["model", "io", "out", "run", "B", *(f"{p} ms" for p in STEP), "setup s"]
+    header += ["step ms", "compute floor ms", "storage floor ms", "step/floor"]
+    header.append("wall/floor")
     lines = []
-    for r in done:
+    for r in measured(rows):
         b = r.get("breakdown")
-        if b:
-            lines.append(
-                [r["model"], r["io"], r["outputs"], label(r), str(r["batch_size"])]
-                + [f"{b[f'{p}_ms']:.1f}" for p in STEP]
-                + [f"{b['setup_s']:.2f}"]
-            )
-    if lines:
-        text += (
-            "\n\nPer batched step (one batch, synchronized around each phase):\n"
-            + format_table(header, lines)
+        if not b:
+            continue
+        f = floors_of(r, rows) or {}
+        step = step_ms(b)
+        lines.append(
+            [r["model"], r["io"], r["outputs"], label(r), str(r["batch_size"])]
+            + [f"{b[f'{p}_ms']:.1f}" for p in STEP]
+            + [f"{b['setup_s']:.2f}", f"{step:.1f}"]
+            + [_f(f.get("compute_ms"), ".1f"), _f(f.get("storage_ms"), ".1f")]
+            + [_f(step / f["floor_ms"] if f else None, ".2f")]
+            + [_f(r["wall_s"] / f["floor_s"] if f else None, ".2f")]
         )
+    if not lines:
+        return ""
+    return (
+        "\n\nPer batched step (one batch, synchronized around each phase), beside "
+        "the floors measured in the compiled row's process: compute = the compiled "
+        "model step alone; storage = the store's bytes written with numpy.save from "
+        "parallel writers, over the model steps; wall/floor = the whole run over "
+        "model steps x (compute + storage):\n" + format_table(header, lines)
+    )
+
+
+def tables(rows: Sequence[dict[str, Any]]) -> str:
+    """The measurement table, the breakdown beside the floors, the summary and the
+    largest batches."""
+    text = format_table(ROW_HEADER, [row_line(r) for r in rows])
+    text += _breakdown(rows)
     s = summarize(rows)
     header = ["model", "io", "out", "run", "B", "vs eager fp32", "vs eager tf32"]
     header.append("async/zarr")

@@ -1,0 +1,57 @@
+"""A bench run's deadline (tools.bench.deadline), and the modes that keep it."""
+
+from __future__ import annotations
+
+import json
+
+from earth2studio_compile.tools.bench import deadline as deadline_module
+from earth2studio_compile.tools.bench.deadline import Deadline
+
+
+def test_a_row_starts_only_if_a_row_of_its_kind_finished_in_the_time_left(
+    monkeypatch,
+):
+    clock = {"t": 0.0}
+    monkeypatch.setattr(deadline_module.time, "perf_counter", lambda: clock["t"])
+    d = Deadline(100.0, ("run",))
+    done = [{"run": "eager", "process_s": 60.0}, {"run": "compiled"}]
+    assert d.skip({"run": "eager"}, done) is None and d.timeout(500) == 100
+    clock["t"] = 50.0
+    assert d.skip({"run": "eager"}, done).startswith(
+        "skipped: deadline (a row like it took 60 s, 50 left)"
+    )
+    assert d.skip({"run": "compiled"}, done) is None  # nothing to judge it by
+    assert d.timeout(30) == 30 and d.timeout(500) == 50
+    clock["t"] = 100.0
+    assert d.skip({"run": "compiled"}, done) == "skipped: deadline"
+    none = Deadline(None, ("run",))
+    assert none.skip({"run": "eager"}, done) is None and none.timeout(7) == 7
+
+
+def test_workflow_skips_a_child_that_cannot_finish_and_keeps_the_rest(
+    monkeypatch, tmp_path
+):
+    from earth2studio_compile.tools.bench import workflow
+
+    started = []
+
+    def child(spec, caches, timeout, progress=lambda rows: None):
+        started.append((spec["io"], spec["run"]))
+        took = 100.0 if spec["run"] == "eager" else 1.0
+        return [{**spec, "wall_s": 1.0, "process_s": took}]
+
+    monkeypatch.setattr(workflow, "run_child", child)
+    out = tmp_path / "wf.json"
+    argv = ["--jobs", "fcn", "--device", "cpu", "--io", "zarr-disk,async-zarr"]
+    argv += ["--ways", "cold", "--deadline", "50", "--json", str(out)]
+    assert workflow.main(argv) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert started == [
+        ("zarr-disk", "eager"),
+        ("zarr-disk", "compiled"),
+        (None, "floor"),
+        ("async-zarr", "compiled"),  # a cold row took 1 s: it fits
+    ]
+    skipped = [r for r in rows if r.get("skipped")]
+    assert [(r["io"], r["run"]) for r in skipped] == [("async-zarr", "eager")]
+    assert "a row like it took 100 s" in skipped[0]["skipped"]

@@ -1,0 +1,80 @@
+"""The workflow mode's pairs and tables (tools.bench.workflow_tables)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def _rows():
+    job = {"job": "dlwp-ens", "precision": "tf32", "workflow": "ensemble"}
+    job |= {"members": 16, "steps": 20}
+    fresh = job | {"way": "fresh", "kind": "fresh"}
+    return [
+        fresh | {"io": "memory-zarr", "run": "eager", "wall_s": 6.4},
+        fresh | {"io": "overlapped-memory", "run": "eager", "wall_s": 3.2},
+        fresh | {"io": "overlapped-memory", "run": "compiled", "wall_s": 1.6},
+        job
+        | {"io": None, "way": "floor", "run": "floor", "floor_s": 0.8}
+        | {"eager_step_ms": 20.0, "compiled_step_ms": 10.0, "model_steps": 40}
+        | {"compute_floor_s": 0.4, "io_floor_s": 0.4, "store_bytes_expected": 1e9},
+        fresh | {"io": "memory-zarr", "run": "compiled", "wall_s": 4.0},
+        # only the OverlappedIO: its compiled row pairs with the eager on its IO
+        fresh | {"io": "overlapped", "run": "eager", "wall_s": 5.0, "job": "x"},
+        fresh | {"io": "overlapped", "run": "compiled", "wall_s": 2.5, "job": "x"},
+        job
+        | {"way": "second", "call": 1, "io": "overlapped-memory"}
+        | {"run": "eager", "wall_s": 3.0},
+        job
+        | {"way": "second", "call": 1, "io": "overlapped-memory"}
+        | {"run": "compiled", "wall_s": 1.0},
+    ]
+
+
+def test_compiled_rows_pair_with_upstream_and_with_eager_through_overlappedio():
+    from earth2studio_compile.tools.bench.workflow_tables import derive
+
+    rows = _rows()
+    derive(rows)
+    upstream, ours, compiled, _, plain, x_eager, x_comp, s_eager, s_comp = rows
+    # compiled + OverlappedIO: against upstream on the wrapped backend, and against
+    # eager through the same OverlappedIO (the compiling part of the gain)
+    assert (compiled["pair"], compiled["vs_eager"]) == (0, pytest.approx(4.0))
+    assert (compiled["io_pair"], compiled["vs_io_only"]) == (1, pytest.approx(2.0))
+    # eager + OverlappedIO against upstream: the writing part
+    assert (ours["pair"], ours["vs_eager"]) == (0, pytest.approx(2.0))
+    assert "pair" not in upstream and "io_pair" not in ours
+    assert (plain["pair"], plain["vs_eager"]) == (0, pytest.approx(1.6))
+    assert "io_pair" not in plain
+    assert x_comp["pair"] == x_comp["io_pair"] == 5 and "pair" not in x_eager
+    # a second call pairs within its process: no upstream call 1 on memory-zarr
+    assert s_comp["pair"] == s_comp["io_pair"] == 7
+    # members x steps per second of the whole call; floors per job and precision
+    assert upstream["member_steps_per_s"] == pytest.approx(16 * 20 / 6.4)
+    assert compiled["member_steps_per_s"] == pytest.approx(200.0)
+    assert compiled["wall_over_floor"] == pytest.approx(2.0)
+    assert "member_steps_per_s" not in rows[3]
+
+
+def test_whole_call_table_splits_the_gain_into_writing_and_compiling():
+    from earth2studio_compile.tools.bench.workflow_tables import derive, tables
+
+    rows = _rows()
+    derive(rows)
+    whole = tables(rows).split("Per step")[0]
+    assert "eager+OvIO s" in whole and "m·steps/s eager/OvIO/comp" in whole
+    lines = [line.split() for line in whole.splitlines() if "dlwp-ens" in line]
+    # the compiled OverlappedIO row: eager, eager + OverlappedIO, compiled, total,
+    # writing, compiling, members x steps per second of the three
+    ovio = next(x for x in lines if x[2] == "overlapped-memory" and x[3] == "fresh")
+    assert ovio[5:12] == [
+        "6.40",
+        "3.20",
+        "1.60",
+        "4.00",
+        "2.00",
+        "2.00",
+        "50.0/100.0/200.0",
+    ]
+    plain = next(x for x in lines if x[2] == "memory-zarr")
+    assert plain[5:12] == ["6.40", "-", "4.00", "1.60", "-", "-", "50.0/-/80.0"]
+    assert len(lines) == 3  # the eager rows are shown in the compiled rows' lines
