@@ -368,7 +368,6 @@ UNMIRRORED = {
     "artifacts/bundles.py": "test_cache.py, test_cluster.py",
     "artifacts/key.py": "test_cache.py, artifacts/test_aot_key.py",
     "executors/background.py": "artifacts/test_background.py",
-    "executors/base.py": "test_region.py",
     "executors/dynamo.py": "test_region.py, test_resident.py",
     "executors/eager.py": "test_region.py",
     "planning.py": "test_session.py, test_gpu.py",
