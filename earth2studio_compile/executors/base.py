@@ -156,22 +156,13 @@ class Target(RegionTarget):
     def aot_key(
         self, args: tuple[Any, ...], kwargs: Mapping[str, Any]
     ) -> tuple[str, dict[str, Any]]:
-        """:meth:`RegionTarget.aot_key`, computed once for the candidates.
+        """:meth:`~earth2studio_compile.artifacts.key.RegionTarget.aot_key`,
+        computed once for the candidates.
 
         A target lives for one choice of executor, that is one call, in which the
         module cannot change; the artifact's loader and a background build both
         need the key of that call. A later call makes a new target, so a changed
         module never meets a key of its old self.
-
-        Parameters
-        ----------
-        args, kwargs : tuple[Any, ...], Mapping[str, Any]
-            The call's arguments
-
-        Returns
-        -------
-        tuple[str, dict[str, Any]]
-            A 32-character hex key and the JSON-serialisable fields
         """
         leaves, spec = _torch.tree_flatten((tuple(args), dict(kwargs)))
         seen = [
