@@ -1,7 +1,9 @@
 """The benchmark CLI (tools.bench.__main__): argument errors, derived figures, tables.
 
-The measurements themselves run in fresh processes (``test_cache.py`` runs one); these
-tests keep the arithmetic and the error messages honest without timing anything.
+The measurements themselves run in fresh processes (``artifacts/test_bundles.py``
+runs one); these tests keep the arithmetic and the error messages honest without
+timing anything. The ensemble, workflow and end-to-end modes have test files of
+their own.
 """
 
 from __future__ import annotations
