@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 
-__all__ = ["Laps", "rel_l2", "synchronize"]
+__all__ = ["Laps", "rel_l2", "synchronize", "timed"]
+
+T = TypeVar("T")
 
 
 def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -49,6 +52,35 @@ def synchronize(device: torch.device | str) -> None:
     device = torch.device(device)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def timed(
+    device: torch.device,
+    run: Callable[[], T],
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[T, float]:
+    """``run()`` and the seconds it took on ``device`` (synchronised before and
+    after, so queued work is neither left out nor counted twice).
+
+    Parameters
+    ----------
+    device : torch.device
+        Device whose work the time must include
+    run : Callable[[], T]
+        The work
+    clock : Callable[[], float], optional
+        Seconds, by default :func:`time.perf_counter`
+
+    Returns
+    -------
+    tuple[T, float]
+        ``run()``'s output and its seconds
+    """
+    synchronize(device)
+    start = clock()
+    out = run()
+    synchronize(device)
+    return out, clock() - start
 
 
 class Laps:

@@ -20,7 +20,7 @@ import torch
 from loguru import logger
 
 from earth2studio_compile._torch import tree_flatten
-from earth2studio_compile.metrics import synchronize
+from earth2studio_compile.metrics import timed
 from earth2studio_compile.report import RegionReport
 
 __all__ = ["SpeedProbe", "signature"]
@@ -147,11 +147,7 @@ class SpeedProbe:
         Any
             ``run()``'s output
         """
-        synchronize(device)
-        start = self.clock()
-        out = run()
-        synchronize(device)
-        seconds = self.clock() - start
+        out, seconds = timed(device, run, self.clock)
         if call > self._quiet_until:
             self.record(kind, seconds)
         return out

@@ -28,6 +28,7 @@ The region is the only writer of its report: an executor measures each call
 from __future__ import annotations
 
 import enum
+import functools
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,7 +37,7 @@ from typing import Any
 import torch
 from loguru import logger
 
-from earth2studio_compile import _torch, accuracy, precision, resident
+from earth2studio_compile import _torch, accuracy, metrics, precision, resident
 from earth2studio_compile._torch import tree_map
 from earth2studio_compile.executors import (
     RECOMPILE_LIMIT,
@@ -340,23 +341,19 @@ class CompiledRegion:
         r = self.report
         # The second call records the CUDA graph: part of what compiling costs.
         record = r.calls == 2 and self._executor.cudagraphs and r.reused is None
-        if record:
-            synchronize(call.device)
         start = time.perf_counter()
+        run = functools.partial(self._run, call)  # timed one of three ways
         try:
             if timed:
-                return self.probe.time(
-                    "compiled", r.calls, call.device, lambda: self._run(call)
-                )
-            out = self._run(call)
+                return self.probe.time("compiled", r.calls, call.device, run)
+            if not record:
+                return run()
+            out, r.phases["cudagraph_record"] = metrics.timed(call.device, run)
+            return out
         except Declined as declined:
             return self._hand_over(call, str(declined))
         except Exception as err:
             return self._recover(err, call, time.perf_counter() - start)
-        if record:
-            synchronize(call.device)
-            r.phases["cudagraph_record"] = time.perf_counter() - start
-        return out
 
     def _run(self, call: Call, laps: Laps | None = None) -> Any:
         """One call through the executor: what every compiled executor gets.

@@ -12,14 +12,16 @@ The tests mirror the package: ``test/<dir>/test_<m>.py`` tests
 have an ``<m>``: basenames stay unique, there is no ``__init__.py``), and only it
 may use ``<m>``'s private names; test_layout.py checks both. At the top level
 besides the mirrored modules, the tests of the whole package: test_layout.py (its
-shape), test_docs.py (the documents' code and figures), test_messages.py (what a
-user reads across modules), test_gpu.py (the GPU-marked rollouts, one process on
-a GPU machine) and test_cluster.py (several processes sharing one cache).
+shape), test_numpydoc.py (its docstrings), test_docs.py (the documents' code and
+figures), test_messages.py (what a user reads across modules), test_gpu.py (the
+GPU-marked rollouts, one process on a GPU machine) and test_cluster.py (several
+processes sharing one cache).
 
 Helpers are imported by name (``pythonpath = ["test"]``): this file, tiny_cores,
-io_helpers, aot_helpers. Fixtures shared by several files live here, not in a
-``conftest.py`` of a subfolder: pytest imports every such file as the module
-``conftest``, and ``from conftest import ...`` would then find the wrong one.
+io_helpers, aot_helpers, cache_helpers (their fixtures are imported here). Fixtures
+shared by several files live here, not in a ``conftest.py`` of a subfolder: pytest
+imports every such file as the module ``conftest``, and ``from conftest import ...``
+would then find the wrong one.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ import torch  # noqa: E402
 # The ahead-of-time fixtures, built once for the files under artifacts/, executors/,
 # tools/ and test_aot.py.
 from aot_helpers import built, planted  # noqa: E402, F401
+from cache_helpers import bundles  # noqa: E402, F401
 from loguru import logger  # noqa: E402
 
 TIME = ["2024-01-01T00:00"]

@@ -224,3 +224,28 @@ def test_an_interrupted_workflow_says_after_which_step():
     (region,) = report.regions
     assert region.calls == 4
     assert "interrupted after step 4 (KeyboardInterrupt)" in report.summary()
+
+
+def _report(first: float, eager_ms: float, compiled_ms: float, calls: int):
+    r = RegionReport("M", "core", status="compiled", calls=calls)
+    r.phases.update(dynamo=first / 2, backend=first / 4, first_run=first / 4)
+    r.eager_ms, r.compiled_ms = eager_ms, compiled_ms
+    return r
+
+
+def test_break_even_counts_the_calls_that_pay_for_the_compile():
+    r = _report(first=1.0, eager_ms=10.0, compiled_ms=5.0, calls=8)
+    # n calls cost 1.0 s + (n - 1) x 5 ms compiled against n x 10 ms eager.
+    n = r.break_even_calls
+    assert n is not None
+    assert 1.0 + (n - 1) * 0.005 <= n * 0.010 + 1e-9
+    assert 1.0 + (n - 2) * 0.005 > (n - 1) * 0.010
+    assert f"pays for its compile after {n} calls (this run: 8)" in r.break_even_text
+    r.calls = n
+    assert "reached in this run" in r.break_even_text
+    # CUDA-graph recording at the second call is a cost too.
+    r.phases["cudagraph_record"] = 0.5
+    assert r.break_even_calls is not None and r.break_even_calls > n
+    slower = _report(first=1.0, eager_ms=5.0, compiled_ms=6.0, calls=8)
+    assert slower.break_even_calls is None
+    assert "does not pay" in slower.break_even_text

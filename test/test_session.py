@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import earth2studio.run as upstream
 import pytest
 import torch
 from conftest import (
@@ -16,10 +17,12 @@ from conftest import (
     assert_unchanged,
     eager_backend,
     messages,
+    run_workflow,
     snapshot,
 )
 
 from earth2studio_compile import CompileSession, ModelSpec, plan, register_model
+from earth2studio_compile.metrics import rel_l2
 from earth2studio_compile.tools import zoo
 
 
@@ -199,3 +202,19 @@ def test_bad_regions_name_the_parameter_and_the_fix(regions):
         register_model(Mine, regions=regions)
     with pytest.raises(TypeError, match="regions"):
         ModelSpec(regions=regions)
+
+
+def test_warmup_compiles_before_the_first_step():
+    model = zoo.build("fcn")
+    eager = run_workflow(upstream.deterministic, "deterministic", model)
+    with pytest.raises(RuntimeError, match="inside an open session"):
+        CompileSession(model).warmup()
+    with CompileSession(model) as session:
+        session.warmup()
+        region = session.report.regions[0]
+        assert (region.status, region.calls) == ("compiled", 1)
+        compiled = run_workflow(upstream.deterministic, "deterministic", model)
+    assert region.recompiles == 0 and region.calls == 3  # warm-up + 2 steps
+    for key, value in eager.items():
+        if value.dtype.is_floating_point:
+            assert rel_l2(compiled[key], value) <= 1e-5, key

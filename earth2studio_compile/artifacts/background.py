@@ -260,6 +260,7 @@ def start(
     kwargs: dict[str, Any],
     root: Path | None,
     launch: bool = True,
+    key: str | None = None,
 ) -> BuildJob | str:
     """Start building ``target``'s artifact for these inputs in a child process.
 
@@ -280,6 +281,8 @@ def start(
         Launch it now; False makes a waiting job, launched by
         :meth:`BuildJob.launch` (a run too short to gain from the build then
         does not share the machine with it), by default True
+    key : str | None, optional
+        The artifact's key where the caller has it, by default computed here
 
     Returns
     -------
@@ -291,7 +294,7 @@ def start(
     if directory is None:
         return "the compile cache is off"
     label = target.label
-    key, _ = target.aot_key(args, kwargs)
+    key = key or target.aot_key(args, kwargs)[0]
     artifact = directory / key
     make_private_dir(directory)
     try:

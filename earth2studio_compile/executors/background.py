@@ -115,7 +115,11 @@ class BackgroundExecutor:
         See :meth:`~earth2studio_compile.executors.base.Executor.first_call`.
         """
         m = self.measured = Measured()
-        job = background.start(self._target(), args, kwargs, self._root, launch=False)
+        # The key the artifact loader looked for: the target computes it once.
+        key, _ = self.target.aot_key(args, kwargs)
+        job = background.start(
+            self._target(), args, kwargs, self._root, launch=False, key=key
+        )
         laps.lap("background_start")
         if isinstance(job, str):
             raise Declined(job)

@@ -14,9 +14,12 @@ report after each call and logs what it tells.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+
+import torch
 
 from earth2studio_compile import _torch
 from earth2studio_compile.artifacts.key import RegionTarget
@@ -146,3 +149,28 @@ class Target(RegionTarget):
 
     report: RegionReport
     artifacts: Path | None
+    # Artifact keys by input signature; see aot_key.
+    _aot_keys: dict[str, tuple[str, dict[str, Any]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def aot_key(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> tuple[str, dict[str, Any]]:
+        """:meth:`~earth2studio_compile.artifacts.key.RegionTarget.aot_key`,
+        computed once for the candidates.
+
+        A target lives for one choice of executor, that is one call, in which the
+        module cannot change; the artifact's loader and a background build both
+        need the key of that call. A later call makes a new target, so a changed
+        module never meets a key of its old self.
+        """
+        leaves, spec = _torch.tree_flatten((tuple(args), dict(kwargs)))
+        seen = [
+            (x.shape, x.dtype, x.device) if isinstance(x, torch.Tensor) else x
+            for x in leaves
+        ]
+        signature = f"{spec}|{seen!r}"
+        if signature not in self._aot_keys:
+            self._aot_keys[signature] = super().aot_key(args, kwargs)
+        return self._aot_keys[signature]

@@ -127,28 +127,8 @@ class _Lanes(ABC):
         array_name: str | list[str],
         ready: Sequence[torch.cuda.Event] = (),
     ) -> list[Future[bool]]:
-        """Queue one step; returns at once.
-
-        Parameters
-        ----------
-        step : int
-            Its number, increasing with each call: after a failure, later ones are
-            skipped
-        x : torch.Tensor | list[torch.Tensor]
-            Host tensors, the writer's own (it drops them once stored)
-        coords : CoordSystem
-            Their coordinates, the writer's own
-        array_name : str | list[str]
-            Array name(s), as the backend's ``write`` takes them
-        ready : Sequence[torch.cuda.Event], optional
-            Events to wait for before reading ``x`` (its device-to-host copies)
-
-        Returns
-        -------
-        list[Future[bool]]
-            One per job (see :meth:`_jobs`): True once stored, False if skipped, or
-            the backend's error
-        """
+        """Queue one step; returns at once (see :meth:`Writer.submit`), with one
+        future per job (see :meth:`_jobs`)."""
         return [
             self._lanes[self._lane(name)].submit(self._job, step, ready, store, args)
             for name, store, args in self._jobs(x, coords, array_name)

@@ -1,8 +1,15 @@
-"""The workflow mode's plan (earth2studio_compile.tools.bench.workflow)."""
+"""The workflow mode (earth2studio_compile.tools.bench.workflow): its plan, argument
+errors, children that are killed or never started, a small run on the CPU, and its
+tables."""
 
 from __future__ import annotations
 
 import argparse
+import json
+
+import pytest
+
+from earth2studio_compile.tools.bench import __main__ as cli
 
 
 def test_workflow_plan_pairs_and_shares_caches():
@@ -34,6 +41,169 @@ def test_workflow_plan_pairs_and_shares_caches():
     small.members, small.batch_size = 2, 8
     job = workflow._job(argparse.ArgumentParser(), "ens:toy", small)
     assert (job["model"], job["members"], job["batch_size"]) == ("toy", 2, 2)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--ways", "warm"], "--ways warm reuses the cold row's caches; add cold"),
+        (["--ways", "hot"], "--ways: unknown 'hot'"),
+        (["--io", "zarr"], "--io: unknown 'zarr'"),
+        (["--io", ","], "--io is empty"),
+        (
+            ["--jobs", "gfs"],
+            "--jobs: unknown 'gfs'; use fcn, dlwp-ens, fcn-ens, det:MODEL",
+        ),
+        (["--precision", "fp16"], "--precision: unknown 'fp16'"),
+        (["--steps", "0"], "--steps must be >= 1, not 0"),
+        (["--device", "tpu"], "--device must be cuda or cpu"),
+        (["--writers", "0"], "--writers must be >= 1, not 0"),
+    ],
+)
+def test_workflow_bad_arguments_name_the_fix(argv, message, capsys):
+    from earth2studio_compile.tools.bench import workflow
+
+    with pytest.raises(SystemExit):
+        workflow.parse(argv)
+    assert message in capsys.readouterr().err
+
+
+# A child that imports nothing heavy: a fresh row returns at once, the second-call
+# child finishes three calls and then hangs until the parent's timeout kills it.
+# Each row notes how many rows the parent's JSON held when the child started.
+_FAKE_CHILD = r"""
+import json, os, sys, time
+spec, out = json.loads(sys.argv[1]), sys.argv[2]
+path = os.environ["FAKE_PARENT_JSON"]
+seen = len(json.load(open(path))["rows"]) if os.path.exists(path) else 0
+head = {"import_s": time.time() - spec["launched"], "setup_s": 0.01}
+rows = []
+def save():
+    with open(out + ".tmp", "w") as f:
+        json.dump({**head, "rows": rows}, f)
+    os.replace(out + ".tmp", out)
+if spec["kind"] == "floor":
+    rows.append({"run": "floor", "floor_s": 0.5, "eager_step_ms": 20.0,
+                 "compiled_step_ms": 10.0, "model_steps": 2, "compute_floor_s": 0.02,
+                 "io_floor_s": 0.48, "store_bytes_expected": 1000, "seen": seen})
+elif spec["kind"] == "fresh":
+    wall = 2.0 if spec["run"] == "eager" else 1.0
+    rows.append({"run": spec["run"], "wall_s": wall, "seen": seen})
+else:
+    for call in (1, 2):
+        for run in ("eager", "compiled"):
+            if call == 2 and run == "compiled":
+                time.sleep(600)
+            rows.append({"run": run, "call": call, "wall_s": 1.0 + call, "seen": seen})
+            save()
+save()
+"""
+
+
+def test_workflow_keeps_what_finished_when_a_child_is_killed(
+    monkeypatch, tmp_path, capsys
+):
+    from earth2studio_compile.tools.bench import workflow
+
+    out = tmp_path / "wf.json"
+    monkeypatch.setattr(workflow, "CHILD", ("-c", _FAKE_CHILD))
+    monkeypatch.setenv("FAKE_PARENT_JSON", str(out))
+    argv = ["--jobs", "fcn", "--device", "cpu", "--io", "zarr-disk", "--steps", "2"]
+    argv += ["--ways", "cold,second", "--repeats", "2", "--timeout", "4"]
+    assert workflow.main([*argv, "--json", str(out)]) == 1  # the killed child
+    payload = json.loads(out.read_text())
+    rows = payload["rows"]
+    assert [(r["way"], r["run"], r.get("call")) for r in rows] == [
+        ("fresh", "eager", None),
+        ("cold", "compiled", None),
+        ("second", "eager", 1),
+        ("second", "compiled", 1),
+        ("second", "eager", 2),
+        ("second", "both", None),  # what was left when it was killed
+        ("floor", "floor", None),
+    ]
+    assert rows[5]["error"] == "timed out after 4 s" and rows[5]["process_s"] >= 4
+    # The JSON held every earlier row when each child started, the killed child's
+    # three finished calls included.
+    assert [r["seen"] for r in rows if "seen" in r] == [0, 1, 2, 2, 2, 6]
+    # Pairs: compiled with the eager fresh process, call 1 with eager call 1.
+    assert (rows[1]["pair"], rows[1]["vs_eager"]) == (0, 2.0)
+    assert (rows[3]["pair"], rows[3]["eager_wall_s"]) == (2, 2.0)
+    assert "pair" not in rows[4] and "pair" not in rows[0]
+    assert rows[0]["wall_over_floor"] == pytest.approx(4.0)  # 2 s over 0.5 s
+    assert rows[1]["cache"] == "cold" and rows[0]["cache"] is None
+    assert all(r["process_s"] >= r["import_s"] > 0 for r in rows[:2])
+    assert payload["meta"]["command"].endswith("--json " + str(out))
+    text = capsys.readouterr().out
+    whole, per_step = text.split("Per step")
+    assert "timed out after 4 s" in whole and "2.00" in whole
+    assert "20.00" in per_step and "10.00" in per_step  # ms/step, eager and compiled
+    assert "0.48 (1 writer)" in per_step  # a floor row without a writer count
+
+
+def test_workflow_deadline_starts_nothing(monkeypatch, tmp_path, capsys):
+    from earth2studio_compile.tools.bench import workflow
+
+    monkeypatch.setattr(workflow, "CHILD", ("-c", "raise SystemExit(3)"))
+    out = tmp_path / "wf.json"
+    argv = ["--jobs", "fcn", "--device", "cpu", "--io", "async-zarr", "--deadline"]
+    assert workflow.main([*argv, "0", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 5 and all(r["skipped"] == "skipped: deadline" for r in rows)
+    assert "skipped: deadline" in capsys.readouterr().out
+
+
+def test_workflow_mode_runs_small_fcn_on_cpu(tmp_path, capsys):
+    """The CLI end to end on CPU: an eager and a cold compiled fresh process and the
+    floors, each a real child; every figure present, positive and consistent."""
+    out = tmp_path / "wf.json"
+    argv = ["workflow", "--jobs", "fcn", "--size", "small", "--device", "cpu"]
+    argv += ["--steps", "2", "--io", "zarr-disk", "--ways", "cold"]
+    assert cli.main([*argv, "--json", str(out), "--workdir", str(tmp_path)]) == 0
+    payload = json.loads(out.read_text())
+    meta = payload["meta"]
+    assert meta["environment"]["torch"] and meta["environment"]["earth2studio"]
+    assert meta["environment"]["python"] and meta["environment"]["date"]
+    assert meta["precision"] == ["tf32"] and meta["device_name"]
+    eager, compiled, floor = payload["rows"]
+    for r in (eager, compiled):
+        assert "error" not in r, r.get("error")
+        assert r["process_s"] >= r["import_s"] + r["setup_s"] + r["wall_s"]
+        assert r["wall_s"] >= r["returned_s"] > 0 and r["setup_s"] > 0
+        assert r["store_bytes"] > 0
+        assert r["wall_over_floor"] == pytest.approx(r["wall_s"] / floor["floor_s"])
+    assert compiled["pair"] == 0 and compiled["cache"] == "cold"
+    assert compiled["vs_eager"] == pytest.approx(eager["wall_s"] / compiled["wall_s"])
+    assert {x["status"] for x in compiled["report"]["regions"]} == {"compiled"}
+    assert eager["report"] is None
+    assert floor["compute_floor_s"] == pytest.approx(
+        floor["model_steps"] * floor["compiled_step_ms"] / 1e3
+    )
+    assert floor["model_steps"] == 2 and floor["io_floor_s"] > 0
+    assert floor["floor_s"] == floor["compute_floor_s"] + floor["io_floor_s"]
+    # The storage floor with as many writers as AsyncZarrBackend, and with one.
+    assert floor["io_floor_writers"] == 8 and floor["io_floor_1writer_s"] > 0
+    assert floor["io_sync_s"] >= 0
+    # 3 lead times x 26 variables x 16 x 32 float32
+    assert floor["store_bytes_expected"] == 4 * 3 * 26 * 16 * 32
+    text = capsys.readouterr().out
+    assert "Whole call" in text and " (8 writers)" in text
+
+
+def test_workflow_floor_table_names_the_writers():
+    from earth2studio_compile.tools.bench import workflow
+
+    floor = {"job": "fcn", "precision": "tf32", "io": None, "way": "floor"}
+    floor |= {"run": "floor", "eager_step_ms": 28.9, "compiled_step_ms": 20.1}
+    floor |= {"model_steps": 40, "compute_floor_s": 0.8, "store_bytes_expected": 4e9}
+    new = floor | {"io_floor_s": 1.25, "io_floor_writers": 8, "floor_s": 2.05}
+    new |= {"io_floor_1writer_s": 5.38, "io_sync_s": 2.5}
+    old = floor | {"io_floor_s": 5.38, "floor_s": 6.18}  # one writer, not recorded
+    text = workflow.tables([new, old]).split("Per step")[1]
+    new_line, old_line = [line for line in text.splitlines() if "fcn" in line]
+    assert "1.25 (8 writers)" in new_line and "5.38" in new_line
+    assert "5.38 (1 writer)" in old_line
+    assert "from that many writer threads" in text
 
 
 def test_workflow_jobs_fcn_ens_and_dlwp_ens_write_what_the_issue_says():
