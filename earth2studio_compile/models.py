@@ -178,10 +178,17 @@ _AIFS = ModelSpec(
     note="anemoi transformer processor; graph encoder/decoder stay eager "
     "(anemoi aliases forward and calls predict_step, bypassing outer __call__)",
 )
+# Run on the CPU (zoo "aurora", small): the whole backbone compiled with two graph
+# breaks, at the lead-time embedding's data-dependent range check
+# (aurora/model/fourier.py: `if self.assert_range and not <tensor>`); its Swin stages,
+# each compiled alone, are one graph each. The time embedding and the U-Net's skip
+# additions between the stages stay eager.
 _AURORA = ModelSpec(
-    regions=("model.backbone",),
-    note="microsoft-aurora Swin3D backbone; Perceiver encoder/decoder take a Batch "
-    "dataclass and stay eager",
+    regions=("model.backbone.encoder_layers.*", "model.backbone.decoder_layers.*"),
+    covers=("model",),
+    note="microsoft-aurora Swin3D backbone, one region per Swin stage; the "
+    "lead-time embedding (a data-dependent range check) and the Perceiver "
+    "encoder/decoder (they take a Batch dataclass) stay eager",
 )
 _DLESYM = ModelSpec(
     regions=(

@@ -26,6 +26,7 @@ would then find the wrong one.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import OrderedDict
 from collections.abc import Callable
@@ -147,6 +148,27 @@ def run_workflow(
         raise ValueError(kind)
     # The workflow flushed an OverlappedIO before it returned.
     return {k: v.detach().cpu().clone() for k, v in backend.root.items()}
+
+
+def held_rollout(model: torch.nn.Module, nsteps: int, compile: bool) -> tuple:
+    """Iterate ``model`` from a seeded state on the CPU, keeping every yielded tensor
+    without copying (an output the session reused would change under the caller).
+
+    Returns the kept tensors and the session (None without ``compile``).
+    """
+    from earth2studio_compile import CompileSession
+    from earth2studio_compile.tools.bench.runs import initial_state
+
+    torch.manual_seed(0)
+    x, coords = initial_state(model, torch.device("cpu"))
+    session = CompileSession(model) if compile else None
+    kept = []
+    with session if session is not None else contextlib.nullcontext():
+        for step, (y, _) in enumerate(model.create_iterator(x, coords)):
+            kept.append(y)
+            if step == nsteps:
+                break
+    return kept, session
 
 
 def snapshot(model: torch.nn.Module) -> dict:

@@ -9,10 +9,13 @@ depend on trained values, forecasts do.
 The Earth2Studio wrappers (:class:`earth2studio.models.px.FCN`, ``DLWP``,
 ``Persistence``) are used as shipped; small variants only override their fixed grid
 sizes. ``sfno`` is a user-style prognostic around torch-harmonics' SFNO, since
-Earth2Studio's own SFNO wrapper needs makani, which is not on PyPI.
+Earth2Studio's own SFNO wrapper needs makani, which is not on PyPI. ``aurora`` needs
+the ``microsoft-aurora`` package (its builder imports it, the zoo does not);
+``stormcast`` needs only physicsnemo.
 
 Modules: :mod:`.grid` (grids, and the module path every zoo class is published
-under), :mod:`.shipped` (FCN, DLWP, Persistence), :mod:`.user` (the user-style
+under), :mod:`.shipped` (FCN, DLWP, Persistence), :mod:`.aurora` and
+:mod:`.stormcast` (the models of issue 33), :mod:`.user` (the user-style
 prognostics: toy, SFNO-class), :mod:`.data` (the seeded random data source). Every
 name is imported from here, ``earth2studio_compile.tools.zoo``.
 
@@ -30,9 +33,11 @@ from collections.abc import Callable
 import torch
 
 from earth2studio_compile._imports import quiet_imports
+from earth2studio_compile.tools.zoo.aurora import aurora
 from earth2studio_compile.tools.zoo.data import SeededRandom, random_source
 from earth2studio_compile.tools.zoo.grid import Grid
 from earth2studio_compile.tools.zoo.shipped import dlwp, fcn, persistence
+from earth2studio_compile.tools.zoo.stormcast import stormcast
 from earth2studio_compile.tools.zoo.user import (
     GridPrognostic,
     SFNOCore,
@@ -51,16 +56,18 @@ __all__ = [
     "SFNOPrognostic",
     "SeededRandom",
     "ToyCore",
+    "aurora",
     "build",
     "dlwp",
     "fcn",
     "persistence",
     "random_source",
     "sfno",
+    "stormcast",
     "toy",
 ]
 
-MODELS = ("fcn", "dlwp", "sfno", "persistence", "toy")
+MODELS = ("fcn", "dlwp", "sfno", "persistence", "toy", "aurora", "stormcast")
 SIZES = ("small", "medium", "full")
 
 
@@ -70,6 +77,8 @@ _BUILDERS: dict[str, Callable[..., torch.nn.Module]] = {
     "sfno": sfno,
     "persistence": persistence,
     "toy": toy,
+    "aurora": aurora,
+    "stormcast": stormcast,
 }
 
 

@@ -70,12 +70,14 @@ class SeededRandom(Random):
 
 
 def random_source(model: Any, seed: int = 0) -> SeededRandom:
-    """A random data source on ``model``'s lat-lon grid, the same for the same request.
+    """A random data source on ``model``'s grid, the same for the same request.
 
     Parameters
     ----------
     model : Any
-        A prognostic with ``lat`` and ``lon`` input coordinates
+        A prognostic with ``lat`` and ``lon`` input coordinates, or another
+        spatial grid in its last two input coordinates (StormCast's
+        ``hrrr_y``, ``hrrr_x``)
     seed : int, optional
         Data seed, by default 0
 
@@ -87,4 +89,5 @@ def random_source(model: Any, seed: int = 0) -> SeededRandom:
         two runs
     """
     coords = model.input_coords()
-    return SeededRandom(OrderedDict({"lat": coords["lat"], "lon": coords["lon"]}), seed)
+    dims = ["lat", "lon"] if "lat" in coords else list(coords)[-2:]
+    return SeededRandom(OrderedDict({d: coords[d] for d in dims}), seed)
