@@ -83,7 +83,7 @@ def test_each_setting_changes_every_key_it_is_part_of():
     """The kept executor's key takes every setting; the artifact's all but
     ``opaque`` (an opaque region never has one: the ahead-of-time executors
     decline it); the bundle's (a Dynamo compile) neither ``opaque`` nor
-    ``fp32_modules``, which the region's hooks apply around the compiled code."""
+    ``fp32_modules`` (a region's come from its owner's table entry)."""
     base = _target()
     everything = {"bundle", "aot", "resident"}
     changed = {
