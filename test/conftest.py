@@ -96,6 +96,17 @@ def logs():
     logger.remove(handler)
 
 
+@pytest.fixture
+def background_on(monkeypatch, tmp_path):
+    """Background builds on (on the CPU too), the persistent cache in a fresh
+    directory: for artifacts/test_background.py and the background executor's."""
+    from earth2studio_compile.artifacts import background
+
+    monkeypatch.setenv(background.ENV, "on")
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
+    return tmp_path
+
+
 def messages(records: list, level: str) -> list[str]:
     return [r["message"] for r in records if r["level"].name == level]
 

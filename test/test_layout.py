@@ -180,15 +180,6 @@ UNMIRRORED = {
     "_torch/modules.py": "test_session.py (models restored exactly)",
     "_torch/precision_flags.py": "test_precision.py",
     "_torch/pytree.py": "test_region.py",
-    # Follow-ups: tested through the modules that use them, no file of their own yet.
-    "artifacts/build_process.py": "artifacts/test_background.py (a real build)",
-    "artifacts/key.py": (
-        "test_cache.py (the bundle key's fields), artifacts/test_aot_key.py, "
-        "executors/test_executors_base.py (the key computed once)"
-    ),
-    "executors/background.py": "artifacts/test_background.py",
-    "executors/eager.py": "test_region.py",
-    "planning.py": "test_session.py, test_gpu.py",
 }
 
 # Private names a test reaches that it should not, left for a follow-up (files

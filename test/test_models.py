@@ -1,4 +1,6 @@
-"""The model table and the generic path pick the right region."""
+"""The model table (earth2studio_compile.models): every shipped model has an entry
+that compiles something or says why, entries found through base classes, and its
+published copy is current. What plan() makes of an entry is test_planning.py's."""
 
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ import torch
 
 from earth2studio_compile import MODEL_TABLE, ModelSpec, plan, register_model
 from earth2studio_compile.models import TORCH_HARMONICS_SFNO, lookup
-from earth2studio_compile.planning import generic_spec
 from earth2studio_compile.tools import zoo
 
 
@@ -53,18 +54,6 @@ def test_jax_models_stay_eager_with_reason(name):
     assert "JAX" in lookup(getattr(px, name))[1].reason
 
 
-@pytest.mark.parametrize(
-    "name, regions",
-    [("fcn", ["model"]), ("dlwp", ["model"]), ("persistence", []), ("toy", ["model"])],
-)
-def test_plan_for_built_models(name, regions):
-    model = zoo.build(name)
-    p = plan(model)
-    assert [path for path, _ in p.targets] == regions
-    assert (p.reason is None) == bool(regions)
-    assert p.source == ("generic" if name == "toy" else "table")
-
-
 def test_subclass_inherits_table_entry():
     # zoo's small FCN is a subclass of earth2studio's FCN with a smaller grid.
     model = zoo.build("fcn")
@@ -72,50 +61,10 @@ def test_subclass_inherits_table_entry():
     assert lookup(model)[0] == "earth2studio.models.px.fcn.FCN"
 
 
-def test_excluded_transforms_stay_out_of_every_region():
-    # exclude splits the region: its largest subtrees without the classes compile.
-    model = zoo.build("sfno")
-    key = f"{type(model).__module__}.{type(model).__qualname__}"
-    saved = MODEL_TABLE[key]
-    try:
-        register_model(
-            type(model), regions=("model",), exclude=("RealSHT", "InverseRealSHT")
-        )
-        p = plan(model)
-    finally:
-        MODEL_TABLE[key] = saved
-    assert len(p.targets) > 1
-    for _, module in p.targets:
-        names = {type(m).__name__ for m in module.modules()}
-        assert not names & {"RealSHT", "InverseRealSHT"}
-    # and the SHTs do exist in the model, so the exclusion did something
-    assert any(type(m).__name__ == "RealSHT" for m in model.modules())
-
-
 def test_sfno_compiles_whole_with_spectral_convolutions_opaque():
     p = plan(zoo.build("sfno"))
     assert [path for path, _ in p.targets] == ["model"]
     assert p.spec.opaque == ("SpectralConvS2",)
-
-
-def test_generic_path():
-    class Holder(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.big = torch.nn.Linear(64, 64)
-            self.small = torch.nn.Linear(2, 2)
-
-    assert generic_spec(Holder()).regions == ("big",)
-
-    class Even(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.blocks = torch.nn.ModuleList([torch.nn.Linear(8, 8) for _ in range(2)])
-
-    # a ModuleList is never called; its elements are
-    assert generic_spec(Even()).regions == ("blocks.0", "blocks.1")
-    assert "nothing to compile" in generic_spec(torch.nn.Module()).reason
-    assert "not a torch.nn.Module" in generic_spec(object()).reason
 
 
 def test_register_and_override():
@@ -140,42 +89,6 @@ def test_register_and_override():
         ModelSpec(regions="a")
     with pytest.raises(ValueError, match="needs a reason"):
         ModelSpec()
-
-
-def test_wrapped_models_use_their_own_entries():
-    class Wrapper(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.px_model = zoo.build("fcn")
-            self.dx_model = torch.nn.ModuleList([zoo.build("toy")])
-
-    key = f"{Wrapper.__module__}.{Wrapper.__qualname__}"
-    try:
-        register_model(Wrapper, wrapped=("px_model", "dx_model.*"))
-        assert [p for p, _ in plan(Wrapper()).targets] == [
-            "px_model.model",
-            "dx_model.0.model",
-        ]
-    finally:
-        MODEL_TABLE.pop(key, None)
-
-
-def test_missing_table_region_is_a_reason_not_a_crash():
-    class Renamed(torch.nn.Module):
-        pass
-
-    key = f"{Renamed.__module__}.{Renamed.__qualname__}"
-    try:
-        register_model(Renamed, regions=("model",))
-        assert "no nn.Module found at model" in plan(Renamed()).reason
-    finally:
-        MODEL_TABLE.pop(key, None)
-
-
-def test_module_compiled_by_the_model_itself_is_left_alone():
-    model = zoo.build("toy")
-    model.model = torch.compile(model.model)  # an OptimizedModule swap
-    assert plan(model).reason and "already compiled" in plan(model).reason
 
 
 def test_published_table_is_current():

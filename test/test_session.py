@@ -7,8 +7,6 @@ region does once installed is in ``test_region.py``.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import earth2studio.run as upstream
 import pytest
 import torch
@@ -21,7 +19,7 @@ from conftest import (
     snapshot,
 )
 
-from earth2studio_compile import CompileSession, ModelSpec, plan, register_model
+from earth2studio_compile import CompileSession, ModelSpec, register_model
 from earth2studio_compile.metrics import rel_l2
 from earth2studio_compile.tools import zoo
 
@@ -75,25 +73,6 @@ def test_module_compiled_by_the_user_is_left_alone(logs):
 
 
 # -- regressions (issue 12): setup, all or nothing, others' code, bad input ----------
-
-
-# -- 2. table entries found through a base class -------------------------------------
-def test_subclass_adding_a_network_is_not_described_by_its_base_entry():
-    from earth2studio.models.px import Persistence
-
-    class LearnedPersistence(Persistence):
-        def __init__(self) -> None:
-            grid = zoo.Grid(8, 16)
-            super().__init__(["t2m"], OrderedDict(lat=grid.lat, lon=grid.lon))
-            self.net = torch.nn.Linear(4, 4)
-
-    p = plan(LearnedPersistence())
-    assert p.source == "generic" and [path for path, _ in p.targets] == ["net"]
-    assert "subclass of Persistence" in p.spec.note
-    # A subclass that only overrides coordinates is still what its entry describes.
-    fcn = zoo.build("fcn")
-    assert type(fcn) is not type(fcn).__mro__[1] and plan(fcn).source == "table"
-    assert plan(zoo.build("persistence")).reason.startswith("no network")
 
 
 # -- 5. setup errors -------------------------------------------------------------------

@@ -1,0 +1,98 @@
+"""The background build's own process (earth2studio_compile.artifacts.build_process):
+one job in, ``result.json`` out, whatever happened; no artifact under a key the
+forecast would not look up, nor while another process builds the same one.
+
+Its real build, in a child process, runs in
+executors/test_executors_background.py; these call :func:`build_job` here on jobs
+that end before building (it sets the global TF32 flags to the job's: each test
+hands it this process's own).
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from tiny_cores import TinyCore
+
+from earth2studio_compile.artifacts import build_process
+from earth2studio_compile.artifacts.aot_key import aot_root
+from earth2studio_compile.artifacts.key import RegionTarget
+from earth2studio_compile.artifacts.store import file_lock
+from earth2studio_compile.precision import tf32_enabled
+
+
+def _target() -> RegionTarget:
+    return RegionTarget.resolve(
+        TinyCore(),
+        owner="tiny_cores.TinyModel",
+        region="core",
+        device=torch.device("cpu"),
+        precision=None,
+    )
+
+
+def test_the_build_process_refuses_a_key_the_forecast_would_not_find(tmp_path):
+    """Parent and child must agree on the key (global TF32 flags are part of it
+    with precision None): a child that computes another one says so and builds
+    nothing."""
+    target = _target()
+    payload = {
+        "key": "not-this-one",
+        "tf32": tf32_enabled(),  # as they are: this process's flags stay
+        "target": target,
+        "args": (torch.randn(4, 8),),
+        "kwargs": {},
+        "root": tmp_path,
+    }
+    torch.save(payload, tmp_path / "job.pt")
+    assert not build_process.build_job(tmp_path)
+    result = (tmp_path / "result.json").read_text()
+    assert "computes the key" in result, result
+    assert not (tmp_path / "job.pt").exists()
+    assert not (tmp_path / "aot").exists() or not any((tmp_path / "aot").iterdir())
+
+
+def test_a_build_another_process_holds_the_lock_of_is_left_to_it(tmp_path):
+    """One build per key at a time: with the artifact's lock taken, the job builds
+    nothing and says why."""
+    target, args = _target(), (torch.randn(4, 8),)
+    key, _ = target.aot_key(args, {})
+    job, root = tmp_path / "job", tmp_path / "cache"
+    job.mkdir()
+    artifact = aot_root(root) / key
+    artifact.parent.mkdir(parents=True)
+    payload = {
+        "key": key,
+        "tf32": tf32_enabled(),
+        "target": target,
+        "args": args,
+        "kwargs": {},
+        "root": root,
+    }
+    torch.save(payload, job / build_process.INPUT)
+    held = file_lock(build_process.lock_path(artifact))
+    held.acquire()
+    try:
+        assert not build_process.build_job(job)
+    finally:
+        held.release()
+    result = json.loads((job / build_process.RESULT).read_text())
+    assert result["ok"] is False, result
+    assert result["reason"] == "another process builds the same artifact", result
+    assert result["seconds"] >= 0
+    assert not (job / build_process.INPUT).exists()
+    assert not artifact.exists()
+
+
+def test_a_job_that_cannot_be_read_leaves_a_result_saying_why(tmp_path):
+    assert not build_process.build_job(tmp_path)  # no job.pt in it
+    result = json.loads((tmp_path / build_process.RESULT).read_text())
+    assert not result["ok"] and result["reason"].startswith("FileNotFoundError")
+
+
+def test_the_build_lock_lies_beside_the_artifact(tmp_path):
+    artifact = tmp_path / "aot" / "0123abcd"
+    lock = build_process.lock_path(artifact)
+    assert lock.parent == artifact.parent and lock != artifact
+    assert lock.name.startswith(artifact.name)

@@ -1,0 +1,131 @@
+"""A region's settings and their keys (earth2studio_compile.artifacts.key): the
+target resolves its policy, and its three keys (the bundle's, the artifact's, the
+kept executor's) change with what compiled code depends on and with nothing else.
+
+Each key's own fields are tested with their users: test_cache.py (a bundle key's
+fields), test_aot_key.py (what an artifact's key hashes), test_resident.py (the
+kept executors).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from tiny_cores import TinyCore
+
+from earth2studio_compile.artifacts.key import RegionTarget
+from earth2studio_compile.cache import artifact_key
+from earth2studio_compile.models import ModelSpec
+from earth2studio_compile.options import CompileOptions, CompilePolicy
+
+CPU = torch.device("cpu")
+ARGS = (torch.randn(4, 8),)
+
+
+def _target(module: torch.nn.Module | None = None, **settings) -> RegionTarget:
+    fields = {"owner": "tiny_cores.TinyModel", "region": "core", "precision": None}
+    return RegionTarget.resolve(
+        module if module is not None else TinyCore(),
+        device=CPU,
+        **{**fields, **settings},
+    )
+
+
+def _keys(target: RegionTarget) -> tuple[str, str, str]:
+    """The bundle's key, the artifact's and the kept executor's, for ``ARGS``."""
+    bundle = artifact_key(target.bundle_fields(ARGS, {}))
+    return bundle, target.aot_key(ARGS, {})[0], target.resident_key()
+
+
+def test_resolve_resolves_the_policy_for_the_device():
+    table = ModelSpec(regions=("core",), inductor_options={"epilogue_fusion": False})
+    options = CompileOptions(fullgraph=True)
+    target = _target(options=options, table=table, fp32_modules=["LayerNorm"])
+    assert target.policy == CompilePolicy.resolve(options, CPU, table)
+    assert target.policy.options == {"epilogue_fusion": False}
+    assert target.fp32_modules == ("LayerNorm",) and not target.opaque
+    # No options: the defaults', for the device.
+    assert _target().policy == CompilePolicy.resolve(CompileOptions(), CPU)
+
+
+def test_the_label_names_the_model_class_and_the_region():
+    assert _target().label == "TinyModel.core"
+    assert _target(region="").label == "TinyModel"
+    assert _target(owner="", region="").label == "region"
+
+
+def test_the_keys_agree_for_the_same_settings_whatever_the_weights_values():
+    """Compiled code does not depend on the weights' values: another instance of
+    the core (fresh random weights) finds the same bundle, artifact and executor."""
+    a, b = TinyCore(), TinyCore()
+    assert not torch.equal(a.a.weight, b.a.weight)
+    assert _keys(_target(a)) == _keys(_target(b))
+    with torch.no_grad():
+        a.b.bias.add_(1.0)
+    assert _keys(_target(a)) == _keys(_target(b))
+
+
+def test_the_weights_shapes_change_the_on_disk_keys():
+    """The kept executor's key is the settings only: resident.py checks the module
+    itself (its fingerprint) before running a kept executor."""
+    wider = TinyCore()
+    wider.a, wider.b = torch.nn.Linear(8, 32), torch.nn.Linear(32, 8)
+    doubled = TinyCore().double()
+    base = _keys(_target())
+    for module in (wider, doubled):
+        bundle, aot, resident = _keys(_target(module))
+        assert bundle != base[0] and aot != base[1]
+        assert resident == base[2]
+
+
+def test_each_setting_changes_every_key_it_is_part_of():
+    """The kept executor's key takes every setting; the artifact's all but
+    ``opaque`` (an opaque region never has one: the ahead-of-time executors
+    decline it); the bundle's (a Dynamo compile) neither ``opaque`` nor
+    ``fp32_modules`` (a region's come from its owner's table entry)."""
+    base = _target()
+    everything = {"bundle", "aot", "resident"}
+    changed = {
+        "owner": (_target(owner="tiny_cores.Other"), everything),
+        "region": (_target(region="other"), everything),
+        "precision": (_target(precision="bf16"), everything),
+        "mode": (
+            _target(options=CompileOptions(mode="max-autotune-no-cudagraphs")),
+            everything,
+        ),
+        "options": (
+            _target(options=CompileOptions(options={"max_fusion_size": 8})),
+            everything,
+        ),
+        "fp32_modules": (_target(fp32_modules=("Linear",)), {"aot", "resident"}),
+        "opaque": (dataclasses.replace(base, opaque=True), {"resident"}),
+    }
+    names = ("bundle", "aot", "resident")
+    for setting, (target, expected) in changed.items():
+        differ = {n for n, a, b in zip(names, _keys(target), _keys(base)) if a != b}
+        assert differ == expected, setting
+    # The same settings again: the same keys.
+    assert _keys(_target(precision="bf16")) == _keys(changed["precision"][0])
+
+
+def test_two_backends_of_one_name_are_two_kept_executors():
+    def backend(gm, example_inputs):
+        return gm
+
+    def other(gm, example_inputs):
+        return gm
+
+    other.__name__ = other.__qualname__ = backend.__qualname__
+    first = _target(options=CompileOptions(backend=backend))
+    second = _target(options=CompileOptions(backend=other))
+    again = _target(options=CompileOptions(backend=backend))
+    assert first.resident_key() == again.resident_key()
+    assert first.resident_key() != second.resident_key()
+
+
+def test_the_global_flags_stand_for_no_precision_in_the_artifacts_key():
+    _, fields = _target().aot_key(ARGS, {})
+    assert fields["precision"] == "global:fp32"  # TF32 applies on CUDA only
+    _, fields = _target(precision="bf16").aot_key(ARGS, {})
+    assert fields["precision"] == "bf16"
