@@ -175,7 +175,10 @@ class RegionTarget:
             self.module,
             args,
             kwargs,
-            f"{f['policy']}|precision={f['precision']}",
+            # The fp32 modules and opaque operators change the traced graph: a
+            # bundle of other settings would only miss Inductor's cache.
+            f"{f['policy']}|precision={f['precision']}|fp32={f['fp32']}|"
+            f"opaque={f['opaque']}",
             self.device,
         )
 

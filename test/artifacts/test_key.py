@@ -82,8 +82,8 @@ def test_the_weights_shapes_change_the_on_disk_keys():
 def test_each_setting_changes_every_key_it_is_part_of():
     """The kept executor's key takes every setting; the artifact's all but
     ``opaque`` (an opaque region never has one: the ahead-of-time executors
-    decline it); the bundle's (a Dynamo compile) neither ``opaque`` nor
-    ``fp32_modules`` (a region's come from its owner's table entry)."""
+    decline it); the bundle's every one (a bundle of other ``fp32_modules`` or
+    ``opaque`` settings holds code for another graph)."""
     base = _target()
     everything = {"bundle", "aot", "resident"}
     changed = {
@@ -98,8 +98,8 @@ def test_each_setting_changes_every_key_it_is_part_of():
             _target(options=CompileOptions(options={"max_fusion_size": 8})),
             everything,
         ),
-        "fp32_modules": (_target(fp32_modules=("Linear",)), {"aot", "resident"}),
-        "opaque": (dataclasses.replace(base, opaque=True), {"resident"}),
+        "fp32_modules": (_target(fp32_modules=("Linear",)), everything),
+        "opaque": (dataclasses.replace(base, opaque=True), {"bundle", "resident"}),
     }
     names = ("bundle", "aot", "resident")
     for setting, (target, expected) in changed.items():
