@@ -164,11 +164,6 @@ TESTS = PACKAGE.parent / "test"
 # Library modules without a test module of their own, and why. Everything else
 # outside tools/ (and ``__init__.py`` files) has one at the mirrored path.
 UNMIRRORED = {
-    "accuracy.py": "test_precision.py (the fp32 reference of reduced precisions)",
-    # Plumbing every test that imports the package runs.
-    "_imports.py": "optional imports",
-    "hooks.py": "forward hooks of a session: test_session.py, test_region.py",
-    "metrics.py": "rel_l2 and the timers: used by nearly every test",
     # The adaptor's modules: their features are tested through _torch/test_probes.py
     # (each one missing) and through every compile the suite runs.
     "_torch/aoti.py": "artifacts/test_aot_build.py, artifacts/test_aot_load.py",

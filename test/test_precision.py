@@ -98,23 +98,6 @@ def test_bad_precision_names_the_choices(monkeypatch):
         run.deterministic(TIME, 1, model, zoo.random_source(model), None, compile=True)
 
 
-def test_the_probe_does_not_update_a_stateful_core_twice():
-    from test_region import StatefulCore
-
-    class Holder(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.core = StatefulCore(2)
-
-    model = Holder()
-    x, state = torch.randn(1, 2, 4, 4), torch.zeros(1, 2, 4, 4)
-    with CompileSession(model, backend=eager_backend, precision="tf32") as session:
-        with torch.inference_mode():
-            model.core(x, state)
-    assert session.report.regions[0].precision_error is not None
-    torch.testing.assert_close(state, x)  # 0 * 0.5 + x once, not twice
-
-
 def test_spectral_convolutions_stay_fp32_under_bf16():
     model = zoo.build("sfno")
     x = torch.randn(1, 4, 16, 32)
@@ -353,35 +336,6 @@ print("inherit ok")
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "ok" in done.stdout or "no per-backend" in done.stdout
-
-
-def test_a_stateful_core_is_measured_from_its_state_before_the_call(logs):
-    class Counter(torch.nn.Module):
-        """Counts its calls in a buffer; its output depends on the count."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.register_buffer("calls", torch.zeros(1))
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            self.calls.add_(1)
-            return x * self.calls
-
-    class Holder(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.core = Counter()
-
-    model, x = Holder(), torch.randn(8)
-    with CompileSession(
-        model, regions=("core",), backend=eager_backend, precision="tf32"
-    ) as session:
-        with torch.no_grad():
-            out = model.core(x)
-    torch.testing.assert_close(out, x)
-    assert model.core.calls.item() == 1  # the reference ran on a copy
-    assert session.report.regions[0].precision_error == 0.0
-    assert not messages(logs, "WARNING")
 
 
 def test_sfno_options_read_tf32_set_through_the_per_backend_flags(

@@ -1,0 +1,62 @@
+"""What a region changes on its module while installed (earth2studio_compile.hooks),
+and that it puts everything back exactly."""
+
+from __future__ import annotations
+
+import torch
+
+from earth2studio_compile.hooks import Hooks
+from earth2studio_compile.models import ModelSpec
+
+
+class _Core(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(4)
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(self.norm(x))
+
+
+def test_install_routes_calls_and_restore_leaves_the_module_as_it_was():
+    core = _Core()
+    before = dict(core.__dict__), dict(core.norm.__dict__)
+    hooks = Hooks(core, "Model.core", ModelSpec(regions=("core",)), precision=None)
+    calls = []
+
+    def routed(*args, **kwargs):
+        calls.append(args)
+        return "routed"
+
+    hooks.install(routed)
+    assert core(torch.ones(1, 4)) == "routed" and len(calls) == 1
+    hooks.restore(routed)
+    assert dict(core.__dict__) == before[0] and dict(core.norm.__dict__) == before[1]
+    assert isinstance(core(torch.ones(1, 4)), torch.Tensor)
+    hooks.restore(routed)  # a second restore changes nothing
+
+
+def test_fp32_islands_exist_only_under_bf16_and_are_undone():
+    spec = ModelSpec(regions=("core",), fp32_modules=("LayerNorm",))
+    assert Hooks(_Core(), "M.core", spec, precision="tf32").fp32 == []
+    core = _Core()
+    forward = core.norm.forward
+    hooks = Hooks(core, "M.core", spec, precision="bf16")
+    assert len(hooks.fp32) == 1
+    hooks.install(lambda *a, **k: None)
+    assert core.norm.forward != forward  # wrapped while installed
+    hooks.restore(lambda *a, **k: None)
+    assert core.norm.forward == forward and "forward" not in core.norm.__dict__
+
+
+def test_a_slot_someone_else_replaced_is_left_to_them():
+    core = _Core()
+    hooks = Hooks(core, "M.core", ModelSpec(regions=("core",)), precision=None)
+    ours = lambda *a, **k: "ours"  # noqa: E731
+    hooks.install(ours)
+    slot = next(k for k in core.__dict__ if core.__dict__[k] is ours)
+    theirs = lambda *a, **k: "theirs"  # noqa: E731
+    core.__dict__[slot] = theirs
+    hooks.restore(ours)
+    assert core.__dict__[slot] is theirs and not hooks.installed
