@@ -205,9 +205,13 @@ def test_a_failed_lane_reaches_the_caller_once_and_nothing_is_lost_silently(
 
     setitem = AsyncArray.setitem
     raised: list[BaseException] = []
+    queued = threading.Event()
 
     async def failing(self, selection, value, prototype=None):
         if selection[0].start >= 1:
+            # Fail once every step is queued: the error then reaches flush(), not
+            # whichever write() came after it (either may, by design).
+            assert queued.wait(30)
             raised.append(OSError(f"disk full writing {self.basename} (injected)"))
             raise raised[-1]
         return await setitem(self, selection, value, prototype)
@@ -217,6 +221,7 @@ def test_a_failed_lane_reaches_the_caller_once_and_nothing_is_lost_silently(
     io, backend = zarr_writes(names, 4, max_pending=4, workers=2)
     for i in range(4):
         io.write(step_tensors(i, 2), OrderedDict(lead_time=np.array([i])), names)
+    queued.set()
     with pytest.raises(OSError, match="disk full") as caught:
         io.flush()
     # One of the original exception objects (two lanes fail at once: whichever the
