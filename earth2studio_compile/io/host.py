@@ -333,8 +333,10 @@ class HostPool:
         """Queue the copies of one CUDA device's blocks on its current stream; the
         event to wait for before reading them."""
         for block, buffer in pairs:
-            pinned = self.pin_memory and buffer.is_pinned()
-            buffer.view(block.source.shape).copy_(block.source, non_blocking=pinned)
+            # A CUDA block's buffer is pinned exactly when the pool pins (its key).
+            buffer.view(block.source.shape).copy_(
+                block.source, non_blocking=self.pin_memory
+            )
         ready = torch.cuda.Event()
         ready.record(torch.cuda.current_stream(device))
         return ready
