@@ -1,5 +1,5 @@
-"""Shared by test_io_overlap.py and test_io_writers.py: recording backends, copy
-counters, a child interpreter, and the per-test thread check."""
+"""Shared by the tests of earth2studio_compile.io (test/io/): recording and failing
+backends, copy counters, a child interpreter, and the per-test thread check."""
 
 from __future__ import annotations
 
@@ -68,6 +68,26 @@ class Recorder:
 
     def close(self):
         self.closed = True
+
+
+def failing_kv(fail_at: int):
+    """A ``KVBackend`` whose ``fail_at``-th write (from 1) raises an injected
+    ``OSError``, kept as its ``error``; the others store as usual."""
+    from earth2studio.io import KVBackend
+
+    class FailingKV(KVBackend):
+        def __init__(self) -> None:
+            super().__init__()
+            self.count, self.error = 0, None
+
+        def write(self, x, coords, array_name):
+            self.count += 1
+            if self.count == fail_at:
+                self.error = OSError("disk full (injected)")
+                raise self.error
+            super().write(x, coords, array_name)
+
+    return FailingKV()
 
 
 class Copies:

@@ -22,6 +22,7 @@ from conftest import TIME, messages
 from io_helpers import (
     NSTEPS,
     Recorder,
+    failing_kv,
     own_threads,  # noqa: F401 (autouse fixture)
     run_child,
     step_tensors,
@@ -66,20 +67,6 @@ def test_close_closes_the_backend_after_a_write_error():
 
 
 def test_a_write_error_reaches_the_caller_once(logs):
-    from earth2studio.io import KVBackend
-
-    class Failing(KVBackend):
-        def __init__(self):
-            super().__init__()
-            self.count, self.error = 0, None
-
-        def write(self, x, coords, array_name):
-            self.count += 1
-            if self.count == 2:
-                self.error = OSError("disk full (injected)")
-                raise self.error
-            super().write(x, coords, array_name)
-
     class SlowCaller(OverlappedIO):
         # Steps slower than the writes: the error is raised at the next write, inside
         # the workflow, which then drains its IO with failed=True.
@@ -87,7 +74,7 @@ def test_a_write_error_reaches_the_caller_once(logs):
             super().write(x, coords, array_name)
             time.sleep(0.2)
 
-    backend = Failing()
+    backend = failing_kv(2)
     io = SlowCaller(backend)
     model = zoo.build("persistence")
     with pytest.raises(OSError, match="disk full") as raised:
@@ -101,19 +88,6 @@ def test_a_write_error_reaches_the_caller_once(logs):
 
 
 def test_workflow_raises_a_background_write_error():
-    from earth2studio.io import KVBackend
-
-    class Failing(KVBackend):
-        def __init__(self):
-            super().__init__()
-            self.count = 0
-
-        def write(self, x, coords, array_name):
-            self.count += 1
-            if self.count == 3:
-                raise OSError("disk full (injected)")
-            super().write(x, coords, array_name)
-
     model = zoo.build("persistence")
     with pytest.raises(OSError, match="disk full"):
         run.deterministic(
@@ -121,7 +95,7 @@ def test_workflow_raises_a_background_write_error():
             NSTEPS,
             model,
             zoo.random_source(model),
-            OverlappedIO(Failing()),
+            OverlappedIO(failing_kv(3)),
             verbose=False,
         )
 
@@ -274,21 +248,7 @@ def test_writes_queued_after_a_failure_are_counted_and_logged(logs):
 
 
 def test_a_failing_backend_never_lets_the_workflow_return():
-    from earth2studio.io import KVBackend
-
-    class Failing(KVBackend):
-        def __init__(self):
-            super().__init__()
-            self.count, self.error = 0, None
-
-        def write(self, x, coords, array_name):
-            self.count += 1
-            if self.count == 3:
-                self.error = OSError("disk full (injected)")
-                raise self.error
-            super().write(x, coords, array_name)
-
-    backend = Failing()
+    backend = failing_kv(3)
     io = OverlappedIO(backend, max_pending=1)
     model = zoo.build("persistence")
     with pytest.raises(OSError, match="disk full") as raised:
