@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 from conftest import eager_backend, messages
+from tiny_cores import StatefulCore
 
 from earth2studio_compile import CompileSession
 from earth2studio_compile.accuracy import Reference
@@ -47,7 +48,6 @@ def test_no_floating_output_has_no_error():
 
 
 def test_the_probe_does_not_update_a_stateful_core_twice():
-    from test_region import StatefulCore
 
     class Holder(torch.nn.Module):
         def __init__(self) -> None:

@@ -20,6 +20,7 @@ import os
 import pytest
 import torch
 from conftest import assert_unchanged, messages, run_workflow, snapshot
+from tiny_cores import Blocks, StatefulCore
 
 from earth2studio_compile import CompileSession, run
 from earth2studio_compile.metrics import rel_l2
@@ -140,7 +141,6 @@ def test_overlapped_writing_from_the_gpu_loses_nothing():
 def test_in_place_state_update_on_gpu_matches_eager():
     # A recurrent core updating its state argument, with the CUDA-graph default: the
     # caller's state must see every update (issue: the update landed on a copy).
-    from test_region import StatefulCore
 
     class Holder(torch.nn.Module):
         def __init__(self) -> None:
@@ -190,7 +190,6 @@ def test_plain_sequential_diagnostic_reports_what_ran():
 
 
 def test_more_regions_than_the_recompile_limit_on_gpu(logs):
-    from test_region import Blocks
 
     model = Blocks().cuda()
     with CompileSession(model) as session, torch.inference_mode():

@@ -233,6 +233,24 @@ def test_test_module_basenames_are_unique():
     assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
 
 
+def test_test_modules_share_code_through_helpers_never_through_one_another():
+    # A class moved between test modules broke a GPU test's import, which no CPU run
+    # executes: helpers (conftest, *_helpers, tiny_cores) are the only shared code.
+    tests = {p.stem for p in TESTS.rglob("test_*.py")}
+    found = []
+    for path in TESTS.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module in tests:
+                found.append(f"{path.relative_to(TESTS)}:{node.lineno} {node.module}")
+            elif isinstance(node, ast.Import):
+                found += [
+                    f"{path.relative_to(TESTS)}:{node.lineno} {a.name}"
+                    for a in node.names
+                    if a.name in tests
+                ]
+    assert not found, found
+
+
 def _private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import TIME, FailingBackend, eager_backend, messages
+from tiny_cores import StatefulCore
 
 from earth2studio_compile import CompileSession, register_model
 from earth2studio_compile.models import MODEL_TABLE
@@ -119,18 +120,6 @@ def test_rollout_does_not_recompile_at_step_two():
 
 
 # -- 1. in-place updates of positional arguments -------------------------------------
-class StatefulCore(torch.nn.Module):
-    """A recurrent core: updates the state it is handed, in place."""
-
-    def __init__(self, channels: int) -> None:
-        super().__init__()
-        self.mix = torch.nn.Conv2d(channels, channels, 1)
-
-    def forward(self, x: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
-        state.mul_(0.5).add_(x)
-        return self.mix(x) + state
-
-
 class StatefulPrognostic(zoo.GridPrognostic):
     def __init__(self) -> None:
         grid = zoo.Grid(8, 16)

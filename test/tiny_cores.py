@@ -1,5 +1,6 @@
-"""Small modules for tests that hand a core to another process (no heavy imports:
-a build process imports this module to unpickle them)."""
+"""Small modules that several test modules use (no heavy imports: a build process
+imports this module to unpickle them). Test modules share classes through here,
+never by importing one another."""
 
 from __future__ import annotations
 
@@ -27,3 +28,29 @@ class TinyModel(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.core(x)
+
+
+class StatefulCore(torch.nn.Module):
+    """A recurrent core: updates the state it is handed, in place."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.mix = torch.nn.Conv2d(channels, channels, 1)
+
+    def forward(self, x: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        state.mul_(0.5).add_(x)
+        return self.mix(x) + state
+
+
+class Blocks(torch.nn.Module):
+    """Blocks of one class and different widths: each needs its own compiled code."""
+
+    def __init__(self, n: int = 12, start: int = 4) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.Linear(start + i, start + i) for i in range(n)
+        )
+
+    def run_each(self) -> list[torch.Tensor]:
+        with torch.no_grad():
+            return [b(torch.ones(2, b.in_features)) for b in self.blocks]

@@ -226,7 +226,10 @@ class AotRunner:
                 self.loader.boxed_run(list(self._static_in))
             torch.cuda.current_stream(self.device).wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+            # thread_local, as Inductor's graph trees capture: the default ("global")
+            # forbids every thread's CUDA syncs while it runs, and OverlappedIO's
+            # writers (or a user's loader) wait on copy events meanwhile.
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 self._static_out = list(self.loader.boxed_run(list(self._static_in)))
             self._graph = graph
             synchronize(self.device)

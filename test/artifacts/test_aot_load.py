@@ -10,7 +10,9 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -150,9 +152,38 @@ def test_a_fresh_process_loads_and_matches(built, tmp_path):
     )
 
 
+class _SyncsElsewhereWhileCapturing:
+    """A loader whose run, during a CUDA-graph capture, has another thread wait on a
+    CUDA event, as OverlappedIO's writers wait on a step's copy."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader, self.errors, self.captures = loader, [], 0
+        self.event = torch.cuda.Event()
+        self.event.record()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.loader, name)
+
+    def boxed_run(self, tensors: list[torch.Tensor]) -> Any:
+        if torch.cuda.is_current_stream_capturing():
+            self.captures += 1
+            waiter = threading.Thread(target=self._wait)
+            waiter.start()
+            waiter.join()
+        return self.loader.boxed_run(tensors)
+
+    def _wait(self) -> None:
+        try:
+            self.event.synchronize()
+        except Exception as e:  # raised in that thread: kept for the test
+            self.errors.append(e)
+
+
 @pytest.mark.gpu
 def test_cuda_graph_runner_keeps_held_outputs(tmp_path):
-    """On CUDA the runner captures its own graph at call 2 and clones outputs."""
+    """On CUDA the runner captures its own graph at call 2 and clones outputs; its
+    capture leaves other threads free to wait on CUDA events (a "global" capture
+    made their waits fail: an OverlappedIO writer's, in a workflow's second call)."""
     from earth2studio_compile import example_input
     from earth2studio_compile.precision import scope
     from earth2studio_compile.tools import zoo
@@ -168,9 +199,11 @@ def test_cuda_graph_runner_keeps_held_outputs(tmp_path):
     runner = load_runner(target, args, kwargs, root=tmp_path)
     assert isinstance(runner, AotRunner), runner
     assert runner.cudagraphs
+    runner.loader = elsewhere = _SyncsElsewhereWhileCapturing(runner.loader)
     inputs = [torch.randn_like(args[0]) for _ in range(3)]
     outs = [runner(i) for i in inputs]
     assert runner.phases["cudagraph_capture"] >= 0.0
+    assert (elsewhere.captures, elsewhere.errors) == (1, [])
     for i, out in zip(inputs, outs):
         with torch.no_grad(), scope("fp32", device):
             assert verify(out, core(i), "fp32") is None

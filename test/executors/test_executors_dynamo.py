@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import FailingBackend, eager_backend, messages, run_inputs
+from tiny_cores import Blocks
 
 from earth2studio_compile import CompileSession, executors
 from earth2studio_compile.executors import DynamoExecutor, EagerExecutor, Measured
@@ -136,20 +137,6 @@ def test_graph_counts_are_the_regions_own():
 
 
 # -- 4. one Dynamo cache per region ----------------------------------------------------
-class Blocks(torch.nn.Module):
-    """Blocks of one class and different widths: each needs its own compiled code."""
-
-    def __init__(self, n: int = 12, start: int = 4) -> None:
-        super().__init__()
-        self.blocks = torch.nn.ModuleList(
-            torch.nn.Linear(start + i, start + i) for i in range(n)
-        )
-
-    def run_each(self) -> list[torch.Tensor]:
-        with torch.no_grad():
-            return [b(torch.ones(2, b.in_features)) for b in self.blocks]
-
-
 def test_more_regions_than_the_recompile_limit_each_compile_once(logs):
     import torch._dynamo.config as dynamo_config
 

@@ -150,6 +150,21 @@ def _report(compiled: bool) -> dict[str, Any] | None:
     return {"summary": report.summary(), "regions": regions}
 
 
+def _time_writes(io: Any) -> list[float]:
+    """The ``perf_counter`` of each ``io.write`` call from now on (an instance
+    attribute over the class's method: delete it to stop)."""
+    times: list[float] = []
+    write = io.write
+
+    @functools.wraps(write)
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        times.append(time.perf_counter())
+        return write(*args, **kwargs)
+
+    io.write = timed
+    return times
+
+
 def background_builds(timeout: float | None = None) -> dict[str, Any]:
     """Wait for this process's background builds; ``background_wait_s`` and
     ``background`` (each build in words)."""
@@ -172,7 +187,8 @@ def call(
     -------
     dict[str, Any]
         ``run``, ``wall_s`` (the call until the store is written and the device is
-        idle), ``returned_s`` (until the workflow returned), ``store_bytes`` (on
+        idle), ``returned_s`` (until the workflow returned), ``first_step_s`` (until
+        the first forecast step reached the IO), ``store_bytes`` (on
         disk) and, compiled, ``report`` (its summary and regions)
     """
     import numpy as np
@@ -210,14 +226,18 @@ def call(
     # the global switches already set for the whole process.
     scoped = spec["precision"] if spec["precision"] == "bf16" else None
     marks: dict[str, float] = {}
+    writes = _time_writes(io)
     with eager_precision(model, None if compiled else scoped):
         start = marks["start"] = time.perf_counter()
         workflow(*args, *rest, **kwargs)
         wall = finish(io, device, marks, start)
+    del io.write  # the class's again
     return {
         "run": "compiled" if compiled else "eager",
         "wall_s": wall,
         "returned_s": marks["returned"] - start,
+        # The initial state is write 0: write 1 hands the IO the first forecast step.
+        "first_step_s": writes[1] - start if len(writes) > 1 else None,
         "store_bytes": _store_bytes_then_remove(io),
         "report": _report(compiled),
     }

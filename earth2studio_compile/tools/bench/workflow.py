@@ -45,6 +45,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shlex
 import signal
 import subprocess
@@ -99,6 +100,9 @@ WAYS = ("cold", "warm", "second")
 CHILD: tuple[str, ...] = ("-m", "earth2studio_compile.tools.bench.calls")
 #: Seconds between looks at a running child's output.
 POLL_S = 0.5
+# A failed child's log lines kept in its error row.
+LOG_TAIL = 40
+EXCEPTION = re.compile(r"^[\w.]*(Error|Exception|Interrupt)\b")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -228,17 +232,19 @@ def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
     eager fresh process (eager + OverlappedIO: our IO path alone) after upstream's
     eager one on the backend it wraps, unless that ran already.
 
-    ``cache`` names the caches a child gets (one directory per job, precision and
-    IO, shared by its cold, warm and second-call children); None is a fresh empty
-    one of its own.
+    ``cache`` names the caches a child gets: one directory per job and precision,
+    filled by its first cold child and found by every IO's warm and second-call
+    children (the artifacts do not depend on the IO, and a warm row whose own cold
+    row a deadline skipped would have run cold); None is a fresh empty one of its
+    own, as each later IO's cold child gets.
     """
     specs: list[dict[str, Any]] = []
     for job in args.job_list:
         for precision in args.precision_list:
             base = {**job, "precision": precision, "size": args.size}
             base["device"] = args.device
+            key = f"{job['job']}-{precision}".replace(":", "_")
             for n, io in enumerate(args.io_list):
-                key = f"{job['job']}-{precision}-{io}".replace(":", "_")
                 row = {**base, "io": io, "cache": key}
                 fresh = {"kind": "fresh", "run": "eager", "way": "fresh", "cache": None}
                 for each in dict.fromkeys((OVERLAPPED.get(io, io), io)):
@@ -253,6 +259,8 @@ def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
                         specs.append(
                             {**row, "kind": "fresh", "run": "compiled", "way": way}
                         )
+                        if way == "cold" and n > 0:
+                            specs[-1]["cache"] = None
                 if "second" in args.way_list:
                     specs.append({**row, "kind": "second", "way": "second"})
                     specs[-1].update(run="both", repeats=args.repeats)
@@ -290,6 +298,7 @@ def run_child(
     start = time.perf_counter()
     spec = {**spec, "launched": time.time(), "workdir": str(caches)}
     with open(caches / "child.log", "a") as log:
+        log_start = log.tell()
         proc = subprocess.Popen(
             [sys.executable, *CHILD, json.dumps(spec), str(out)],
             env=env,
@@ -310,14 +319,33 @@ def run_child(
                 seen = out.stat().st_mtime
                 progress(_rows(spec, out, None, warm))
     process_s = time.perf_counter() - start
+    with open(caches / "child.log") as log:
+        log.seek(log_start)
+        lines = log.read().strip().splitlines()
     if error is None and proc.returncode != 0:
-        tail = (caches / "child.log").read_text().strip().splitlines()[-3:]
-        error = " | ".join(tail) or f"exit {proc.returncode}"
+        error = _failure(lines) or f"exit {proc.returncode}"
     rows = _rows(spec, out, process_s, warm)
     if error is not None:
-        rows.append({**_base(spec, warm), "error": error, "process_s": process_s})
+        rows.append(
+            {
+                **_base(spec, warm),
+                "error": error,
+                "log_tail": lines[-LOG_TAIL:],
+                "process_s": process_s,
+            }
+        )
     out.unlink(missing_ok=True)
     return rows
+
+
+def _failure(lines: list[str]) -> str:
+    """A failed child's error: its last exception line (a CUDA error's own message
+    precedes three lines of advice), then its last line."""
+    raised = [x for x in lines if EXCEPTION.match(x)]
+    picked = [raised[-1]] if raised else []
+    if lines and lines[-1] not in picked:
+        picked.append(lines[-1])
+    return " | ".join(picked)
 
 
 def _base(spec: dict[str, Any], warm: bool) -> dict[str, Any]:

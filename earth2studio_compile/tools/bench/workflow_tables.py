@@ -109,6 +109,7 @@ HEADER = [
     "eager/floor",
     "comp/floor",
     "status",
+    "1st step s eager/comp",
     "proc s eager/comp",
     "import s",
 ]
@@ -146,6 +147,7 @@ def _line(rows: list[dict[str, Any]], i: int) -> list[str] | None:
         _f(e.get("wall_over_floor")),
         _f(c.get("wall_over_floor")),
         ",".join(sorted({x["status"] for x in regions})) or "-",
+        f"{_f((o or e).get('first_step_s'))}/{_f(c.get('first_step_s'))}",
         proc if r["way"] != "second" else "-",
         _f(c.get("import_s") if c else (o or e).get("import_s"), ".1f"),
     ]
@@ -188,7 +190,9 @@ def tables(rows: list[dict[str, Any]]) -> str:
         "floor = N x the compiled step + numpy.save s: the same bytes copied to "
         "the host and written with numpy.save from that many writer threads, one file "
         "per variable per step (then a device sync; no fsync, as no backend does one: "
-        "os.sync s is what it took after); proc s = the fresh process, start to exit; "
+        "os.sync s is what it took after); 1st step s = from the call until the first "
+        "forecast step reached the IO (eager: the row compared with, eager+OvIO where "
+        "there is one); proc s = the fresh process, start to exit; "
         "import s = interpreter start until torch, earth2studio and "
         "earth2studio_compile are imported"
     )

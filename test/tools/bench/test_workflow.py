@@ -29,10 +29,11 @@ def test_workflow_plan_pairs_and_shares_caches():
     fcn, dlwp = specs[0], specs[9]
     assert (fcn["steps"], fcn["workflow"]) == (40, "deterministic")
     assert (dlwp["steps"], dlwp["members"], dlwp["batch_size"]) == (20, 16, 8)
-    # eager runs in empty caches of its own; cold, warm and second share theirs
+    # eager runs in empty caches of its own; the first cold row fills the job's,
+    # which every IO's warm and second rows share; a later IO's cold row starts empty
     assert fcn["cache"] is None
-    assert {s["cache"] for s in specs[1:5]} == {"fcn-tf32-zarr-disk"}  # floor too
-    assert specs[8]["cache"] == "fcn-tf32-overlapped"
+    assert {s["cache"] for s in specs[1:5]} == {"fcn-tf32"}  # floor too
+    assert [s["cache"] for s in specs[5:9]] == [None, None, "fcn-tf32", "fcn-tf32"]
     # The storage floor writes with AsyncZarrBackend's 8 threads unless told.
     assert {s["writers"] for s in specs if s["kind"] == "floor"} == {8}
     args = workflow.parse(["--device", "cpu", "--jobs", "fcn", "--writers", "3"])
@@ -139,6 +140,37 @@ def test_workflow_keeps_what_finished_when_a_child_is_killed(
     assert "timed out after 4 s" in whole and "2.00" in whole
     assert "20.00" in per_step and "10.00" in per_step  # ms/step, eager and compiled
     assert "0.48 (1 writer)" in per_step  # a floor row without a writer count
+
+
+_FAILING_CHILD = """
+import sys
+print("a warning before it")
+print("Traceback (most recent call last):")
+print("torch.AcceleratorError: CUDA error: operation not permitted when stream is "
+      "capturing")
+print("CUDA kernel errors might be asynchronously reported at some other API call")
+print("For debugging consider passing CUDA_LAUNCH_BLOCKING=1")
+print("Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.")
+sys.exit(1)
+"""
+
+
+def test_a_failed_childs_row_names_its_exception_and_keeps_its_log(
+    monkeypatch, tmp_path
+):
+    from earth2studio_compile.tools.bench import workflow
+
+    monkeypatch.setattr(workflow, "CHILD", ("-c", _FAILING_CHILD))
+    args = workflow.parse(["--jobs", "fcn", "--device", "cpu", "--io", "zarr-disk"])
+    spec = workflow.plan(args)[0]
+    (tmp_path / "child.log").write_text("ValueError: an earlier child's\n")
+    rows = workflow.run_child(spec, tmp_path, 60, progress=lambda rows: None)
+    assert rows[-1]["error"] == (
+        "torch.AcceleratorError: CUDA error: operation not permitted when stream is "
+        "capturing | Compile with `TORCH_USE_CUDA_DSA` to enable device-side "
+        "assertions."
+    )
+    assert rows[-1]["log_tail"][0] == "a warning before it"  # this child's only
 
 
 def test_workflow_deadline_starts_nothing(monkeypatch, tmp_path, capsys):
