@@ -81,7 +81,7 @@ def test_separate_tensors_odd_layouts_and_empty_ones_are_each_their_own_copy():
     tensors = [
         torch.randn(3, 4),
         x.select(3, 2),
-        torch.randn(4, 3).t(),  # transposed: its span is dense, copied as is
+        torch.randn(4, 3).t(),  # transposed: copied contiguous (rows for the store)
         torch.tensor(2.5).expand(3, 4),  # one element seen 12 times
         torch.empty(0, 4),
         torch.arange(6, dtype=torch.float64),
@@ -95,15 +95,30 @@ def test_separate_tensors_odd_layouts_and_empty_ones_are_each_their_own_copy():
     staged = HostPool(pin_memory=False).stage(tensors)
     for h, t in zip(staged.host, tensors):
         assert torch.equal(h, t)
+    assert staged.host[2].is_contiguous()
 
 
 def test_the_span_limit():
-    x = torch.randn(10, 4)
-    # Columns 0 and 1: a span of 38 elements for 20 (1.9x) is one block...
+    x = torch.randn(4, 3, 2, 5)  # (batch, variable, lat, lon)
+    # Variables 0 and 1 of 3: a span of 110 elements for 80 (1.4x) is one block...
     assert len(plan_copies([x[:, 0], x[:, 1]])) == 1
-    # ...column 0 alone spans 37 for 10: copied contiguous.
-    assert plan_copies([x[:, 0]])[0].numel == 10
+    # ...variable 0 alone spans 100 for 40 (2.5x): copied contiguous.
+    assert plan_copies([x[:, 0]])[0].numel == 40
     assert MAX_SPAN == 2.0
+
+
+def test_interleaved_variables_are_copied_contiguous_for_the_store():
+    # DLWP's output (its regridding's transpose): the variables of a batch interleave,
+    # (batch, time, variable, lat, lon) with strides (7, 7, 1, 7 * 8 * lon, 7 * 8).
+    batch, nvar, lat, lon = 8, 7, 5, 6
+    x = torch.randn(lat * lon, batch * nvar).t().reshape(batch, 1, nvar, lat, lon)
+    assert x.stride()[-1] == batch * nvar
+    views = [x.select(2, i) for i in range(nvar)]
+    blocks = plan_copies(views)
+    assert len(blocks) == nvar and all(b.numel == views[0].numel() for b in blocks)
+    staged = HostPool(pin_memory=False).stage(views)
+    _same(staged.host, views)
+    assert all(h.is_contiguous() for h in staged.host)
 
 
 def test_cpu_copies_are_made_before_stage_returns():
