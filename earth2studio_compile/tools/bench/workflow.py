@@ -143,8 +143,8 @@ def _fresh(
     for this round), cold (in rounds up to ``--cold-repeats``; the first IO's round
     1 always, in the job's caches) and warm."""
     specs: list[dict[str, Any]] = []
-    fresh = {"kind": "fresh", "way": "fresh", "run": "eager", "cache": None}
-    fresh["repeat"] = repeat
+    fresh: dict[str, Any] = {"kind": "fresh", "way": "fresh", "run": "eager"}
+    fresh.update(cache=None, repeat=repeat)
     for io in dict.fromkeys((OVERLAPPED.get(row["io"], row["io"]), row["io"])):
         if {"cold", "warm"} & set(args.way_list) and not any(
             all(s.get(k) == v for k, v in {**fresh, "io": io}.items())

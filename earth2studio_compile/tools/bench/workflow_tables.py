@@ -25,8 +25,8 @@ SAME = ("job", "precision")
 #: (``repeat``); a warm row that found no cache (``cache``) is a row of its own.
 SAMPLE = ("job", "precision", "io", "way", "run", "call", "cache")
 #: A row's figures taken as the median of its samples.
-MEDIANS = ("wall_s", "returned_s", "first_step_s", "process_s", "import_s")
-MEDIANS += ("setup_s", "background_wait_s")
+MEDIANS: tuple[str, ...] = ("wall_s", "returned_s", "first_step_s", "process_s")
+MEDIANS += ("import_s", "setup_s", "background_wait_s")
 
 
 def samples(rows: Sequence[Mapping[str, Any]]) -> dict[int, list[int]]:
@@ -79,13 +79,13 @@ def derive(rows: list[dict[str, Any]]) -> None:
     call through the same ``OverlappedIO``, and its seconds over the compiled row's
     (the compiling part).
     """
-    for i, group in samples(rows).items():
+    for index, group in samples(rows).items():
         taken = {
             k: [rows[j][k] for j in group if rows[j].get(k) is not None]
             for k in MEDIANS
         }
-        rows[i]["walls"] = taken["wall_s"]
-        rows[i]["median"] = {k: statistics.median(v) for k, v in taken.items() if v}
+        rows[index]["walls"] = taken["wall_s"]
+        rows[index]["median"] = {k: statistics.median(v) for k, v in taken.items() if v}
     floors = {(r["job"], r["precision"]): r["floor_s"] for r in rows if "floor_s" in r}
     for r in rows:
         if "wall_s" not in r:
