@@ -19,16 +19,18 @@ Each fresh compiled row is paired with a fresh eager process of upstream's workf
 on the same job, storage and precision (run just before the cold row); each compiled
 call of ``second`` with the eager call before it (:mod:`.workflow_tables`).
 
-One fresh process is one sample, and two processes of the same row differ by more
-than the gains measured (3.28 s and 4.95 s for one eager row on one H100), so
-``--fresh-repeats N`` runs each fresh row N times and every pair, ratio and table
-figure is the median of its samples (``--cold-repeats`` apart for the cold rows, whose
-background build makes them ~3x the others). It is not ``--repeats``: that counts
-calls inside one second-call process (3 by default), and tying the two would triple
-every fresh row's device time by default. Every row runs once before any repeat,
-then the repeats come in rounds, each round the rows in their first order (eager,
-cold, warm, per IO): drift across a run spreads over every row alike, and a deadline
-drops repeats, judged by the first sample of their kind, never a whole row. Rows per
+One process is one sample, and two processes of the same row differ by more than
+the gains measured (3.28 s and 4.95 s for one eager row on one H100), so
+``--fresh-repeats N`` runs each row's process N times (eager, cold, warm and the
+second-call one; ``--cold-repeats`` apart for the cold rows, whose background build
+makes them ~3x the others) and every pair, ratio and table figure is the median of
+its samples (a second-call process's call k with the other processes' call k). It is
+not ``--repeats``: that counts calls inside one second-call process (3 by default),
+and tying the two would triple every fresh row's device time by default. Every row
+runs once before any repeat, then the repeats come in rounds, each round the rows in
+their first order (eager, cold, warm, second, per IO): drift across a run spreads
+over every row alike, and a deadline drops repeats, judged by the first sample of
+their kind, never a whole row. Rows per
 job, precision and IO backend (``zarr-disk``: ``ZarrBackend`` on a path;
 ``memory-zarr``: one in memory; ``async-zarr``: ``AsyncZarrBackend``; ``overlapped``
 and ``overlapped-memory``: ``OverlappedIO`` around the first two, whose compiled rows
@@ -100,10 +102,10 @@ def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
     eager fresh process (eager + OverlappedIO: our IO path alone) after upstream's
     eager one on the backend it wraps, unless that ran already.
 
-    With ``--fresh-repeats N`` each fresh row runs once in that order, then rounds
-    2..N follow per job and precision, each round its IOs' eager, cold and warm
-    processes again (``repeat``: the round); cold rows run in rounds up to
-    ``--cold-repeats``.
+    With ``--fresh-repeats N`` each row runs once in that order, then rounds 2..N
+    follow per job and precision, each round its IOs' eager, cold, warm and
+    second-call processes again (``repeat``: the round); cold rows run in rounds up
+    to ``--cold-repeats``.
 
     ``cache`` names the caches a child gets: one directory per job and precision,
     filled by its first cold child (the first IO's, round 1) and found by every
@@ -119,29 +121,26 @@ def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
             key = f"{job['job']}-{precision}".replace(":", "_")
             rows = [{**base, "io": io, "cache": key} for io in args.io_list]
             for n, row in enumerate(rows):
-                specs += _fresh(args, row, 1, first_io=n == 0, done=specs)
-                if "second" in args.way_list:
-                    specs.append({**row, "kind": "second", "way": "second"})
-                    specs[-1].update(run="both", repeats=args.repeats)
+                specs += _round(args, row, 1, first_io=n == 0, done=specs)
                 if n == 0 and not args.no_floor:  # early: a deadline leaves it
                     specs.append({**base, "io": None, "kind": "floor", "way": "floor"})
                     specs[-1].update(run="floor", cache=key, writers=args.writers)
             for repeat in range(2, args.fresh_repeats + 1):
                 for n, row in enumerate(rows):
-                    specs += _fresh(args, row, repeat, first_io=n == 0, done=specs)
+                    specs += _round(args, row, repeat, first_io=n == 0, done=specs)
     return specs
 
 
-def _fresh(
+def _round(
     args: argparse.Namespace,
     row: dict[str, Any],
     repeat: int,
     first_io: bool,
     done: list[dict[str, Any]],
 ) -> list[dict[str, Any]]:
-    """One round of an IO's fresh processes: its eager ones (those ``done`` lacks
-    for this round), cold (in rounds up to ``--cold-repeats``; the first IO's round
-    1 always, in the job's caches) and warm."""
+    """One round of an IO's processes: its eager ones (those ``done`` lacks for
+    this round), cold (in rounds up to ``--cold-repeats``; the first IO's round 1
+    always, in the job's caches), warm and second-call."""
     specs: list[dict[str, Any]] = []
     fresh: dict[str, Any] = {"kind": "fresh", "way": "fresh", "run": "eager"}
     fresh.update(cache=None, repeat=repeat)
@@ -162,6 +161,9 @@ def _fresh(
         specs[-1]["repeat"] = repeat
         if way == "cold" and not fills:
             specs[-1]["cache"] = None
+    if "second" in args.way_list:
+        specs.append({**row, "kind": "second", "way": "second", "run": "both"})
+        specs[-1].update(repeats=args.repeats, repeat=repeat)
     return specs
 
 

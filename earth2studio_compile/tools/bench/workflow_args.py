@@ -87,8 +87,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--fresh-repeats",
         type=int,
         default=1,
-        help="fresh processes per fresh row (eager, cold, warm); the tables show "
-        "each row's median and its samples (default 1)",
+        help="processes per row (eager, cold, warm, second-call), in rounds after "
+        "every row has run once; the tables show each row's median and its samples "
+        "(default 1)",
     )
     p.add_argument(
         "--cold-repeats",

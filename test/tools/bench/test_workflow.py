@@ -293,19 +293,22 @@ def test_fresh_repeats_come_in_rounds_cold_ones_in_empty_caches():
         ("zarr-disk", "fresh", "eager", 1, None),
         ("zarr-disk", "cold", "compiled", 1, "fcn-tf32"),  # fills the job's caches
         ("zarr-disk", "warm", "compiled", 1, "fcn-tf32"),
-        ("zarr-disk", "second", "both", None, "fcn-tf32"),
+        ("zarr-disk", "second", "both", 1, "fcn-tf32"),
         (None, "floor", "floor", None, "fcn-tf32"),
         ("overlapped", "fresh", "eager", 1, None),  # upstream's ran in this round
         ("overlapped", "cold", "compiled", 1, None),
         ("overlapped", "warm", "compiled", 1, "fcn-tf32"),
-        ("overlapped", "second", "both", None, "fcn-tf32"),
+        ("overlapped", "second", "both", 1, "fcn-tf32"),
         ("zarr-disk", "fresh", "eager", 2, None),
         ("zarr-disk", "cold", "compiled", 2, None),  # empty again
         ("zarr-disk", "warm", "compiled", 2, "fcn-tf32"),
+        ("zarr-disk", "second", "both", 2, "fcn-tf32"),
         ("overlapped", "fresh", "eager", 2, None),
         ("overlapped", "cold", "compiled", 2, None),
         ("overlapped", "warm", "compiled", 2, "fcn-tf32"),
+        ("overlapped", "second", "both", 2, "fcn-tf32"),
     ]
+    assert {s["repeats"] for s in specs if s["kind"] == "second"} == {3}
     # One run of each by default, as before the option.
     once = workflow.plan(workflow.parse(argv))
     assert [s["repeat"] for s in once if s["kind"] == "fresh"] == [1] * 6
