@@ -194,12 +194,23 @@ _IOS = {
 
 def workflow(datas: Sequence[Mapping[str, Any]]) -> str:
     """Whole workflow calls from the bench's workflow mode: each compiled row
-    beside the eager row it is paired with (the same job, IO and precision)."""
+    beside the eager row it is paired with (the same job, IO and precision); a row
+    run in several processes once, as its samples' median."""
+    from earth2studio_compile.tools.bench.workflow_tables import samples
+
+    def wall(r: Mapping[str, Any]) -> str:
+        n = len(r.get("walls") or [])
+        median = _f((r.get("median") or {}).get("wall_s", r.get("wall_s")), ".2f")
+        return median + (f" (median of {n})" if n > 1 else "")
+
     rows, jobs = [], set()
     for data in datas:
         found = data["rows"]
-        for r in found:
+        groups = samples(found)
+        for i, r in enumerate(found):
             if r.get("run") != "compiled" or "wall_s" not in r:
+                continue
+            if groups[i][0] != i:  # a later sample, in the first one's median
                 continue
             e = found[r["pair"]] if "pair" in r else {}
             jobs.add((r["model"], r["steps"], r["precision"], r.get("members", 1)))
@@ -218,8 +229,8 @@ def workflow(datas: Sequence[Mapping[str, Any]]) -> str:
                 [
                     _IOS.get(r["io"], str(r["io"])),
                     way,
-                    _f(e.get("wall_s"), ".2f"),
-                    _f(r["wall_s"], ".2f"),
+                    wall(e) if e else "-",
+                    wall(r),
                     _f(r.get("vs_eager"), ".2f") + "x" if r.get("vs_eager") else "-",
                     _f(max(first), ".2f") if first else "-",
                     _f(r.get("floor_s"), ".2f"),

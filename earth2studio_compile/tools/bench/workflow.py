@@ -27,11 +27,25 @@ then per job and precision the floors (:mod:`.calls`): ``N x`` the compiled step
 and the store's bytes written with ``numpy.save`` from ``--writers`` threads (8 by
 default, as many as ``AsyncZarrBackend`` uses; one writer is timed too). Jobs:
 ``fcn`` (40 steps), ``dlwp-ens`` (16 members x 20 steps, batch 8, 3 variables),
-``fcn-ens`` (8 members x 10 steps, batch 4, all 26 variables); ensembles report
-members x steps per second. Every child is a fresh process (:mod:`.calls`); the
-parent rewrites the JSON whenever a child has finished a call, so a run cut short
-keeps what it measured, and ``--deadline`` stops starting rows that could not finish
-in time (:mod:`.deadline`).
+``dlwp-ens-all`` (the same with all 7 variables: a 9.8 GB store, issue 34's disk
+target), ``fcn-ens`` (8 members x 10 steps, batch 4, all 26 variables); ensembles
+report members x steps per second (jobs and arguments: :mod:`.workflow_args`).
+Every child is a fresh process (:mod:`.calls`); the parent rewrites the JSON
+whenever a child has finished a call, so a run cut short keeps what it measured, and
+``--deadline`` stops starting rows that could not finish in time (:mod:`.deadline`).
+
+One process is one sample, and two processes of the same row differ by more than
+the gains measured (3.28 s and 4.95 s for one eager row on one H100), so
+``--fresh-repeats N`` runs each row's process N times (eager, cold, warm and the
+second-call one; ``--cold-repeats`` apart for the cold rows, whose background build
+makes them ~3x the others) and every pair, ratio and table figure is the median of
+its samples (a second-call process's call k with the other processes' call k). It is
+not ``--repeats``: that counts calls inside one second-call process (3 by default),
+and tying the two would triple every fresh row's device time by default. Every row
+runs once before any repeat, then the repeats come in rounds, each round the rows in
+their first order (eager, cold, warm, second, per IO): drift across a run spreads
+over every row alike, and a deadline drops repeats, judged by the first sample of
+their kind, never a whole row. ``--no-floor`` leaves the floor process out.
 
 Precision: ``tf32`` (the default) sets PyTorch's global TF32 switches in every row,
 eager and compiled, the one line a user adds, so eager in the same precision is the
@@ -47,6 +61,7 @@ import os
 import platform
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -56,46 +71,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from earth2studio_compile.tools.bench.calls import (
-    FLOOR_WRITERS,
-    IOS,
-    OVERLAPPED,
-    PRECISIONS,
-)
+from earth2studio_compile.tools.bench.calls import OVERLAPPED
 from earth2studio_compile.tools.bench.deadline import Deadline
+from earth2studio_compile.tools.bench.workflow_args import JOBS, parse
 from earth2studio_compile.tools.bench.workflow_tables import (
     derive,
     storage_floor,
     tables,
 )
 
-__all__ = ["derive", "main", "parse", "plan", "run_child", "storage_floor", "tables"]
+__all__ = ["JOBS", "derive", "main", "parse", "plan", "run_child", "storage_floor"]
+__all__ += ["tables"]
 
-#: Named jobs: the workflow, the model, steps, members, members per batch and the
-#: variables written (``few``: three, ``all``: every one).
-JOBS: dict[str, dict[str, Any]] = {
-    "fcn": {"workflow": "deterministic", "model": "fcn", "steps": 40},
-    "dlwp-ens": {
-        "workflow": "ensemble",
-        "model": "dlwp",
-        "steps": 20,
-        "members": 16,
-        "batch_size": 8,
-        "outputs": "few",
-    },
-    "fcn-ens": {
-        "workflow": "ensemble",
-        "model": "fcn",
-        "steps": 10,
-        "members": 8,
-        "batch_size": 4,
-    },
-}
-#: The IOs of a run unless ``--io`` says.
-DEFAULT_IOS = ("zarr-disk", "async-zarr", "overlapped")
-#: What makes two children the same kind, for ``--deadline``'s estimate.
-KIND = ("job", "kind", "run", "way")
-WAYS = ("cold", "warm", "second")
+#: What makes two children the same kind, for ``--deadline``'s estimate (the way
+#: says the run: a second-call child's spec runs "both", its rows eager or compiled).
+KIND = ("job", "kind", "way")
 #: How a child starts: ``python CHILD SPEC_JSON OUT_JSON``.
 CHILD: tuple[str, ...] = ("-m", "earth2studio_compile.tools.bench.calls")
 #: Seconds between looks at a running child's output.
@@ -105,126 +95,6 @@ LOG_TAIL = 40
 EXCEPTION = re.compile(r"^[\w.]*(Error|Exception|Interrupt)\b")
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
-    """The workflow mode's arguments, checked; errors name the fix."""
-    p = argparse.ArgumentParser(
-        prog="earth2studio-compile-bench workflow",
-        description="Time whole workflow calls, upstream eager vs compile=True: a "
-        "fresh process with empty caches, one with warm caches, and second calls in "
-        "one process; with the floors they are measured against.",
-    )
-    p.add_argument(
-        "--jobs",
-        default="fcn,dlwp-ens",
-        help="comma-separated: fcn (deterministic, 40 steps, every variable), "
-        "dlwp-ens (ensemble, 16 members x 20 steps, batch 8, 3 variables), fcn-ens "
-        "(ensemble, 8 members x 10 steps, batch 4, every variable), det:MODEL or "
-        "ens:MODEL (default fcn,dlwp-ens)",
-    )
-    p.add_argument("--size", default="full", choices=["full", "medium", "small"])
-    p.add_argument("--steps", type=int, default=None, help="override every job's")
-    p.add_argument("--members", type=int, default=None, help="override ensembles'")
-    p.add_argument("--batch-size", type=int, default=None, help="override ensembles'")
-    p.add_argument(
-        "--io",
-        default=",".join(DEFAULT_IOS),
-        help=f"comma-separated IO backends: {', '.join(IOS)}; overlapped and "
-        "overlapped-memory are our OverlappedIO around zarr-disk and memory-zarr, "
-        "each also run eagerly, and upstream eager on the backend they wrap "
-        f"(default {','.join(DEFAULT_IOS)})",
-    )
-    p.add_argument(
-        "--ways",
-        default=",".join(WAYS),
-        help="comma-separated: cold, warm (needs cold: it reuses its caches), "
-        "second (default all)",
-    )
-    p.add_argument("--repeats", type=int, default=3, help="calls of 'second'")
-    p.add_argument(
-        "--precision",
-        default="tf32",
-        help=f"comma-separated, each its own rows: {', '.join(PRECISIONS)} "
-        "(default tf32, set globally for eager and compiled rows alike)",
-    )
-    p.add_argument(
-        "--device", default=None, help="cuda or cpu (default: cuda if available)"
-    )
-    p.add_argument("--json", type=Path, default=None, help="write the rows here")
-    p.add_argument("--timeout", type=int, default=540, help="seconds per process")
-    p.add_argument(
-        "--deadline",
-        type=float,
-        default=None,
-        help="seconds from the start after which no process starts (its rows are "
-        "marked skipped) and none runs on; nor does one that an earlier one of its "
-        "kind says cannot finish in the time left; the tables still print",
-    )
-    p.add_argument(
-        "--writers",
-        type=int,
-        default=FLOOR_WRITERS,
-        help="writer threads of the storage floor: as many as the fastest backend "
-        f"uses (default {FLOOR_WRITERS}, AsyncZarrBackend's pool); one writer is "
-        "always timed too",
-    )
-    p.add_argument("--workdir", type=Path, default=None, help="caches and stores")
-    args = p.parse_args(argv)
-    args.io_list = _listed(p, "--io", args.io, IOS)
-    args.way_list = _listed(p, "--ways", args.ways, WAYS)
-    args.precision_list = _listed(p, "--precision", args.precision, PRECISIONS)
-    if "warm" in args.way_list and "cold" not in args.way_list:
-        p.error("--ways warm reuses the cold row's caches; add cold (--ways cold,warm)")
-    for name in ("steps", "members", "batch_size", "repeats", "writers"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1, not {value}")
-    args.job_list = [_job(p, j, args) for j in args.jobs.split(",") if j.strip()]
-    if args.device is None:
-        import torch
-
-        args.device = "cuda" if torch.cuda.is_available() else "cpu"
-    if args.device not in ("cuda", "cpu"):
-        p.error(f"--device must be cuda or cpu, not {args.device!r}")
-    return args
-
-
-def _listed(
-    p: argparse.ArgumentParser, flag: str, text: str, choices: tuple[str, ...]
-) -> list[str]:
-    chosen = [t.strip() for t in text.split(",") if t.strip()]
-    for t in chosen:
-        if t not in choices:
-            p.error(f"{flag}: unknown {t!r}; use a comma-separated list of {choices}")
-    if not chosen:
-        p.error(f"{flag} is empty; use a comma-separated list of {choices}")
-    return list(dict.fromkeys(chosen))
-
-
-def _job(p: argparse.ArgumentParser, name: str, args: argparse.Namespace) -> dict:
-    name = name.strip()
-    kinds = {"det": "fcn", "ens": "dlwp-ens"}
-    kind, _, model = name.partition(":")
-    if name in JOBS:
-        job = {**JOBS[name]}
-    elif kind in kinds and model:
-        job = {**JOBS[kinds[kind]], "model": model}
-    else:
-        p.error(
-            f"--jobs: unknown {name!r}; use fcn, dlwp-ens, fcn-ens, det:MODEL or "
-            "ens:MODEL"
-        )
-    job["job"] = name
-    job.setdefault("members", 1)
-    job.setdefault("batch_size", 1)
-    job.setdefault("outputs", "all")
-    if args.steps:
-        job["steps"] = args.steps
-    if job["workflow"] == "ensemble":
-        job["members"] = args.members or job["members"]
-        job["batch_size"] = min(args.batch_size or job["batch_size"], job["members"])
-    return job
-
-
 def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
     """The children, in order: per job, precision and IO the eager fresh process,
     the cold and warm compiled ones and the second-call one; the floors after the
@@ -232,11 +102,16 @@ def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
     eager fresh process (eager + OverlappedIO: our IO path alone) after upstream's
     eager one on the backend it wraps, unless that ran already.
 
+    With ``--fresh-repeats N`` each row runs once in that order, then rounds 2..N
+    follow per job and precision, each round its IOs' eager, cold, warm and
+    second-call processes again (``repeat``: the round); cold rows run in rounds up
+    to ``--cold-repeats``.
+
     ``cache`` names the caches a child gets: one directory per job and precision,
-    filled by its first cold child and found by every IO's warm and second-call
-    children (the artifacts do not depend on the IO, and a warm row whose own cold
-    row a deadline skipped would have run cold); None is a fresh empty one of its
-    own, as each later IO's cold child gets.
+    filled by its first cold child (the first IO's, round 1) and found by every
+    IO's warm and second-call children (the artifacts do not depend on the IO, and
+    a warm row whose own cold row a deadline skipped would have run cold); None is
+    a fresh empty one of its own, as every other cold child gets.
     """
     specs: list[dict[str, Any]] = []
     for job in args.job_list:
@@ -244,29 +119,51 @@ def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
             base = {**job, "precision": precision, "size": args.size}
             base["device"] = args.device
             key = f"{job['job']}-{precision}".replace(":", "_")
-            for n, io in enumerate(args.io_list):
-                row = {**base, "io": io, "cache": key}
-                fresh = {"kind": "fresh", "run": "eager", "way": "fresh", "cache": None}
-                for each in dict.fromkeys((OVERLAPPED.get(io, io), io)):
-                    if {"cold", "warm"} & set(args.way_list) and not any(
-                        s["run"] == "eager" and s["io"] == each and s["way"] == "fresh"
-                        for s in specs
-                        if s["job"] == job["job"] and s["precision"] == precision
-                    ):
-                        specs.append({**row, **fresh, "io": each})
-                for way in ("cold", "warm"):
-                    if way in args.way_list:
-                        specs.append(
-                            {**row, "kind": "fresh", "run": "compiled", "way": way}
-                        )
-                        if way == "cold" and n > 0:
-                            specs[-1]["cache"] = None
-                if "second" in args.way_list:
-                    specs.append({**row, "kind": "second", "way": "second"})
-                    specs[-1].update(run="both", repeats=args.repeats)
-                if n == 0:  # early, so a deadline leaves it; in warm caches
+            rows = [{**base, "io": io, "cache": key} for io in args.io_list]
+            for n, row in enumerate(rows):
+                specs += _round(args, row, 1, first_io=n == 0, done=specs)
+                if n == 0 and not args.no_floor:  # early: a deadline leaves it
                     specs.append({**base, "io": None, "kind": "floor", "way": "floor"})
                     specs[-1].update(run="floor", cache=key, writers=args.writers)
+            for repeat in range(2, args.fresh_repeats + 1):
+                for n, row in enumerate(rows):
+                    specs += _round(args, row, repeat, first_io=n == 0, done=specs)
+    return specs
+
+
+def _round(
+    args: argparse.Namespace,
+    row: dict[str, Any],
+    repeat: int,
+    first_io: bool,
+    done: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """One round of an IO's processes: its eager ones (those ``done`` lacks for
+    this round), cold (in rounds up to ``--cold-repeats``; the first IO's round 1
+    always, in the job's caches), warm and second-call."""
+    specs: list[dict[str, Any]] = []
+    fresh: dict[str, Any] = {"kind": "fresh", "way": "fresh", "run": "eager"}
+    fresh.update(cache=None, repeat=repeat)
+    for io in dict.fromkeys((OVERLAPPED.get(row["io"], row["io"]), row["io"])):
+        if {"cold", "warm"} & set(args.way_list) and not any(
+            all(s.get(k) == v for k, v in {**fresh, "io": io}.items())
+            and (s["job"], s["precision"]) == (row["job"], row["precision"])
+            for s in done + specs
+        ):
+            specs.append({**row, **fresh, "io": io})
+    fills = first_io and repeat == 1
+    for way in ("cold", "warm"):
+        if way not in args.way_list or (
+            way == "cold" and repeat > args.cold_repeats and not fills
+        ):
+            continue
+        specs.append({**row, "kind": "fresh", "run": "compiled", "way": way})
+        specs[-1]["repeat"] = repeat
+        if way == "cold" and not fills:
+            specs[-1]["cache"] = None
+    if "second" in args.way_list:
+        specs.append({**row, "kind": "second", "way": "second", "run": "both"})
+        specs[-1].update(repeats=args.repeats, repeat=repeat)
     return specs
 
 
@@ -282,8 +179,14 @@ def run_child(
     ``progress`` gets the rows so far whenever the child has written more. A child
     that fails or runs past ``timeout`` is killed; its finished calls are kept and
     one row with ``error`` stands for the rest.
+
+    The child works in a directory of its own, removed when it has exited, killed
+    or not, so no child leaves a store behind for the next (DLWP's 7 variables: 9.8
+    GB each); so are caches of its own (``cache`` None), which nothing reads after.
     """
     local = caches / (spec["cache"] or f"own-{time.monotonic_ns()}")
+    workdir = caches / f"child-{time.monotonic_ns()}"
+    workdir.mkdir()
     env = {
         **os.environ,
         "EARTH2STUDIO_COMPILE_CACHE": str(local / "bundles"),
@@ -296,7 +199,7 @@ def run_child(
     warm = local.exists() and any(local.rglob("*"))
     out = caches / f"out-{time.monotonic_ns()}.json"
     start = time.perf_counter()
-    spec = {**spec, "launched": time.time(), "workdir": str(caches)}
+    spec = {**spec, "launched": time.time(), "workdir": str(workdir)}
     with open(caches / "child.log", "a") as log:
         log_start = log.tell()
         proc = subprocess.Popen(
@@ -319,6 +222,9 @@ def run_child(
                 seen = out.stat().st_mtime
                 progress(_rows(spec, out, None, warm))
     process_s = time.perf_counter() - start
+    shutil.rmtree(workdir, ignore_errors=True)
+    if spec["cache"] is None:
+        shutil.rmtree(local, ignore_errors=True)
     with open(caches / "child.log") as log:
         log.seek(log_start)
         lines = log.read().strip().splitlines()
@@ -409,9 +315,12 @@ def main(argv: list[str] | None = None) -> int:
             if why is not None:
                 rows.append({**_base(spec, False), "skipped": why})
             else:
+                again = (
+                    f" (repeat {spec['repeat']})" if spec.get("repeat", 1) > 1 else ""
+                )
                 print(
                     f"{spec['job']} {spec['precision']} {spec['io']} {spec['way']}"
-                    f" {spec.get('run', '')}".rstrip(),
+                    f" {spec.get('run', '')}{again}".rstrip(),
                     flush=True,
                 )
                 left = deadline.timeout(args.timeout)

@@ -6,18 +6,41 @@ precision on the same storage, every row with its floor, and a compiled row on a
 ``OverlappedIO`` also with the eager call through that ``OverlappedIO`` ("eager +
 OverlappedIO": our IO path alone, no compile), so that its gain over upstream splits
 into writing (eager / eager + OverlappedIO) and compiling (eager + OverlappedIO /
-compiled). :func:`tables` prints the whole calls, then the per-step medians and
-floors.
+compiled). A row run more than once (``--fresh-repeats``) is its samples' median in
+every pair, ratio and table figure. :func:`tables` prints the whole calls, then the
+per-step medians and floors.
 """
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from earth2studio_compile.tools.bench.calls import OVERLAPPED
 from earth2studio_compile.tools.bench.text import format_table
 
 SAME = ("job", "precision")
+#: What makes timed rows samples of one row: the fresh processes of a row run again
+#: (``repeat``); a warm row that found no cache (``cache``) is a row of its own.
+SAMPLE = ("job", "precision", "io", "way", "run", "call", "cache")
+#: A row's figures taken as the median of its samples.
+MEDIANS: tuple[str, ...] = ("wall_s", "returned_s", "first_step_s", "process_s")
+MEDIANS += ("import_s", "setup_s", "background_wait_s")
+
+
+def samples(rows: Sequence[Mapping[str, Any]]) -> dict[int, list[int]]:
+    """Each timed row's index to the indices of its row's samples, in run order."""
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for i, r in enumerate(rows):
+        if "wall_s" in r and r["run"] != "floor":
+            groups.setdefault(tuple(r.get(k) for k in SAMPLE), []).append(i)
+    return {i: group for group in groups.values() for i in group}
+
+
+def _m(r: dict[str, Any], key: str) -> Any:
+    """``r``'s median of ``key`` over its samples (its own value before derive)."""
+    return (r.get("median") or {}).get(key, r.get(key))
 
 
 def _eager_way(r: dict[str, Any]) -> tuple[str, int | None]:
@@ -42,25 +65,37 @@ def _eager(rows: list[dict[str, Any]], r: dict[str, Any], io: str) -> int | None
 def derive(rows: list[dict[str, Any]]) -> None:
     """Pair the rows, in place.
 
-    Adds ``floor_s`` and ``wall_over_floor`` to every timed row whose job and
-    precision have a floor; ``member_steps_per_s`` (members x steps over the whole
-    call) to every timed ensemble row; ``pair`` (an index), ``eager_wall_s`` and
-    ``vs_eager`` (eager seconds over the row's) to compiled rows and to eager rows
-    through an ``OverlappedIO``, paired with upstream's eager call on the backend
-    it wraps (a compiled row whose storage has no such call: the eager call on its
-    own IO); and to compiled rows through an ``OverlappedIO`` ``io_pair``,
-    ``io_only_wall_s`` and ``vs_io_only``: the eager call through the same
-    ``OverlappedIO``, and its seconds over the compiled row's (the compiling part).
+    Adds to every timed row ``walls`` (the ``wall_s`` of its row's samples: the
+    fresh processes of one row, one where it ran once) and ``median`` (the median of
+    each of :data:`MEDIANS` over them); every figure below is of medians, the same
+    on each sample. Adds ``floor_s`` and ``wall_over_floor`` to every timed row
+    whose job and precision have a floor; ``member_steps_per_s`` (members x steps
+    over the whole call) to every timed ensemble row; ``pair`` (the index of the
+    first sample), ``eager_wall_s`` and ``vs_eager`` (eager seconds over the row's)
+    to compiled rows and to eager rows through an ``OverlappedIO``, paired with
+    upstream's eager call on the backend it wraps (a compiled row whose storage has
+    no such call: the eager call on its own IO); and to compiled rows through an
+    ``OverlappedIO`` ``io_pair``, ``io_only_wall_s`` and ``vs_io_only``: the eager
+    call through the same ``OverlappedIO``, and its seconds over the compiled row's
+    (the compiling part).
     """
+    for index, group in samples(rows).items():
+        taken = {
+            k: [rows[j][k] for j in group if rows[j].get(k) is not None]
+            for k in MEDIANS
+        }
+        rows[index]["walls"] = taken["wall_s"]
+        rows[index]["median"] = {k: statistics.median(v) for k, v in taken.items() if v}
     floors = {(r["job"], r["precision"]): r["floor_s"] for r in rows if "floor_s" in r}
     for r in rows:
         if "wall_s" not in r:
             continue
         f = floors.get((r["job"], r["precision"]))
+        wall = _m(r, "wall_s")
         if f:
-            r.update(floor_s=f, wall_over_floor=r["wall_s"] / f)
+            r.update(floor_s=f, wall_over_floor=wall / f)
         if r.get("workflow") == "ensemble" and r.get("members") and r.get("steps"):
-            r["member_steps_per_s"] = r["members"] * r["steps"] / r["wall_s"]
+            r["member_steps_per_s"] = r["members"] * r["steps"] / wall
     for r in rows:
         if "wall_s" not in r or r["run"] == "floor":
             continue
@@ -71,12 +106,12 @@ def derive(rows: list[dict[str, Any]]) -> None:
         if i is None and r["run"] == "compiled":
             i = _eager(rows, r, r["io"])
         if i is not None:
-            e = rows[i]["wall_s"]
-            r.update(pair=i, eager_wall_s=e, vs_eager=e / r["wall_s"])
+            e = _m(rows[i], "wall_s")
+            r.update(pair=i, eager_wall_s=e, vs_eager=e / _m(r, "wall_s"))
         j = _eager(rows, r, r["io"]) if ours and r["run"] == "compiled" else None
         if j is not None:
-            o = rows[j]["wall_s"]
-            r.update(io_pair=j, io_only_wall_s=o, vs_io_only=o / r["wall_s"])
+            o = _m(rows[j], "wall_s")
+            r.update(io_pair=j, io_only_wall_s=o, vs_io_only=o / _m(r, "wall_s"))
 
 
 def _f(v: Any, fmt: str = ".2f") -> str:
@@ -115,9 +150,21 @@ HEADER = [
 ]
 
 
-def _line(rows: list[dict[str, Any]], i: int) -> list[str] | None:
+def _wall(r: dict[str, Any]) -> str:
+    """A row's whole call: its median, with its samples' range and number where it
+    ran more than once: ``"4.02 (3.90-4.14, n=2)"``."""
+    walls = r.get("walls") or []
+    if len(walls) < 2:
+        return _f(_m(r, "wall_s"))
+    return f"{_m(r, 'wall_s'):.2f} ({min(walls):.2f}-{max(walls):.2f}, n={len(walls)})"
+
+
+def _line(
+    rows: list[dict[str, Any]], i: int, groups: dict[int, list[int]]
+) -> list[str] | None:
     """A whole call's line: an eager row, alone or as a compiled row's pair, an
-    eager + OverlappedIO row, a compiled row; None for a row shown in another's."""
+    eager + OverlappedIO row, a compiled row; None for a row shown in another's (a
+    later sample of a row included). ``groups``: :func:`samples`."""
     r = rows[i]
     head = [r["job"], r["precision"], r["io"] or "", r["way"], _f(r.get("call"), "")]
     if "error" in r or r.get("skipped"):
@@ -127,36 +174,43 @@ def _line(rows: list[dict[str, Any]], i: int) -> list[str] | None:
     shown |= {x.get("pair") for x in rows if x.get("io") in OVERLAPPED}
     if r["run"] == "floor" or (r["run"] == "eager" and i in shown):
         return None
+    if groups.get(i, [i])[0] != i:
+        return None
     if r["run"] == "compiled":
         c, o = r, rows[r["io_pair"]] if "io_pair" in r else {}
     else:
         c, o = {}, r if r.get("io") in OVERLAPPED else {}
     e = rows[r["pair"]] if "pair" in r else (r if not o and not c else {})
-    regions = (c.get("report") or {}).get("regions", [])
-    proc = f"{_f(e.get('process_s'), '.1f')}/{_f(c.get('process_s'), '.1f')}"
+    statuses = {
+        x["status"]
+        for j in (groups.get(i, [i]) if c else [])
+        for x in (rows[j].get("report") or {}).get("regions", [])
+    }
+    proc = f"{_f(_m(e, 'process_s'), '.1f')}/{_f(_m(c, 'process_s'), '.1f')}"
     rates = [x.get("member_steps_per_s") for x in (e, o, c)]
     return head + [
-        _f(e.get("wall_s")),
-        _f(o.get("wall_s")),
-        _f(c.get("wall_s")),
-        _ratio(e.get("wall_s"), c.get("wall_s")),
-        _ratio(e.get("wall_s"), o.get("wall_s")),
-        _ratio(o.get("wall_s"), c.get("wall_s")),
+        _wall(e),
+        _wall(o),
+        _wall(c),
+        _ratio(_m(e, "wall_s"), _m(c, "wall_s")),
+        _ratio(_m(e, "wall_s"), _m(o, "wall_s")),
+        _ratio(_m(o, "wall_s"), _m(c, "wall_s")),
         "/".join(_f(x, ".1f") for x in rates) if any(rates) else "-",
         _s(r.get("floor_s")),
         _f(e.get("wall_over_floor")),
         _f(c.get("wall_over_floor")),
-        ",".join(sorted({x["status"] for x in regions})) or "-",
-        f"{_f((o or e).get('first_step_s'))}/{_f(c.get('first_step_s'))}",
+        ",".join(sorted(statuses)) or "-",
+        f"{_f(_m(o or e, 'first_step_s'))}/{_f(_m(c, 'first_step_s'))}",
         proc if r["way"] != "second" else "-",
-        _f(c.get("import_s") if c else (o or e).get("import_s"), ".1f"),
+        _f(_m(c, "import_s") if c else _m(o or e, "import_s"), ".1f"),
     ]
 
 
 def tables(rows: list[dict[str, Any]]) -> str:
     """The whole calls, one line per compiled row with its eager pairs (and per row
     that failed), then the per-step medians and floors."""
-    lines = [x for i in range(len(rows)) if (x := _line(rows, i)) is not None]
+    groups = samples(rows)
+    lines = [x for i in range(len(rows)) if (x := _line(rows, i, groups)) is not None]
     text = "Whole call, from calling the workflow until the store is written:\n"
     text += format_table(HEADER, lines)
     header = ["job", "prec", "eager ms/step", "compiled ms/step", "speedup"]
@@ -194,7 +248,9 @@ def tables(rows: list[dict[str, Any]]) -> str:
         "forecast step reached the IO (eager: the row compared with, eager+OvIO where "
         "there is one); proc s = the fresh process, start to exit; "
         "import s = interpreter start until torch, earth2studio and "
-        "earth2studio_compile are imported"
+        "earth2studio_compile are imported. A row run in several processes "
+        "(--fresh-repeats) shows the medians of its samples, their range and "
+        "number in brackets; every ratio is of medians"
     )
 
 

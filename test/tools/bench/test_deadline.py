@@ -55,3 +55,50 @@ def test_workflow_skips_a_child_that_cannot_finish_and_keeps_the_rest(
     skipped = [r for r in rows if r.get("skipped")]
     assert [(r["io"], r["run"]) for r in skipped] == [("async-zarr", "eager")]
     assert "a row like it took 100 s" in skipped[0]["skipped"]
+
+
+def test_workflow_repeats_are_judged_by_the_first_sample_of_their_kind(
+    monkeypatch, tmp_path
+):
+    """Every row runs once before any repeat, so a repeat that cannot finish is
+    skipped, never started and killed; a second-call child is judged by an earlier
+    one though its rows name their calls' runs (eager, compiled), not its own."""
+    from earth2studio_compile.tools.bench import workflow
+
+    took = {"fresh": 10.0, "cold": 100.0, "warm": 10.0, "second": 100.0, "floor": 1}
+    started = []
+
+    def child(spec, caches, timeout, progress=lambda rows: None):
+        started.append((spec["io"], spec["way"], spec.get("repeat")))
+        runs = ("eager", "compiled") if spec["kind"] == "second" else (spec["run"],)
+        row = {**spec, "wall_s": 1.0, "process_s": took[spec["way"]], "call": 1}
+        return [{**row, "run": run} for run in runs]
+
+    monkeypatch.setattr(workflow, "run_child", child)
+    out = tmp_path / "wf.json"
+    argv = ["--jobs", "fcn", "--device", "cpu", "--io", "zarr-disk,async-zarr"]
+    argv += ["--fresh-repeats", "2", "--deadline", "50", "--json", str(out)]
+    assert workflow.main(argv) == 0
+    assert started == [
+        ("zarr-disk", "fresh", 1),
+        ("zarr-disk", "cold", 1),
+        ("zarr-disk", "warm", 1),
+        ("zarr-disk", "second", 1),
+        (None, "floor", None),
+        ("async-zarr", "fresh", 1),
+        ("async-zarr", "warm", 1),  # its cold row took 100 s
+        ("zarr-disk", "fresh", 2),
+        ("zarr-disk", "warm", 2),
+        ("async-zarr", "fresh", 2),
+        ("async-zarr", "warm", 2),
+    ]
+    rows = json.loads(out.read_text())["rows"]
+    skipped = [(r["io"], r["way"], r.get("repeat")) for r in rows if r.get("skipped")]
+    assert skipped == [
+        ("async-zarr", "cold", 1),
+        ("async-zarr", "second", 1),  # judged by zarr-disk's 100 s child
+        ("zarr-disk", "cold", 2),
+        ("zarr-disk", "second", 2),
+        ("async-zarr", "cold", 2),
+        ("async-zarr", "second", 2),
+    ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 
 import pytest
 
@@ -13,7 +14,7 @@ from earth2studio_compile.tools.bench import __main__ as cli
 
 
 def test_workflow_plan_pairs_and_shares_caches():
-    from earth2studio_compile.tools.bench import workflow
+    from earth2studio_compile.tools.bench import workflow, workflow_args
 
     args = workflow.parse(["--device", "cpu", "--io", "zarr-disk,overlapped"])
     specs = workflow.plan(args)
@@ -40,7 +41,7 @@ def test_workflow_plan_pairs_and_shares_caches():
     assert [s["writers"] for s in workflow.plan(args) if s["kind"] == "floor"] == [3]
     small = workflow.parse(["--device", "cpu", "--jobs", "ens:toy,det:toy"])
     small.members, small.batch_size = 2, 8
-    job = workflow._job(argparse.ArgumentParser(), "ens:toy", small)
+    job = workflow_args.job_spec(argparse.ArgumentParser(), "ens:toy", small)
     assert (job["model"], job["members"], job["batch_size"]) == ("toy", 2, 2)
 
 
@@ -53,7 +54,8 @@ def test_workflow_plan_pairs_and_shares_caches():
         (["--io", ","], "--io is empty"),
         (
             ["--jobs", "gfs"],
-            "--jobs: unknown 'gfs'; use fcn, dlwp-ens, fcn-ens, det:MODEL",
+            "--jobs: unknown 'gfs'; use fcn, dlwp-ens, dlwp-ens-all, fcn-ens, "
+            "det:MODEL",
         ),
         (["--precision", "fp16"], "--precision: unknown 'fp16'"),
         (["--steps", "0"], "--steps must be >= 1, not 0"),
@@ -276,3 +278,200 @@ def test_workflow_plan_runs_upstream_on_the_backend_an_overlapped_io_wraps():
         ("overlapped", "cold", "compiled"),
     ]
     assert all(s["cache"] is None for s in specs if s["run"] == "eager")
+
+
+def test_fresh_repeats_come_in_rounds_cold_ones_in_empty_caches():
+    """Every row once (the floor early), then rounds of each IO's eager, cold and
+    warm processes; the first cold row fills the job's caches, every later cold row
+    starts in empty ones of its own, every warm row finds the job's."""
+    from earth2studio_compile.tools.bench import workflow
+
+    argv = ["--device", "cpu", "--jobs", "fcn", "--io", "zarr-disk,overlapped"]
+    specs = workflow.plan(workflow.parse([*argv, "--fresh-repeats", "2"]))
+    got = [(s["io"], s["way"], s["run"], s.get("repeat"), s["cache"]) for s in specs]
+    assert got == [
+        ("zarr-disk", "fresh", "eager", 1, None),
+        ("zarr-disk", "cold", "compiled", 1, "fcn-tf32"),  # fills the job's caches
+        ("zarr-disk", "warm", "compiled", 1, "fcn-tf32"),
+        ("zarr-disk", "second", "both", 1, "fcn-tf32"),
+        (None, "floor", "floor", None, "fcn-tf32"),
+        ("overlapped", "fresh", "eager", 1, None),  # upstream's ran in this round
+        ("overlapped", "cold", "compiled", 1, None),
+        ("overlapped", "warm", "compiled", 1, "fcn-tf32"),
+        ("overlapped", "second", "both", 1, "fcn-tf32"),
+        ("zarr-disk", "fresh", "eager", 2, None),
+        ("zarr-disk", "cold", "compiled", 2, None),  # empty again
+        ("zarr-disk", "warm", "compiled", 2, "fcn-tf32"),
+        ("zarr-disk", "second", "both", 2, "fcn-tf32"),
+        ("overlapped", "fresh", "eager", 2, None),
+        ("overlapped", "cold", "compiled", 2, None),
+        ("overlapped", "warm", "compiled", 2, "fcn-tf32"),
+        ("overlapped", "second", "both", 2, "fcn-tf32"),
+    ]
+    assert {s["repeats"] for s in specs if s["kind"] == "second"} == {3}
+    # One run of each by default, as before the option.
+    once = workflow.plan(workflow.parse(argv))
+    assert [s["repeat"] for s in once if s["kind"] == "fresh"] == [1] * 6
+    assert len(once) == 9
+    # Cold rows have a count of their own; 0 keeps only the one that fills the
+    # caches; --no-floor drops the floor process.
+    argv += ["--fresh-repeats", "3", "--ways", "cold,warm", "--no-floor"]
+    for cold, expected in (("0", [1]), ("1", [1, 1]), ("2", [1, 1, 2, 2])):
+        specs = workflow.plan(workflow.parse([*argv, "--cold-repeats", cold]))
+        assert [s["repeat"] for s in specs if s["way"] == "cold"] == expected
+        assert [s["repeat"] for s in specs if s["way"] == "warm"] == [1, 1, 2, 2, 3, 3]
+        assert [s["cache"] for s in specs if s["way"] == "cold"][0] == "fcn-tf32"
+        assert all(s["kind"] != "floor" for s in specs)
+
+
+# A fresh child of several rounds: it notes whether its caches held anything when
+# it started and how many stores and caches of its own earlier children left, then
+# leaves a store in its work directory and, compiled, an artifact in its caches.
+_REPEAT_CHILD = r"""
+import json, os, pathlib, sys, time
+spec, out = json.loads(sys.argv[1]), sys.argv[2]
+cache = pathlib.Path(os.environ["EARTH2STUDIO_COMPILE_CACHE"])
+work = pathlib.Path(spec["workdir"])
+row = {"run": spec["run"], "found": cache.exists() and any(cache.iterdir()),
+       "stores": len(list(work.parent.glob("*/store.zarr"))),
+       "own": len(list(work.parent.glob("own-*")))}
+(work / "store.zarr").write_text("x")
+if spec["kind"] == "floor":
+    row.update(floor_s=2.0, eager_step_ms=20.0, compiled_step_ms=10.0, model_steps=2,
+               compute_floor_s=0.02, io_floor_s=1.98, store_bytes_expected=1000)
+else:
+    walls = {("zarr-disk", "fresh"): [6.0, 8.0, 7.0],
+             ("overlapped", "fresh"): [3.0, 5.0, 4.0],
+             ("overlapped", "cold"): [2.0, 6.0, 3.0],
+             ("overlapped", "warm"): [2.2, 1.8, 2.0]}
+    row["wall_s"] = walls[spec["io"], spec["way"]][spec["repeat"] - 1]
+    row["first_step_s"] = row["wall_s"] / 10
+    if spec["run"] == "compiled":
+        cache.mkdir(parents=True, exist_ok=True)
+        (cache / "artifact").write_text("x")
+        row["report"] = {"regions": [{"status": spec["way"]}]}
+json.dump({"import_s": 0.1, "setup_s": 0.01, "rows": [row]}, open(out, "w"))
+"""
+
+
+def test_fresh_repeats_are_medians_in_pairs_ratios_and_tables(
+    monkeypatch, tmp_path, capsys
+):
+    from earth2studio_compile.tools.bench import workflow
+
+    out = tmp_path / "wf.json"
+    monkeypatch.setattr(workflow, "CHILD", ("-c", _REPEAT_CHILD))
+    argv = ["--jobs", "fcn", "--device", "cpu", "--io", "overlapped"]
+    argv += ["--ways", "cold,warm", "--fresh-repeats", "3", "--json", str(out)]
+    assert workflow.main([*argv, "--workdir", str(tmp_path)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["io"], r["way"], r.get("repeat")) for r in rows] == [
+        ("zarr-disk", "fresh", 1),
+        ("overlapped", "fresh", 1),
+        ("overlapped", "cold", 1),
+        ("overlapped", "warm", 1),
+        (None, "floor", None),
+        *[
+            (io, way, n)
+            for n in (2, 3)
+            for io, way in [
+                ("zarr-disk", "fresh"),
+                ("overlapped", "fresh"),
+                ("overlapped", "cold"),
+                ("overlapped", "warm"),
+            ]
+        ],
+    ]
+    by = {}
+    for r in rows:
+        by.setdefault((r["io"], r["way"]), []).append(r)
+    # Every cold child started in empty caches, every warm one in the job's; no
+    # child found a store or caches of its own that an earlier child left.
+    assert [r["found"] for r in by["overlapped", "cold"]] == [False] * 3
+    assert [r["cache"] for r in by["overlapped", "cold"]] == ["cold"] * 3
+    assert [r["found"] for r in by["overlapped", "warm"]] == [True] * 3
+    assert [r["cache"] for r in by["overlapped", "warm"]] == ["warm"] * 3
+    assert {r["stores"] for r in rows} == {0} and {r["own"] for r in rows} == {0}
+    # Medians: upstream 7, eager + OverlappedIO 4, cold 3, warm 2.0
+    cold, warm = by["overlapped", "cold"], by["overlapped", "warm"]
+    assert [r["median"]["wall_s"] for r in cold] == [3.0] * 3
+    assert cold[2]["walls"] == [2.0, 6.0, 3.0]
+    assert cold[1]["vs_eager"] == pytest.approx(7 / 3)  # the medians' ratio
+    assert cold[1]["pair"] == 0 and cold[1]["io_pair"] == 1  # first samples
+    assert cold[0]["vs_io_only"] == pytest.approx(4 / 3)
+    assert warm[0]["vs_eager"] == pytest.approx(3.5)
+    assert warm[0]["wall_over_floor"] == pytest.approx(1.0)  # 2.0 s over 2.0 s
+    assert by["overlapped", "fresh"][2]["vs_eager"] == pytest.approx(7 / 4)
+    assert warm[0]["median"]["first_step_s"] == pytest.approx(0.2)
+    printed = capsys.readouterr().out
+    assert "fcn tf32 overlapped cold compiled (repeat 3)" in printed
+    whole = printed.split("Whole call")[1].split("Per step")[0]
+    lines = [x for x in whole.splitlines() if x.startswith("fcn")]
+    assert len(lines) == 2  # cold and warm: one line per row, its samples in it
+    cells = [c.strip() for c in re.split(r"\s{2,}", lines[0])]
+    assert cells[5:11] == [
+        "7.00 (6.00-8.00, n=3)",
+        "4.00 (3.00-5.00, n=3)",
+        "3.00 (2.00-6.00, n=3)",
+        "2.33",
+        "1.75",
+        "1.33",
+    ]
+    assert "0.40/0.30" in lines[0]  # first step: eager + OvIO's median, compiled's
+    assert "2.00 (1.80-2.20, n=3)" in lines[1]
+
+
+_STALLING_CHILD = r"""
+import json, os, pathlib, sys, time
+spec = json.loads(sys.argv[1])
+(pathlib.Path(spec["workdir"]) / "store.zarr").write_text("x")
+cache = pathlib.Path(os.environ["EARTH2STUDIO_COMPILE_CACHE"])
+cache.mkdir(parents=True)
+(cache / "artifact").write_text("x")
+time.sleep(600)
+"""
+
+
+def test_a_killed_child_leaves_no_store_and_no_caches_of_its_own(monkeypatch, tmp_path):
+    from earth2studio_compile.tools.bench import workflow
+
+    monkeypatch.setattr(workflow, "CHILD", ("-c", _STALLING_CHILD))
+    args = workflow.parse(["--jobs", "fcn", "--device", "cpu", "--io", "zarr-disk"])
+    eager, cold = workflow.plan(args)[:2]
+    (row,) = workflow.run_child({**eager, "cache": None}, tmp_path, 3)
+    assert row["error"] == "timed out after 3 s"
+    assert not list(tmp_path.glob("child-*")) and not list(tmp_path.glob("own-*"))
+    workflow.run_child(cold, tmp_path, 3)  # the job's caches stay for warm rows
+    assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == ["fcn-tf32"]
+
+
+def test_dlwp_ens_all_writes_every_variable_of_16_members_to_disk(capsys):
+    """Issue 34's disk target: DLWP 16 x 20, batch 8, all 7 variables; the store
+    it implies is the 9.8 GB the help names."""
+    import numpy as np
+    from earth2studio.models.px.dlwp import VARIABLES
+
+    from earth2studio_compile.tools.bench import workflow
+    from earth2studio_compile.tools.bench.ensemble.upstream import store_bytes
+
+    args = workflow.parse(["--device", "cpu", "--jobs", "dlwp-ens-all"])
+    (job,) = args.job_list
+    assert (job["workflow"], job["model"], job["outputs"]) == (
+        "ensemble",
+        "dlwp",
+        "all",
+    )
+    assert (job["members"], job["steps"], job["batch_size"]) == (16, 20, 8)
+    full = argparse.Namespace(
+        input_coords=lambda: {
+            "variable": np.array(VARIABLES),
+            "lat": np.linspace(90, -90, 721),
+            "lon": np.linspace(0, 360, 1440, endpoint=False),
+        }
+    )
+    total = store_bytes(full, job["members"], job["steps"], job["outputs"])
+    assert len(VARIABLES) == 7 and total == 16 * 21 * 7 * 721 * 1440 * 4
+    assert round(total / 1e9, 1) == 9.8
+    with pytest.raises(SystemExit):
+        workflow.parse(["--help"])
+    assert "9.8 GB" in " ".join(capsys.readouterr().out.split())

@@ -78,3 +78,56 @@ def test_whole_call_table_splits_the_gain_into_writing_and_compiling():
     plain = next(x for x in lines if x[2] == "memory-zarr")
     assert plain[5:12] == ["6.40", "-", "4.00", "1.60", "-", "-", "50.0/-/80.0"]
     assert len(lines) == 3  # the eager rows are shown in the compiled rows' lines
+
+
+def test_a_row_run_in_several_processes_is_its_medians():
+    """Samples of one row (``--fresh-repeats``) pair, divide and print as their
+    medians; a warm row that found no cache is not a sample of the warm ones."""
+    from earth2studio_compile.tools.bench.workflow_tables import derive, tables
+
+    job = {"job": "fcn", "precision": "tf32", "workflow": "deterministic"}
+    fresh = job | {"way": "fresh", "kind": "fresh", "io": "zarr-disk", "call": None}
+    eager = fresh | {"run": "eager", "cache": None}
+    warm = fresh | {"way": "warm", "run": "compiled", "cache": "warm"}
+    rows = [
+        eager | {"wall_s": 3.28, "first_step_s": 0.2, "repeat": 1},
+        warm | {"wall_s": 2.0, "first_step_s": 0.5, "repeat": 1},
+        eager | {"wall_s": 4.95, "first_step_s": 0.4, "repeat": 2},
+        warm | {"wall_s": 2.5, "first_step_s": 0.7, "repeat": 2, "cache": "cold"},
+        warm | {"wall_s": 3.0, "first_step_s": 0.3, "repeat": 3},
+        job
+        | {"io": None, "way": "floor", "run": "floor", "floor_s": 2.0}
+        | {"eager_step_ms": 20.0, "compiled_step_ms": 10.0, "model_steps": 40}
+        | {"compute_floor_s": 0.4, "io_floor_s": 1.6, "store_bytes_expected": 1e9},
+    ]
+    # Two second-call processes: call k of one is a sample of call k of the other.
+    second = job | {"way": "second", "kind": "second", "io": "zarr-disk"}
+    for repeat, walls in ((1, (5.0, 4.0, 4.5, 4.4)), (2, (6.0, 5.0, 4.7, 4.4))):
+        for (call, run), wall in zip(
+            [(1, "eager"), (1, "compiled"), (2, "eager"), (2, "compiled")], walls
+        ):
+            rows.append(second | {"call": call, "run": run, "wall_s": wall})
+            rows[-1] |= {"repeat": repeat, "cache": None if run == "eager" else "warm"}
+    derive(rows)
+    first, _, again, lone, third, _ = rows[:6]
+    call2 = rows[-1]
+    assert call2["walls"] == [4.4, 4.4] and call2["pair"] == 8  # eager call 2
+    assert call2["vs_eager"] == pytest.approx(4.6 / 4.4)
+    assert rows[7]["median"]["wall_s"] == 4.5 and rows[7]["pair"] == 6
+    assert first["median"]["wall_s"] == again["median"]["wall_s"] == 4.115
+    assert first["walls"] == again["walls"] == [3.28, 4.95]
+    assert third["median"] == first["median"] | {
+        "wall_s": 2.5,
+        "first_step_s": 0.4,
+    }
+    assert lone["walls"] == [2.5] and lone["median"]["wall_s"] == 2.5
+    assert third["pair"] == 0 and third["vs_eager"] == pytest.approx(4.115 / 2.5)
+    assert third["wall_over_floor"] == pytest.approx(1.25)
+    assert first["wall_over_floor"] == pytest.approx(4.115 / 2)
+    whole = tables(rows).split("Per step")[0]
+    lines = [x for x in whole.splitlines() if x.startswith("fcn")]
+    assert len(lines) == 4  # the warm rows with their caches, the lone one, calls
+    assert "4.60 (4.50-4.70, n=2)" in lines[3] and "4.40 (4.40-4.40, n=2)" in lines[3]
+    assert "4.12 (3.28-4.95, n=2)" in lines[0] and "2.50 (2.00-3.00, n=2)" in lines[0]
+    assert "1.65" in lines[0] and "0.30/0.40" in lines[0]  # ratio, first steps
+    assert "4.12 (3.28-4.95, n=2)" in lines[1] and "  2.50  " in lines[1]
