@@ -29,15 +29,15 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
 import shutil
 import sys
 import tempfile
 import time
-from collections import OrderedDict, deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
+
+from earth2studio_compile.tools.bench.floors import FLOOR_WRITERS, storage_floor
 
 #: Workflows of a job, and the IO backends of a row (the first three by default).
 WORKFLOWS = ("deterministic", "ensemble")
@@ -45,14 +45,12 @@ IOS = ("zarr-disk", "async-zarr", "overlapped", "memory-zarr", "overlapped-memor
 #: The IOs that wrap a backend in our ``OverlappedIO``, and the backend they wrap:
 #: upstream's eager workflow on that backend is what a user runs without us.
 OVERLAPPED = {"overlapped": "zarr-disk", "overlapped-memory": "memory-zarr"}
+#: IOs whose store is in memory: measured against the in-memory storage floor.
+IN_MEMORY = ("memory-zarr", "overlapped-memory")
 #: Precisions of the mode: ``tf32`` and ``fp32`` are PyTorch's global switches for
 #: every row, eager and compiled; ``bf16`` also scopes bf16 autocast to the cores.
 PRECISIONS = ("tf32", "fp32", "bf16")
 NOISE = 0.05
-#: Writer threads of the storage floor unless the spec says: as many as the fastest
-#: backend of the comparison uses (``AsyncZarrBackend``'s pool of 8; ``OverlappedIO``
-#: uses min(8, cores)), so the floor is below what parallel writing reaches.
-FLOOR_WRITERS = 8
 
 
 def set_precision(precision: str) -> None:
@@ -257,7 +255,10 @@ def floor(spec: dict[str, Any], model: Any, device: Any, tmp: Path) -> dict[str,
         ``spec["writers"]`` or :data:`FLOOR_WRITERS`), ``io_floor_1writer_s`` (the
         same with one writer), ``io_sync_s`` (the ``os.sync()`` after the parallel
         writes: not in the floor, since no backend syncs), ``floor_s``
-        (``compute_floor_s + io_floor_s``), ``store_bytes_expected``, ``report``
+        (``compute_floor_s + io_floor_s``), ``io_memory_floor_s`` (the same bytes
+        kept in host memory, :func:`.floors.write_memory`), ``memory_floor_s``
+        (``compute_floor_s + io_memory_floor_s``: the floor of stores in memory),
+        ``store_bytes_expected``, ``report``
     """
     import numpy as np
 
@@ -297,112 +298,8 @@ def floor(spec: dict[str, Any], model: Any, device: Any, tmp: Path) -> dict[str,
         storage_floor(tmp, total, writes, _variables(spec, model), device, writers)
     )
     out["floor_s"] = out["compute_floor_s"] + out["io_floor_s"]
+    out["memory_floor_s"] = out["compute_floor_s"] + out["io_memory_floor_s"]
     return out
-
-
-def storage_floor(
-    tmp: Path, total: int, writes: int, variables: int, device: Any, writers: int
-) -> dict[str, Any]:
-    """The storage floor of a store of ``total`` bytes: :func:`write_store` with one
-    writer, then with ``writers``, then an ``os.sync()`` (timed, not in the floor).
-
-    Parameters
-    ----------
-    tmp : Path
-        Where the files go (removed after)
-    total : int
-        The store's bytes, float32
-    writes : int
-        Host copies of a step (lead times x batches); each is written as
-        ``variables`` files
-    variables : int
-        Variables written per step
-    device : Any
-        Where a step lives before its copy
-    writers : int
-        Writer threads of the floor
-
-    Returns
-    -------
-    dict[str, Any]
-        ``io_floor_s`` (``writers`` threads), ``io_floor_writers``,
-        ``io_floor_1writer_s``, ``io_sync_s``
-    """
-    values = total // (4 * writes * variables)
-    out: dict[str, Any] = {}
-    seconds: dict[int, float] = {}
-    for n in dict.fromkeys((1, writers)):  # one writer first; once if writers is 1
-        directory = tmp / f"floor-{n}"
-        directory.mkdir()
-        seconds[n] = write_store(directory, writes, variables, values, device, n)
-        if n == writers:
-            start = time.perf_counter()
-            os.sync()
-            out["io_sync_s"] = time.perf_counter() - start
-        shutil.rmtree(directory)
-    out["io_floor_s"], out["io_floor_writers"] = seconds[writers], writers
-    out["io_floor_1writer_s"] = seconds[1]
-    return out
-
-
-def write_store(
-    directory: Path, writes: int, variables: int, values: int, device: Any, writers: int
-) -> float:
-    """Seconds to write a store's bytes with ``numpy.save`` from ``writers`` threads.
-
-    Each of ``writes`` steps (steps x batches) is one device tensor of ``variables`` x
-    ``values`` float32, copied to the host as the workflow copies a step, then saved
-    one file per variable (``floor-{step}-{variable}.npy``), as the Zarr stores chunk
-    it, by a ``ThreadPoolExecutor`` of ``writers`` threads (``numpy.save`` releases
-    the GIL in its file writes). The clock runs from the first copy until every file
-    is written and the device is idle; an ``os.sync()`` before it keeps earlier
-    writes' dirty pages out of this figure. The files are left in ``directory``.
-
-    Parameters
-    ----------
-    directory : Path
-        An existing directory for the files
-    writes, variables, values : int
-        Steps, files per step and float32 values per file
-    device : Any
-        Where the step lives before its copy (``torch.device`` or its name)
-    writers : int
-        Writer threads
-
-    Returns
-    -------
-    float
-        Wall seconds
-    """
-    import numpy as np
-    import torch
-
-    from earth2studio_compile.metrics import synchronize
-
-    device = torch.device(device)
-    step = torch.randn(variables, values, device=device)
-    # A bounded backlog: host copies wait for writers, not the whole store in memory.
-    backlog: deque[list[Future[None]]] = deque()
-    os.sync()
-    synchronize(device)
-    start = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=writers) as pool:
-        for i in range(writes):
-            while len(backlog) > max(2, writers):
-                for done in backlog.popleft():
-                    done.result()
-            host = step.cpu().numpy()
-            backlog.append(
-                [
-                    pool.submit(np.save, directory / f"floor-{i}-{v}.npy", host[v])
-                    for v in range(variables)
-                ]
-            )
-        for futures in backlog:
-            for done in futures:
-                done.result()
-    synchronize(device)
-    return time.perf_counter() - start
 
 
 def run(spec: dict[str, Any], out: Path, tmp: Path) -> list[dict[str, Any]]:

@@ -7,7 +7,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from earth2studio_compile.tools.bench.calls import FLOOR_WRITERS, IOS, PRECISIONS
+from earth2studio_compile.tools.bench.calls import IOS, PRECISIONS
+from earth2studio_compile.tools.bench.floors import FLOOR_WRITERS
 
 __all__ = ["DEFAULT_IOS", "JOBS", "WAYS", "job_spec", "parse"]
 

@@ -17,7 +17,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from earth2studio_compile.tools.bench.calls import OVERLAPPED
+from earth2studio_compile.tools.bench.calls import IN_MEMORY, OVERLAPPED
 from earth2studio_compile.tools.bench.text import format_table
 
 SAME = ("job", "precision")
@@ -69,15 +69,15 @@ def derive(rows: list[dict[str, Any]]) -> None:
     fresh processes of one row, one where it ran once) and ``median`` (the median of
     each of :data:`MEDIANS` over them); every figure below is of medians, the same
     on each sample. Adds ``floor_s`` and ``wall_over_floor`` to every timed row
-    whose job and precision have a floor; ``member_steps_per_s`` (members x steps
-    over the whole call) to every timed ensemble row; ``pair`` (the index of the
-    first sample), ``eager_wall_s`` and ``vs_eager`` (eager seconds over the row's)
-    to compiled rows and to eager rows through an ``OverlappedIO``, paired with
-    upstream's eager call on the backend it wraps (a compiled row whose storage has
-    no such call: the eager call on its own IO); and to compiled rows through an
-    ``OverlappedIO`` ``io_pair``, ``io_only_wall_s`` and ``vs_io_only``: the eager
-    call through the same ``OverlappedIO``, and its seconds over the compiled row's
-    (the compiling part).
+    whose job and precision have a floor (a store in memory: the in-memory floor);
+    ``member_steps_per_s`` (members x steps over the whole call) to every timed
+    ensemble row; ``pair`` (the index of the first sample), ``eager_wall_s`` and
+    ``vs_eager`` (eager seconds over the row's) to compiled rows and to eager rows
+    through an ``OverlappedIO``, paired with upstream's eager call on the backend it
+    wraps (a compiled row whose storage has no such call: the eager call on its own
+    IO); and to compiled rows through an ``OverlappedIO`` ``io_pair``,
+    ``io_only_wall_s`` and ``vs_io_only``: the eager call through the same
+    ``OverlappedIO``, and its seconds over the compiled row's (the compiling part).
     """
     for index, group in samples(rows).items():
         taken = {
@@ -86,11 +86,18 @@ def derive(rows: list[dict[str, Any]]) -> None:
         }
         rows[index]["walls"] = taken["wall_s"]
         rows[index]["median"] = {k: statistics.median(v) for k, v in taken.items() if v}
-    floors = {(r["job"], r["precision"]): r["floor_s"] for r in rows if "floor_s" in r}
+    floors = {
+        # Rows measured before the in-memory floor existed: the files' floor.
+        (r["job"], r["precision"], memory): (memory and r.get("memory_floor_s"))
+        or r["floor_s"]
+        for r in rows
+        if r["run"] == "floor" and "floor_s" in r
+        for memory in (False, True)
+    }
     for r in rows:
         if "wall_s" not in r:
             continue
-        f = floors.get((r["job"], r["precision"]))
+        f = floors.get((r["job"], r["precision"], r.get("io") in IN_MEMORY))
         wall = _m(r, "wall_s")
         if f:
             r.update(floor_s=f, wall_over_floor=wall / f)
@@ -215,7 +222,7 @@ def tables(rows: list[dict[str, Any]]) -> str:
     text += format_table(HEADER, lines)
     header = ["job", "prec", "eager ms/step", "compiled ms/step", "speedup"]
     header += ["model steps", "N x step s", "numpy.save s", "1 writer s", "os.sync s"]
-    header += ["GB", "floor s"]
+    header += ["in memory s", "GB", "floor s", "in memory floor s"]
     lines = []
     for r in rows:
         if r["run"] != "floor" or "floor_s" not in r:
@@ -230,27 +237,32 @@ def tables(rows: list[dict[str, Any]]) -> str:
             + [_f(r["eager_step_ms"] / r["compiled_step_ms"]), str(r["model_steps"])]
             + [_s(r["compute_floor_s"]), storage_floor(r)]
             + [_s(r.get("io_floor_1writer_s")), _s(r.get("io_sync_s"))]
+            + [_s(r.get("io_memory_floor_s"))]
             + [_f(r["store_bytes_expected"] / 1e9, ".3g"), _s(r["floor_s"])]
+            + [_s(r.get("memory_floor_s"))]
         )
     text += (
         "\n\nPer step (medians of a rollout, compiled after its compile) and floors:\n"
     )
     text += format_table(header, lines)
     return text + (
-        "\n\neager = upstream's workflow on the backend (an OverlappedIO's: the one it "
+        "\n\n"
+        "eager = upstream's workflow on the backend (an OverlappedIO's: the one it "
         "wraps); eager+OvIO = upstream's workflow through our OverlappedIO, no "
         "compile; writing x = eager/eager+OvIO, compiling x = eager+OvIO/compiled; "
-        "m·steps/s = members x steps per second (ensembles). "
-        "floor = N x the compiled step + numpy.save s: the same bytes copied to "
-        "the host and written with numpy.save from that many writer threads, one file "
-        "per variable per step (then a device sync; no fsync, as no backend does one: "
-        "os.sync s is what it took after); 1st step s = from the call until the first "
-        "forecast step reached the IO (eager: the row compared with, eager+OvIO where "
-        "there is one); proc s = the fresh process, start to exit; "
-        "import s = interpreter start until torch, earth2studio and "
-        "earth2studio_compile are imported. A row run in several processes "
-        "(--fresh-repeats) shows the medians of its samples, their range and "
-        "number in brackets; every ratio is of medians"
+        "m·steps/s = members x steps per second (ensembles). floor = N x the "
+        "compiled step + numpy.save s: the same bytes copied to the host and "
+        "written with numpy.save from that many writer threads, one file per "
+        "variable per step (then a device sync; no fsync, as no backend does one: "
+        "os.sync s is what it took after); in memory s = the same bytes copied into"
+        " fresh host memory by those threads and kept (the floor of rows whose "
+        "store is in memory: memory-zarr, overlapped-memory); 1st step s = from the"
+        " call until the first forecast step reached the IO (eager: the row "
+        "compared with, eager+OvIO where there is one); proc s = the fresh process,"
+        " start to exit; import s = interpreter start until torch, earth2studio and"
+        " earth2studio_compile are imported. A row run in several processes "
+        "(--fresh-repeats) shows the medians of its samples, their range and number"
+        " in brackets; every ratio is of medians"
     )
 
 

@@ -50,38 +50,6 @@ def _small_fcn():
     return zoo.build("fcn", size="small")
 
 
-def test_storage_floor_writes_each_variable_of_each_step_from_a_pool(
-    tmp_path, monkeypatch
-):
-    """The floor's writes: one file per variable per step, as the Zarr stores chunk
-    them, the same bytes, from a thread pool of the given size."""
-    import numpy as np
-
-    from earth2studio_compile.tools.bench import calls
-
-    pools = []
-
-    class Pool(calls.ThreadPoolExecutor):
-        def __init__(self, max_workers):
-            pools.append(max_workers)
-            super().__init__(max_workers=max_workers)
-
-    monkeypatch.setattr(calls, "ThreadPoolExecutor", Pool)
-    seconds = calls.write_store(tmp_path, 5, 3, 40, "cpu", writers=4)
-    assert seconds > 0 and pools == [4]
-    files = sorted(tmp_path.iterdir())
-    assert [f.name for f in files] == sorted(
-        f"floor-{i}-{v}.npy" for i in range(5) for v in range(3)
-    )
-    arrays = [np.load(f) for f in files]
-    assert all(a.shape == (40,) and a.dtype == np.float32 for a in arrays)
-    # Variable v of every step holds the same field: the step's row v.
-    first = {f.name.rsplit("-", 1)[1]: a for f, a in zip(files, arrays)}
-    for f, a in zip(files, arrays):
-        np.testing.assert_array_equal(a, first[f.name.rsplit("-", 1)[1]])
-    assert not np.array_equal(first["0.npy"], first["1.npy"])  # a row each
-
-
 def test_workflow_store_bytes_count_the_variables_written():
     from earth2studio_compile.tools.bench import calls
 

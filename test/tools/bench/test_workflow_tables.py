@@ -55,6 +55,24 @@ def test_compiled_rows_pair_with_upstream_and_with_eager_through_overlappedio():
     assert "member_steps_per_s" not in rows[3]
 
 
+def test_stores_in_memory_are_measured_against_the_in_memory_floor():
+    from earth2studio_compile.tools.bench.workflow_tables import derive, tables
+
+    rows = _rows()
+    floor = rows[3]
+    floor |= {"io_memory_floor_s": 0.2, "memory_floor_s": 0.6}
+    rows.append(rows[0] | {"io": "zarr-disk", "wall_s": 8.0})
+    derive(rows)
+    compiled, on_disk = rows[2], rows[-1]
+    assert compiled["floor_s"] == 0.6  # overlapped-memory: in memory
+    assert compiled["wall_over_floor"] == pytest.approx(1.6 / 0.6)
+    assert (on_disk["floor_s"], on_disk["wall_over_floor"]) == (0.8, 10.0)
+    text = tables(rows)
+    per_step = text.split("Per step")[1]
+    assert "in memory floor s" in per_step
+    assert per_step.splitlines()[3].split()[-3:] == ["1", "0.8", "0.6"]
+
+
 def test_whole_call_table_splits_the_gain_into_writing_and_compiling():
     from earth2studio_compile.tools.bench.workflow_tables import derive, tables
 

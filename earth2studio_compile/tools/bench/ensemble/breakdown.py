@@ -6,7 +6,7 @@ machinery (:mod:`earth2studio_compile.tools.bench.e2e`) plus timers on the core
 networks (:func:`core_timer`) and the perturbation; beside it, measured in the same
 process, the floors (:func:`floors`): the compiled model step alone, and the store's
 bytes written with ``numpy.save`` from parallel writers as the workflow mode's
-storage floor writes them (:func:`..calls.storage_floor`).
+storage floor writes them (:func:`..floors.storage_floor`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from typing import Any
 import torch
 
 from earth2studio_compile.metrics import synchronize
-from earth2studio_compile.tools.bench.calls import FLOOR_WRITERS, storage_floor
 from earth2studio_compile.tools.bench.e2e import _instrumented, _TimedIO
 from earth2studio_compile.tools.bench.ensemble.upstream import (
     NOISE,
@@ -29,6 +28,7 @@ from earth2studio_compile.tools.bench.ensemble.upstream import (
     run_ensemble,
     store_bytes,
 )
+from earth2studio_compile.tools.bench.floors import FLOOR_WRITERS, storage_floor
 
 #: Per-step phases of the breakdown, ms per batched forecast step: the core
 #: network's calls; the rest of the model's step (its coordinate code: normalizing,

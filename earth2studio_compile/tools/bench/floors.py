@@ -1,0 +1,186 @@
+"""The storage floors of the workflow mode (:mod:`.calls`) and the ensemble
+breakdown: a store's bytes copied to the host as a workflow copies a step, then kept
+by a pool of writer threads, one array per variable per step as the Zarr stores
+chunk them: written to files with ``numpy.save`` (:func:`write_store`, against
+stores on disk), or copied into fresh host memory (:func:`write_memory`, against
+stores in memory, which keep what they are given).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+#: Writer threads of the storage floor unless the spec says: as many as the fastest
+#: backend of the comparison uses (``AsyncZarrBackend``'s pool of 8; ``OverlappedIO``
+#: uses min(8, cores)), so the floor is below what parallel writing reaches.
+FLOOR_WRITERS = 8
+
+
+def storage_floor(
+    tmp: Path, total: int, writes: int, variables: int, device: Any, writers: int
+) -> dict[str, Any]:
+    """The storage floor of a store of ``total`` bytes: :func:`write_store` with one
+    writer, then with ``writers``, then an ``os.sync()`` (timed, not in the floor).
+
+    Parameters
+    ----------
+    tmp : Path
+        Where the files go (removed after)
+    total : int
+        The store's bytes, float32
+    writes : int
+        Host copies of a step (lead times x batches); each is written as
+        ``variables`` files
+    variables : int
+        Variables written per step
+    device : Any
+        Where a step lives before its copy
+    writers : int
+        Writer threads of the floor
+
+    Returns
+    -------
+    dict[str, Any]
+        ``io_floor_s`` (``writers`` threads), ``io_floor_writers``,
+        ``io_floor_1writer_s``, ``io_sync_s``, ``io_memory_floor_s``
+        (:func:`write_memory` with ``writers`` threads)
+    """
+    values = total // (4 * writes * variables)
+    out: dict[str, Any] = {}
+    seconds: dict[int, float] = {}
+    for n in dict.fromkeys((1, writers)):  # one writer first; once if writers is 1
+        directory = tmp / f"floor-{n}"
+        directory.mkdir()
+        seconds[n] = write_store(directory, writes, variables, values, device, n)
+        if n == writers:
+            start = time.perf_counter()
+            os.sync()
+            out["io_sync_s"] = time.perf_counter() - start
+        shutil.rmtree(directory)
+    out["io_floor_s"], out["io_floor_writers"] = seconds[writers], writers
+    out["io_floor_1writer_s"] = seconds[1]
+    out["io_memory_floor_s"] = write_memory(writes, variables, values, device, writers)
+    return out
+
+
+def write_store(
+    directory: Path, writes: int, variables: int, values: int, device: Any, writers: int
+) -> float:
+    """Seconds to write a store's bytes with ``numpy.save`` from ``writers`` threads.
+
+    Each of ``writes`` steps (steps x batches) is one device tensor of ``variables`` x
+    ``values`` float32, copied to the host as the workflow copies a step, then saved
+    one file per variable (``floor-{step}-{variable}.npy``), as the Zarr stores chunk
+    it, by a ``ThreadPoolExecutor`` of ``writers`` threads (``numpy.save`` releases
+    the GIL in its file writes). The clock runs from the first copy until every file
+    is written and the device is idle; an ``os.sync()`` before it keeps earlier
+    writes' dirty pages out of this figure. The files are left in ``directory``.
+
+    Parameters
+    ----------
+    directory : Path
+        An existing directory for the files
+    writes, variables, values : int
+        Steps, files per step and float32 values per file
+    device : Any
+        Where the step lives before its copy (``torch.device`` or its name)
+    writers : int
+        Writer threads
+
+    Returns
+    -------
+    float
+        Wall seconds
+    """
+    import numpy as np
+
+    def save(i: int, v: int, field: Any) -> None:
+        np.save(directory / f"floor-{i}-{v}.npy", field)
+
+    os.sync()
+    return _write_steps(writes, variables, values, device, writers, save)
+
+
+def write_memory(
+    writes: int,
+    variables: int,
+    values: int,
+    device: Any,
+    writers: int,
+    kept: list[Any] | None = None,
+) -> float:
+    """Seconds to keep a store's bytes in fresh host memory from ``writers`` threads.
+
+    As :func:`write_store`, but each field is copied into a new array and kept until
+    every step is (an in-memory store keeps what it stores: its pages are new memory,
+    which the operating system hands out one fault at a time).
+
+    Parameters
+    ----------
+    writes, variables, values : int
+        Steps, fields per step and float32 values per field
+    device : Any
+        Where the step lives before its copy (``torch.device`` or its name)
+    writers : int
+        Writer threads
+    kept : list[Any] | None, optional
+        Where the copies go and stay; by default a list let go on return
+
+    Returns
+    -------
+    float
+        Wall seconds
+    """
+    copies: list[Any] = [] if kept is None else kept
+    return _write_steps(
+        writes,
+        variables,
+        values,
+        device,
+        writers,
+        lambda i, v, field: copies.append(field.copy()),
+    )
+
+
+def _write_steps(
+    writes: int,
+    variables: int,
+    values: int,
+    device: Any,
+    writers: int,
+    store: Callable[[int, int, Any], None],
+) -> float:
+    """Seconds from the first step's host copy until ``store`` has had every field
+    of every step (``store(step, variable, field)``, from a pool of ``writers``
+    threads) and the device is idle."""
+    import torch
+
+    from earth2studio_compile.metrics import synchronize
+
+    device = torch.device(device)
+    step = torch.randn(variables, values, device=device)
+    # A bounded backlog: host copies wait for writers, not the whole store in memory.
+    backlog: deque[list[Future[None]]] = deque()
+    synchronize(device)
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=writers) as pool:
+        for i in range(writes):
+            while len(backlog) > max(2, writers):
+                for done in backlog.popleft():
+                    done.result()
+            host = step.cpu().numpy()
+            backlog.append(
+                [pool.submit(store, i, v, host[v]) for v in range(variables)]
+            )
+        for futures in backlog:
+            for done in futures:
+                done.result()
+    synchronize(device)
+    return time.perf_counter() - start

@@ -1,0 +1,56 @@
+"""The storage floors (earth2studio_compile.tools.bench.floors): the same bytes as a
+store, one field per variable per step, from a pool of writer threads, to files or
+kept in memory."""
+
+from __future__ import annotations
+
+from earth2studio_compile.tools.bench import floors
+
+
+def test_storage_floor_writes_each_variable_of_each_step_from_a_pool(
+    tmp_path, monkeypatch
+):
+    """The floor's writes: one file per variable per step, as the Zarr stores chunk
+    them, the same bytes, from a thread pool of the given size."""
+    import numpy as np
+
+    pools = []
+
+    class Pool(floors.ThreadPoolExecutor):
+        def __init__(self, max_workers):
+            pools.append(max_workers)
+            super().__init__(max_workers=max_workers)
+
+    monkeypatch.setattr(floors, "ThreadPoolExecutor", Pool)
+    seconds = floors.write_store(tmp_path, 5, 3, 40, "cpu", writers=4)
+    assert seconds > 0 and pools == [4]
+    files = sorted(tmp_path.iterdir())
+    assert [f.name for f in files] == sorted(
+        f"floor-{i}-{v}.npy" for i in range(5) for v in range(3)
+    )
+    arrays = [np.load(f) for f in files]
+    assert all(a.shape == (40,) and a.dtype == np.float32 for a in arrays)
+    # Variable v of every step holds the same field: the step's row v.
+    first = {f.name.rsplit("-", 1)[1]: a for f, a in zip(files, arrays)}
+    for f, a in zip(files, arrays):
+        np.testing.assert_array_equal(a, first[f.name.rsplit("-", 1)[1]])
+    assert not np.array_equal(first["0.npy"], first["1.npy"])  # a row each
+
+
+def test_the_memory_floor_keeps_a_copy_of_every_field():
+    """Every field of every step is copied into memory of its own and kept (a store
+    in memory keeps what it stores), by a pool of the given size."""
+    import numpy as np
+
+    kept: list = []
+    seconds = floors.write_memory(4, 3, 40, "cpu", writers=2, kept=kept)
+    assert seconds > 0 and len(kept) == 4 * 3
+    assert all(a.shape == (40,) and a.dtype == np.float32 for a in kept)
+    assert all(a.flags.owndata for a in kept)  # copies, not views of the host step
+    assert len({a.ctypes.data for a in kept}) == len(kept)
+
+
+def test_storage_floor_reports_the_memory_floor_beside_the_files(tmp_path):
+    out = floors.storage_floor(tmp_path, 4 * 2 * 3 * 50, 2, 3, "cpu", 2)
+    assert out["io_memory_floor_s"] > 0 and out["io_floor_s"] > 0
+    assert not list(tmp_path.iterdir())  # the files are removed
