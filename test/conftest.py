@@ -60,6 +60,9 @@ TIME = ["2024-01-01T00:00"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    # Tests of published-size models take minutes each: first, so that pytest-xdist's
+    # workers run them beside the short ones rather than after them all.
+    items.sort(key=lambda item: "published" not in item.keywords)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (run `pytest -m gpu` on one)")

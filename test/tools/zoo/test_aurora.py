@@ -62,6 +62,7 @@ def test_held_aurora_outputs_are_not_overwritten():
 
 
 @pytest.mark.gpu
+@pytest.mark.published
 def test_published_aurora_on_the_gpu_matches_eager(logs, strict_fp32, record_property):
     """The 1.3 B parameter 0.25 degree Aurora on 720x1440, 2 steps: each of the six
     Swin stages one CUDA graph, no break, no skipped graph."""

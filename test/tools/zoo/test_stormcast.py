@@ -52,6 +52,7 @@ def test_held_stormcast_outputs_are_not_overwritten():
 
 
 @pytest.mark.gpu
+@pytest.mark.published
 def test_published_stormcast_on_the_gpu_matches_eager(
     logs, strict_fp32, record_property
 ):
