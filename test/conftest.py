@@ -18,10 +18,11 @@ GPU-marked rollouts, one process on a GPU machine) and test_cluster.py (several
 processes sharing one cache).
 
 Helpers are imported by name (``pythonpath = ["test"]``): this file, tiny_cores,
-io_helpers, aot_helpers, cache_helpers (their fixtures are imported here). Fixtures
-shared by several files live here, not in a ``conftest.py`` of a subfolder: pytest
-imports every such file as the module ``conftest``, and ``from conftest import ...``
-would then find the wrong one.
+io_helpers, aot_helpers, cache_helpers (their fixtures are imported here) and
+zoo_helpers (the zoo's models against eager). Fixtures shared by several files
+live here, not in a ``conftest.py`` of a subfolder: pytest imports every such file
+as the module ``conftest``, and ``from conftest import ...`` would then find the
+wrong one.
 """
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ TIME = ["2024-01-01T00:00"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    # Tests of published-size models take minutes each: first, so that pytest-xdist's
+    # workers run them beside the short ones rather than after them all.
+    items.sort(key=lambda item: "published" not in item.keywords)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (run `pytest -m gpu` on one)")
@@ -85,6 +89,16 @@ def as_new_process() -> None:
 
     resident.release()
     torch._dynamo.reset()
+
+
+@pytest.fixture
+def strict_fp32():
+    """TF32 off for cuDNN and matmuls (PyTorch lets cuDNN use it by default): GPU
+    comparisons are fp32 against fp32."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 @pytest.fixture

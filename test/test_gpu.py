@@ -28,17 +28,9 @@ from earth2studio_compile.planning import plan
 from earth2studio_compile.tools import zoo
 from earth2studio_compile.tools.bench.runs import initial_state
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("strict_fp32")]
 SIZE = os.environ.get("E2SC_GPU_SIZE", "small")
 REL_L2 = 1e-4
-
-
-@pytest.fixture(autouse=True)
-def strict_fp32():
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def _held_rollouts(model, nsteps=6):
@@ -221,7 +213,7 @@ def test_reduced_precision_rollouts_within_targets(name, precision, logs):
                 break
         return kept
 
-    reference = first_steps()  # strict fp32 eager (the autouse fixture)
+    reference = first_steps()  # strict fp32 eager (the module's strict_fp32)
     before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     with CompileSession(model, precision=precision) as session:
         steps = first_steps()

@@ -1,4 +1,5 @@
-"""The zoo's Aurora (tools/zoo/aurora.py) through ``compile=True`` on the CPU.
+"""The zoo's Aurora (tools/zoo/aurora.py) through ``compile=True``: the small size on
+the CPU, the published one (GPU-marked) on CUDA.
 
 Needs the ``microsoft-aurora`` package: skipped where it is not installed.
 Earth2Studio's wrapper replaces its static-field buffers (``z``, ``slt``, ``lsm``) by
@@ -11,16 +12,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import (
-    assert_unchanged,
-    held_rollout,
-    messages,
-    run_workflow,
-    snapshot,
-)
+from conftest import messages
+from zoo_helpers import compiled_workflow_matches_eager, held_outputs_match_eager
 
-from earth2studio_compile import run
-from earth2studio_compile.metrics import rel_l2
+from earth2studio_compile.planning import plan
 from earth2studio_compile.tools import zoo
 
 pytest.importorskip(
@@ -28,6 +23,8 @@ pytest.importorskip(
 )
 
 REL_L2 = 1e-5
+# On CUDA, fp32 with TF32 off as the GPU suite (test_gpu.py) compares.
+GPU_REL_L2 = 1e-4
 
 
 def _restart(model: torch.nn.Module, start: dict) -> None:
@@ -38,29 +35,20 @@ def _restart(model: torch.nn.Module, start: dict) -> None:
     model.preds_idx = 0
 
 
-def test_compiled_aurora_matches_eager_each_swin_stage_one_graph(logs):
-    model = zoo.build("aurora")
-    start = snapshot(model)
-    eager = run_workflow(run.deterministic, "deterministic", model, nsteps=3)
-    after_eager = snapshot(model)
-    _restart(model, start)
-    compiled = run_workflow(
-        run.deterministic, "deterministic", model, nsteps=3, compile=True
-    )
-    assert compiled.keys() == eager.keys() and eager
-    for name, ref in eager.items():
-        assert torch.isfinite(compiled[name]).all(), name
-        assert rel_l2(compiled[name], ref) <= REL_L2, name
-    assert_unchanged(model, after_eager)
-
-    report = run.last_report()
-    assert not report.fell_back, report.summary()
-    stages = [
+def _stages(n: int) -> list[str]:
+    return [
         f"model.backbone.{side}_layers.{i}"
         for side in ("encoder", "decoder")
-        for i in (0, 1)
+        for i in range(n)
     ]
-    assert [r.region for r in report.regions] == stages, report.summary()
+
+
+def test_compiled_aurora_matches_eager_each_swin_stage_one_graph(logs):
+    model = zoo.build("aurora")
+    report, _ = compiled_workflow_matches_eager(
+        model, nsteps=3, tolerance=REL_L2, restart=_restart
+    )
+    assert [r.region for r in report.regions] == _stages(2), report.summary()
     for region in report.regions:
         assert region.status == "compiled" and region.calls == 3, report.summary()
         assert (region.graphs, region.graph_breaks, region.recompiles) == (1, 0, 0)
@@ -68,14 +56,29 @@ def test_compiled_aurora_matches_eager_each_swin_stage_one_graph(logs):
 
 
 def test_held_aurora_outputs_are_not_overwritten():
-    model = zoo.build("aurora")
-    start = snapshot(model)
-    eager, _ = held_rollout(model, nsteps=3, compile=False)
-    eager = [y.clone() for y in eager]
-    after_eager = snapshot(model)
-    _restart(model, start)
-    compiled, session = held_rollout(model, nsteps=3, compile=True)
-    assert {r.status for r in session.report.regions} == {"compiled"}
-    for step, (a, b) in enumerate(zip(compiled, eager, strict=True)):
-        assert rel_l2(a, b) <= REL_L2, f"step {step}: rel L2 {rel_l2(a, b):.2e}"
-    assert_unchanged(model, after_eager)
+    held_outputs_match_eager(
+        zoo.build("aurora"), nsteps=3, tolerance=REL_L2, restart=_restart
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.published
+def test_published_aurora_on_the_gpu_matches_eager(logs, strict_fp32, record_property):
+    """The 1.3 B parameter 0.25 degree Aurora on 720x1440, 2 steps: each of the six
+    Swin stages one CUDA graph, no break, no skipped graph."""
+    model = zoo.build("aurora", size="full")
+    cudagraphs = plan(model).spec.cudagraphs
+    report, worst = compiled_workflow_matches_eager(
+        model, nsteps=2, tolerance=GPU_REL_L2, device="cuda", restart=_restart
+    )
+    record_property("rel_l2", worst)
+    record_property("summary", report.summary())
+    assert [r.region for r in report.regions] == _stages(3), report.summary()
+    for region in report.regions:
+        assert region.status == "compiled" and region.calls == 2, report.summary()
+        assert region.mode.startswith(
+            "inductor/reduce-overhead" if cudagraphs else "inductor/default"
+        ), region.mode
+        assert (region.graphs, region.graph_breaks, region.recompiles) == (1, 0, 0)
+        assert region.cudagraph_skips == 0, report.summary()
+    assert not messages(logs, "WARNING"), messages(logs, "WARNING")

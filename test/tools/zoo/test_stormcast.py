@@ -1,4 +1,5 @@
-"""The zoo's StormCast (tools/zoo/stormcast.py) through ``compile=True`` on the CPU.
+"""The zoo's StormCast (tools/zoo/stormcast.py) through ``compile=True``: the small
+size on the CPU, the published one (GPU-marked) on CUDA.
 
 Both UNets compile: the regression net once a step, the EDM denoiser at every sampler
 evaluation. The sampler's initial noise is drawn eagerly from the global generator,
@@ -8,11 +9,10 @@ which the workflow seeds, so eager and compiled runs sample the same latents.
 from __future__ import annotations
 
 import pytest
-import torch
-from conftest import assert_unchanged, held_rollout, messages, run_workflow, snapshot
+from conftest import messages
+from zoo_helpers import compiled_workflow_matches_eager, held_outputs_match_eager
 
-from earth2studio_compile import run
-from earth2studio_compile.metrics import rel_l2
+from earth2studio_compile.planning import plan
 from earth2studio_compile.tools import zoo
 
 pytest.importorskip("physicsnemo.diffusion", reason="needs physicsnemo's diffusion")
@@ -20,40 +20,54 @@ pytest.importorskip("physicsnemo.diffusion", reason="needs physicsnemo's diffusi
 # The denoiser runs 8 times a step on the small configuration; Inductor's fused
 # kernels differ from eager by ~1e-6 a call (8e-6 rel L2 after two steps).
 REL_L2 = 1e-4
+# The published sampler (18 stochastic-Heun steps) calls the denoiser about 36 times
+# a step, through UNets of 128-256 channels at 512x640: per-call differences of the
+# GPU suite's size (up to ~2e-5, test_gpu.py) compound over ~72 calls in two steps.
+# Not yet measured on a GPU; an overwritten CUDA-graph output or a lost step
+# differs by O(1).
+GPU_REL_L2 = 1e-3
 
 
-def test_compiled_stormcast_matches_eager_both_unets_compiled(logs):
-    model = zoo.build("stormcast")
-    before = snapshot(model)
-    eager = run_workflow(run.deterministic, "deterministic", model, nsteps=2)
-    compiled = run_workflow(
-        run.deterministic, "deterministic", model, nsteps=2, compile=True
-    )
-    assert compiled.keys() == eager.keys() and eager
-    for name, ref in eager.items():
-        assert torch.isfinite(compiled[name]).all(), name
-        assert rel_l2(compiled[name], ref) <= REL_L2, name
-    assert_unchanged(model, before)
-
-    report = run.last_report()
-    assert not report.fell_back, report.summary()
+def _check_regions(report, nsteps: int) -> dict:
     regions = {r.region: r for r in report.regions}
-    assert sorted(regions) == ["diffusion_model", "regression_model"]
+    assert sorted(regions) == ["diffusion_model", "regression_model"], report.summary()
     for region in regions.values():
         assert region.status == "compiled", report.summary()
         assert (region.graphs, region.graph_breaks, region.recompiles) == (1, 0, 0)
-    assert regions["regression_model"].calls == 2
-    assert regions["diffusion_model"].calls > 2  # once per sampler evaluation
+    assert regions["regression_model"].calls == nsteps
+    assert regions["diffusion_model"].calls > nsteps  # once per sampler evaluation
+    return regions
+
+
+def test_compiled_stormcast_matches_eager_both_unets_compiled(logs):
+    report, _ = compiled_workflow_matches_eager(
+        zoo.build("stormcast"), nsteps=2, tolerance=REL_L2
+    )
+    _check_regions(report, nsteps=2)
     assert not messages(logs, "WARNING"), messages(logs, "WARNING")
 
 
 def test_held_stormcast_outputs_are_not_overwritten():
-    model = zoo.build("stormcast")
-    before = snapshot(model)
-    eager, _ = held_rollout(model, nsteps=2, compile=False)
-    eager = [y.clone() for y in eager]
-    compiled, session = held_rollout(model, nsteps=2, compile=True)
-    assert [r.status for r in session.report.regions] == ["compiled", "compiled"]
-    for step, (a, b) in enumerate(zip(compiled, eager, strict=True)):
-        assert rel_l2(a, b) <= REL_L2, f"step {step}: rel L2 {rel_l2(a, b):.2e}"
-    assert_unchanged(model, before)
+    held_outputs_match_eager(zoo.build("stormcast"), nsteps=2, tolerance=REL_L2)
+
+
+@pytest.mark.gpu
+@pytest.mark.published
+def test_published_stormcast_on_the_gpu_matches_eager(
+    logs, strict_fp32, record_property
+):
+    """99 HRRR variables on the 512x640 window, 18 sampler steps, 2 forecast steps:
+    both UNets one CUDA graph each, no break, no skipped graph."""
+    model = zoo.build("stormcast", size="full")
+    cudagraphs = plan(model).spec.cudagraphs
+    report, worst = compiled_workflow_matches_eager(
+        model, nsteps=2, tolerance=GPU_REL_L2, device="cuda"
+    )
+    record_property("rel_l2", worst)
+    record_property("summary", report.summary())
+    for region in _check_regions(report, nsteps=2).values():
+        assert region.mode.startswith(
+            "inductor/reduce-overhead" if cudagraphs else "inductor/default"
+        ), region.mode
+        assert region.cudagraph_skips == 0, report.summary()
+    assert not messages(logs, "WARNING"), messages(logs, "WARNING")

@@ -8,6 +8,7 @@ backends and outputs a row writes, PyTorch's TF32 switches, one whole run of
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -51,10 +52,14 @@ def output_coords(model: Any, outputs: str) -> OrderedDict:
 
 
 def store_bytes(model: Any, nensemble: int, nsteps: int, outputs: str) -> int:
-    """Bytes the store of a row holds (float32, uncompressed)."""
+    """Bytes the store of a row holds (float32, uncompressed): a field per member,
+    step and variable on the grid, the dimensions after ``variable`` (``lat``/``lon``,
+    or StormCast's ``hrrr_y``/``hrrr_x``)."""
     coords = model.input_coords()
     nvar = len(output_coords(model, outputs).get("variable", coords["variable"]))
-    return 4 * nensemble * (nsteps + 1) * nvar * len(coords["lat"]) * len(coords["lon"])
+    dims = list(coords)
+    grid = math.prod(len(coords[d]) for d in dims[dims.index("variable") + 1 :])
+    return 4 * nensemble * (nsteps + 1) * nvar * grid
 
 
 def make_ensemble_io(

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The GPU machine's extra wheels for the zoo's Aurora and StormCast (issue 33).
+#
+# That machine has no network: packages travel as cp312 manylinux wheels in
+# git-ignored folders named in a call's `carry`, 64 MiB per call for the whole tree.
+# The base set (earth2studio, physicsnemo, ...) goes to .whl/ with the workplace's
+# fetch-wheels.sh (docs/user-guide.md, "GPU tests"); this script fetches what the two
+# models need beyond it and beyond the machine's image into DEST (default
+# .whl-models/), and fails if the tree, .whl/, .shim/ and DEST together would not
+# travel. Run from anywhere; the paths are the repository root's.
+#
+#   bash .ci/fetch-model-wheels.sh [DEST]
+#
+# What `import aurora` and `zoo.build("aurora"|"stormcast")` import, checked against
+# the image's package list: einops, timm, huggingface-hub and scipy are there;
+# microsoft-aurora is not. Its other requirements stay behind: pydantic and
+# azure-storage-blob are imported only by `aurora.foundry` (a web client the package
+# does not import), netcdf4 not at all. pyproj is real work, not an import: the
+# StormCast wrapper builds the HRRR grid with it in its constructor, where the
+# shim's stand-in would return nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dest="${1:-.whl-models}"
+limit=$((64 * 1024 * 1024))
+
+pin() {  # the version constraints.txt pins (the CPU tests' too), else the default
+  local found
+  found=$(grep -E "^$1==" constraints.txt || true)
+  echo "${found:-$1==$2}"
+}
+reqs=("$(pin microsoft-aurora 2.0.1)" "$(pin pyproj 3.7.2)")
+
+# Ignored through git's own exclude file (a worktree's .git is a file, not a folder).
+exclude=$(git rev-parse --git-path info/exclude)
+mkdir -p "$dest" "$(dirname "$exclude")"
+grep -qxF "/$dest/" "$exclude" 2>/dev/null || echo "/$dest/" >>"$exclude"
+plat=()
+for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 \
+  manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64 manylinux_2_5_x86_64; do
+  plat+=(--platform "$p")
+done
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+  --implementation cp "${plat[@]}" -d "$dest" "${reqs[@]}"
+
+bytes() { du -sb "$@" 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
+# What a call sends: tracked and untracked-not-ignored files, plus the carried folders.
+tree=$(git ls-files -z -co --exclude-standard | xargs -0 du -cb 2>/dev/null |
+  awk '$2 == "total" {s += $1} END {print s + 0}')
+extra=$(bytes "$dest")
+base=$(bytes .whl .shim)
+total=$((tree + base + extra))
+mib() { awk -v b="$1" 'BEGIN {printf "%.1f MiB", b / 1048576}'; }
+echo "$dest: $(ls "$dest" | tr '\n' ' ')"
+echo "$dest $(mib "$extra"), .whl + .shim $(mib "$base"), tree $(mib "$tree"):" \
+  "$(mib "$total") of 64 MiB"
+[ -d .whl ] || echo "note: no .whl/ yet; fetch the base set too (docs/user-guide.md)"
+if [ "$total" -gt "$limit" ]; then
+  echo "error: a call carrying .whl, .shim and $dest would send $(mib "$total")," \
+    "over the 64 MiB limit" >&2
+  exit 1
+fi
+echo "carry [\".whl\", \".shim\", \"$dest\"]; install both: pip install --no-deps --target /tmp/site .whl/*.whl $dest/*.whl"
