@@ -11,11 +11,12 @@ The Earth2Studio wrappers (:class:`earth2studio.models.px.FCN`, ``DLWP``,
 sizes. ``sfno`` is a user-style prognostic around torch-harmonics' SFNO, since
 Earth2Studio's own SFNO wrapper needs makani, which is not on PyPI. ``aurora`` needs
 the ``microsoft-aurora`` package (its builder imports it, the zoo does not);
-``stormcast`` needs only physicsnemo.
+``stormcast`` needs only physicsnemo; ``ace2`` needs Ai2's ``fme`` with
+torch-harmonics 0.8.0 (:mod:`.ace2` says how CI installs them).
 
 Modules: :mod:`.grid` (grids, and the module path every zoo class is published
-under), :mod:`.shipped` (FCN, DLWP, Persistence), :mod:`.aurora` and
-:mod:`.stormcast` (the models of issue 33), :mod:`.user` (the user-style
+under), :mod:`.shipped` (FCN, DLWP, Persistence), :mod:`.aurora`, :mod:`.stormcast`
+and :mod:`.ace2` (the models of issue 33), :mod:`.user` (the user-style
 prognostics: toy, SFNO-class), :mod:`.data` (the seeded random data source). Every
 name is imported from here, ``earth2studio_compile.tools.zoo``.
 
@@ -33,6 +34,7 @@ from collections.abc import Callable
 import torch
 
 from earth2studio_compile._imports import quiet_imports
+from earth2studio_compile.tools.zoo.ace2 import ace2
 from earth2studio_compile.tools.zoo.aurora import aurora
 from earth2studio_compile.tools.zoo.data import SeededRandom, random_source
 from earth2studio_compile.tools.zoo.grid import Grid
@@ -56,6 +58,7 @@ __all__ = [
     "SFNOPrognostic",
     "SeededRandom",
     "ToyCore",
+    "ace2",
     "aurora",
     "build",
     "dlwp",
@@ -67,7 +70,7 @@ __all__ = [
     "toy",
 ]
 
-MODELS = ("fcn", "dlwp", "sfno", "persistence", "toy", "aurora", "stormcast")
+MODELS = ("fcn", "dlwp", "sfno", "persistence", "toy", "aurora", "stormcast", "ace2")
 SIZES = ("small", "medium", "full")
 
 
@@ -79,6 +82,7 @@ _BUILDERS: dict[str, Callable[..., torch.nn.Module]] = {
     "toy": toy,
     "aurora": aurora,
     "stormcast": stormcast,
+    "ace2": ace2,
 }
 
 

@@ -1,0 +1,69 @@
+"""The zoo's ACE2 (tools/zoo/ace2.py) through ``compile=True`` on the CPU.
+
+Needs Ai2's ``fme`` with torch-harmonics 0.8.0 (fme's SHTs call its Legendre API):
+skipped elsewhere, so the README's test command skips it. CI installs both into a
+folder of their own and runs this module with that folder first on PYTHONPATH
+(``.ci/run``). The wrapper's stepper is not a module: what a session must leave
+unchanged is the stepper's network (``model.stepper.modules``).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import assert_unchanged, held_rollout, messages, run_workflow, snapshot
+
+from earth2studio_compile import run
+from earth2studio_compile.metrics import rel_l2
+from earth2studio_compile.tools import zoo
+
+pytest.importorskip(
+    "fme", reason="needs fme and torch-harmonics 0.8.0 (see .ci/run for the install)"
+)
+_harmonics = pytest.importorskip("torch_harmonics")
+if not _harmonics.__version__.startswith("0.8."):
+    pytest.skip(
+        f"fme's SHTs need torch-harmonics 0.8.x, found {_harmonics.__version__} "
+        "(see .ci/run for the install)",
+        allow_module_level=True,
+    )
+
+REL_L2 = 1e-5
+
+
+def test_compiled_ace2_matches_eager_one_graph_spectral_convs_opaque(logs):
+    model = zoo.build("ace2")
+    before = snapshot(model.stepper.modules)
+    eager = run_workflow(run.deterministic, "deterministic", model, nsteps=2)
+    compiled = run_workflow(
+        run.deterministic, "deterministic", model, nsteps=2, compile=True
+    )
+    assert compiled.keys() == eager.keys() and eager
+    for name, ref in eager.items():
+        # The initial condition's output-only variables are NaN, eager alike.
+        assert torch.equal(ref.isnan(), compiled[name].isnan()), name
+        done = ~ref.isnan()
+        assert rel_l2(compiled[name][done], ref[done]) <= REL_L2, name
+    assert_unchanged(model.stepper.modules, before)
+
+    report = run.last_report()
+    assert not report.fell_back, report.summary()
+    (region,) = report.regions
+    assert region.region == "stepper.modules.0" and region.status == "compiled"
+    assert (region.graphs, region.graph_breaks, region.recompiles) == (1, 0, 0)
+    assert region.calls == 2 and region.opaque == 2  # the two spectral convolutions
+    assert not messages(logs, "WARNING"), messages(logs, "WARNING")
+
+
+def test_held_ace2_outputs_are_not_overwritten():
+    model = zoo.build("ace2")
+    before = snapshot(model.stepper.modules)
+    eager, _ = held_rollout(model, nsteps=2, compile=False)
+    eager = [y.clone() for y in eager]
+    compiled, session = held_rollout(model, nsteps=2, compile=True)
+    assert [r.status for r in session.report.regions] == ["compiled"]
+    for step, (a, b) in enumerate(zip(compiled, eager, strict=True)):
+        done = ~b.isnan()
+        assert torch.equal(a.isnan(), b.isnan()), f"step {step}"
+        assert rel_l2(a[done], b[done]) <= REL_L2, f"step {step}"
+    assert_unchanged(model.stepper.modules, before)
