@@ -51,8 +51,19 @@ def test_held_stormcast_outputs_are_not_overwritten():
     held_outputs_match_eager(zoo.build("stormcast"), nsteps=2, tolerance=REL_L2)
 
 
+def _real_pyproj() -> bool:
+    import pyproj
+
+    # The GPU machine's import stand-in (its .shim) cannot compute the HRRR grid.
+    return "+stub" not in getattr(pyproj, "__version__", "")
+
+
 @pytest.mark.gpu
 @pytest.mark.published
+@pytest.mark.skipif(
+    not _real_pyproj(),
+    reason="needs pyproj, not a stand-in (carry .ci/fetch-model-wheels.sh's wheels)",
+)
 def test_published_stormcast_on_the_gpu_matches_eager(
     logs, strict_fp32, record_property
 ):
