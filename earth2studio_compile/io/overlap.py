@@ -224,6 +224,10 @@ class OverlappedIO:
             host = staged.host
             copied = OrderedDict((k, np.array(v, copy=True)) for k, v in coords.items())
             writer = self._writer or self._start()
+            # A backend that kept a stored step's buffer (Zarr's memory store keeps
+            # views) would take a new one, pinned, every step: it gets copies of its
+            # own, made on the writer's threads, and the buffers are reused.
+            writer.own_copies = self._pool.kept > 0
             self._step += 1
             self._steps.append(
                 writer.submit(

@@ -57,7 +57,18 @@ _serial = itertools.count()
 
 
 class Writer(Protocol):
-    """Stores steps of host copies in the background."""
+    """Stores steps of host copies in the background.
+
+    Attributes
+    ----------
+    own_copies : bool
+        Steps submitted while it is set are copied by the writer (on its threads,
+        once their copies are ready) before they are stored: a backend that keeps
+        what it is given, as Zarr's memory store keeps views, then keeps copies of
+        its own, and the caller's buffers can be reused
+    """
+
+    own_copies: bool
 
     def submit(
         self,
@@ -115,6 +126,7 @@ class _Lanes(ABC):
         self._failed_at = math.inf  # the earliest failed step: later ones are skipped
         self._lock = threading.Lock()
         self._closed = False
+        self.own_copies = False
 
     def _lane(self, name: str | None) -> int:
         return self._lane_of.setdefault(name, len(self._lane_of) % len(self._lanes))
@@ -129,8 +141,11 @@ class _Lanes(ABC):
     ) -> list[Future[bool]]:
         """Queue one step; returns at once (see :meth:`Writer.submit`), with one
         future per job (see :meth:`_jobs`)."""
+        own = self.own_copies
         return [
-            self._lanes[self._lane(name)].submit(self._job, step, ready, store, args)
+            self._lanes[self._lane(name)].submit(
+                self._job, step, ready, store, args, own
+            )
             for name, store, args in self._jobs(x, coords, array_name)
         ]
 
@@ -150,12 +165,15 @@ class _Lanes(ABC):
         ready: Sequence[torch.cuda.Event],
         store: Callable[..., Any],
         args: list[Any],
+        own: bool,
     ) -> bool:
         try:
             if step > self._failed_at:
                 return False
             for event in ready:
                 event.synchronize()
+            if own:
+                args[:] = [_owned(a) for a in args]
             store(*args)
             return True
         except BaseException:
@@ -246,6 +264,7 @@ class _Collector:
 
     def __init__(self, io: IOBackend, args: list[Any]) -> None:
         self._io, self._args = io, args
+        self.own = False  # copy what is stored (:attr:`Writer.own_copies`)
         self._lock = threading.Lock()
         self._stores: dict[str, list[tuple[tuple, np.ndarray]]] | None = None
         self._error: BaseException | None = None
@@ -309,6 +328,8 @@ class ZarrWriter(_Lanes):
         import zarr
 
         selection, data = collector.pop(name)
+        if collector.own:  # here, on the array's lane, not in the step's first job
+            data = np.array(data, copy=True)
         io = self.io
         if not all(isinstance(s, (slice, int, np.integer)) for s in selection):
             # Zarr's async API takes basic selections only; upstream's storage step
@@ -334,6 +355,18 @@ class ZarrWriter(_Lanes):
         for lane, runner in zip(self._lanes, self._runners):
             lane.submit(runner.close)
         super().close(then)
+
+
+def _owned(arg: Any) -> Any:
+    """A job's argument with its host tensors (alone, or in a list or a
+    :class:`_Collector`'s step) copied; the rest as it is."""
+    if isinstance(arg, torch.Tensor):
+        return arg.clone()
+    if isinstance(arg, list) and any(isinstance(a, torch.Tensor) for a in arg):
+        return [_owned(a) for a in arg]
+    if isinstance(arg, _Collector):
+        arg.own = True
+    return arg
 
 
 def _per_array(
