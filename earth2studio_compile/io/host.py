@@ -17,8 +17,8 @@ batch of 8); it is copied contiguous, the gather done by the device.
 buffers in :meth:`HostPool.stage` and gives them back in :meth:`HostPool.give` once
 it is stored; a buffer is reused only when, at the next step, nothing else holds its
 memory (an in-memory Zarr store keeps views of what it stores: such a buffer is left
-to it, and :class:`~earth2studio_compile.io.OverlappedIO` then has its writer hand
-the store copies of its own, so that later buffers are reused).
+to it; :class:`~earth2studio_compile.io.OverlappedIO` hands a store known to keep
+views copies made by its writer instead, :func:`.writers.keeps_views`).
 With steps alike, buffers exist for at most the steps in flight, which
 ``OverlappedIO`` bounds by ``max_pending + 1``; a step that needs none of the free
 buffers' sizes drops them. Copies from CUDA go into pinned buffers, asynchronously,

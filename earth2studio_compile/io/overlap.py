@@ -46,7 +46,12 @@ import torch
 from loguru import logger
 
 from earth2studio_compile.io.host import HostPool
-from earth2studio_compile.io.writers import SerialWriter, Writer, parallel_writer
+from earth2studio_compile.io.writers import (
+    SerialWriter,
+    Writer,
+    keeps_views,
+    parallel_writer,
+)
 
 # Type hints only: importing Earth2Studio takes a minute on a small machine, and
 # the package is imported before it (the demo's banner comes first).
@@ -224,10 +229,6 @@ class OverlappedIO:
             host = staged.host
             copied = OrderedDict((k, np.array(v, copy=True)) for k, v in coords.items())
             writer = self._writer or self._start()
-            # A backend that kept a stored step's buffer (Zarr's memory store keeps
-            # views) would take a new one, pinned, every step: it gets copies of its
-            # own, made on the writer's threads, and the buffers are reused.
-            writer.own_copies = self._pool.kept > 0
             self._step += 1
             self._steps.append(
                 writer.submit(
@@ -301,6 +302,10 @@ class OverlappedIO:
             writer: Writer = self._parallel(self.io, self.workers)
         else:
             writer = SerialWriter(self.io)
+        # A backend that keeps views of what it stores would hold every step's
+        # buffer (a new one, pinned on CUDA, each step): it gets copies of its own,
+        # made on the writer's threads, and the buffers are reused.
+        writer.own_copies = keeps_views(self.io)
         self._writer = writer
         # The finalizer holds what it waits for, never this wrapper, so that an
         # unclosed one is collected while its writes are pending.

@@ -49,6 +49,7 @@ __all__ = [
     "SerialWriter",
     "Writer",
     "ZarrWriter",
+    "keeps_views",
     "parallel_writer",
 ]
 
@@ -381,6 +382,31 @@ def _overrides(io: IOBackend, base: type, methods: tuple[str, ...]) -> bool:
     return any(
         getattr(type(io), m) is not getattr(base, m) or m in vars(io) for m in methods
     )
+
+
+def keeps_views(io: IOBackend) -> bool:
+    """Whether ``io`` keeps what it is given to store rather than a copy: a
+    ``ZarrBackend`` on Zarr's memory store, which keeps the chunks' bytes as handed
+    over.
+
+    Parameters
+    ----------
+    io : IOBackend
+        An Earth2Studio IO backend
+
+    Returns
+    -------
+    bool
+        True for a store known to keep views; False otherwise (a backend that
+        keeps them unknown to this is still never handed a reused buffer it
+        holds: :class:`~earth2studio_compile.io.host.HostPool` checks)
+    """
+    from earth2studio.io import ZarrBackend
+    from zarr.storage import MemoryStore
+
+    # Only ZarrBackend hands Zarr the arrays it is given (AsyncZarrBackend copies
+    # into buffers of its own).
+    return isinstance(io, ZarrBackend) and isinstance(io.root.store, MemoryStore)
 
 
 def parallel_writer(io: IOBackend) -> tuple[type[KVWriter | ZarrWriter] | None, str]:

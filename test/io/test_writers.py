@@ -122,6 +122,26 @@ def test_backends_that_cannot_write_concurrently_keep_one_writer(tmp_path):
         OverlappedIO(KVBackend(), workers=0)
 
 
+def test_only_a_store_that_keeps_views_is_handed_copies(tmp_path):
+    """Zarr's memory store keeps what it is given: its writer copies each step (so
+    the host buffers are reused); a store on disk or a KVBackend copies anyway, and
+    another copy would only slow the writers."""
+    from earth2studio.io import AsyncZarrBackend, KVBackend, ZarrBackend
+
+    from earth2studio_compile.io.writers import keeps_views
+
+    assert keeps_views(ZarrBackend())
+    assert not keeps_views(ZarrBackend(str(tmp_path / "a.zarr")))
+    assert not keeps_views(KVBackend()) and not keeps_views(Recorder())
+    # It copies into buffers of its own.
+    assert not keeps_views(AsyncZarrBackend(str(tmp_path / "b.zarr"), OrderedDict()))
+    for backend, own in ((ZarrBackend(), True), (KVBackend(), False)):
+        with OverlappedIO(backend) as io:
+            io.add_array({"lead_time": np.array([0])}, ["a"])
+            io.write([torch.ones(1)], {"lead_time": np.array([0])}, ["a"])
+            assert io._writer is not None and io._writer.own_copies is own
+
+
 def test_parallel_writes_keep_each_arrays_order_and_overlap(monkeypatch):
     import asyncio
 
