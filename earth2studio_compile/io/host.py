@@ -99,12 +99,14 @@ def _span(t: torch.Tensor) -> tuple[int, int]:
     return start, start + 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
 
 
-def _groupable(t: torch.Tensor) -> bool:
+def _spannable(t: torch.Tensor) -> bool:
+    """Whether ``t`` may be copied as a span of its storage, its strides kept."""
     return (
         t.layout == torch.strided
         and t.numel() > 0
         and not t.is_conj()
         and not t.is_neg()
+        and _fields_in_rows(t)
     )
 
 
@@ -129,7 +131,7 @@ def _contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
 def _alone(i: int, t: torch.Tensor) -> Block:
     """A tensor copied by itself: its span where that is dense enough and its fields
     lie in rows, else the tensor contiguous."""
-    if _groupable(t) and _fields_in_rows(t):
+    if _spannable(t):
         start, end = _span(t)
         if end - start <= MAX_SPAN * t.numel():
             return _spanned(t, start, end, [(i, t)])
@@ -168,7 +170,7 @@ def plan_copies(tensors: Sequence[torch.Tensor]) -> list[Block]:
     groups: dict[tuple, list[tuple[int, torch.Tensor]]] = {}
     alone: list[Block] = []
     for i, t in enumerate(tensors):
-        if not (_groupable(t) and _fields_in_rows(t)):
+        if not _spannable(t):
             alone.append(_alone(i, t))
             continue
         storage = t.untyped_storage()

@@ -46,12 +46,7 @@ import torch
 from loguru import logger
 
 from earth2studio_compile.io.host import HostPool
-from earth2studio_compile.io.writers import (
-    SerialWriter,
-    Writer,
-    keeps_views,
-    parallel_writer,
-)
+from earth2studio_compile.io.writers import SerialWriter, Writer, parallel_writer
 
 # Type hints only: importing Earth2Studio takes a minute on a small machine, and
 # the package is imported before it (the demo's banner comes first).
@@ -302,10 +297,6 @@ class OverlappedIO:
             writer: Writer = self._parallel(self.io, self.workers)
         else:
             writer = SerialWriter(self.io)
-        # A backend that keeps views of what it stores would hold every step's
-        # buffer (a new one, pinned on CUDA, each step): it gets copies of its own,
-        # made on the writer's threads, and the buffers are reused.
-        writer.own_copies = keeps_views(self.io)
         self._writer = writer
         # The finalizer holds what it waits for, never this wrapper, so that an
         # unclosed one is collected while its writes are pending.

@@ -63,10 +63,10 @@ class Writer(Protocol):
     Attributes
     ----------
     own_copies : bool
-        Steps submitted while it is set are copied by the writer (on its threads,
-        once their copies are ready) before they are stored: a backend that keeps
-        what it is given, as Zarr's memory store keeps views, then keeps copies of
-        its own, and the caller's buffers can be reused
+        Whether the writer copies each step (on its threads, once its copies are
+        ready) before storing it: for a backend that keeps what it is given
+        (:func:`keeps_views`), which then keeps copies of its own, so that the
+        caller's buffers can be reused
     """
 
     own_copies: bool
@@ -127,7 +127,7 @@ class _Lanes(ABC):
         self._failed_at = math.inf  # the earliest failed step: later ones are skipped
         self._lock = threading.Lock()
         self._closed = False
-        self.own_copies = False
+        self.own_copies = keeps_views(io)
 
     def _lane(self, name: str | None) -> int:
         return self._lane_of.setdefault(name, len(self._lane_of) % len(self._lanes))
@@ -142,11 +142,8 @@ class _Lanes(ABC):
     ) -> list[Future[bool]]:
         """Queue one step; returns at once (see :meth:`Writer.submit`), with one
         future per job (see :meth:`_jobs`)."""
-        own = self.own_copies
         return [
-            self._lanes[self._lane(name)].submit(
-                self._job, step, ready, store, args, own
-            )
+            self._lanes[self._lane(name)].submit(self._job, step, ready, store, args)
             for name, store, args in self._jobs(x, coords, array_name)
         ]
 
@@ -166,14 +163,13 @@ class _Lanes(ABC):
         ready: Sequence[torch.cuda.Event],
         store: Callable[..., Any],
         args: list[Any],
-        own: bool,
     ) -> bool:
         try:
             if step > self._failed_at:
                 return False
             for event in ready:
                 event.synchronize()
-            if own:
+            if self.own_copies:
                 args[:] = [_owned(a) for a in args]
             store(*args)
             return True
@@ -265,7 +261,6 @@ class _Collector:
 
     def __init__(self, io: IOBackend, args: list[Any]) -> None:
         self._io, self._args = io, args
-        self.own = False  # copy what is stored (:attr:`Writer.own_copies`)
         self._lock = threading.Lock()
         self._stores: dict[str, list[tuple[tuple, np.ndarray]]] | None = None
         self._error: BaseException | None = None
@@ -329,7 +324,7 @@ class ZarrWriter(_Lanes):
         import zarr
 
         selection, data = collector.pop(name)
-        if collector.own:  # here, on the array's lane, not in the step's first job
+        if self.own_copies:  # here, on the array's lane, not in the step's first job
             data = np.array(data, copy=True)
         io = self.io
         if not all(isinstance(s, (slice, int, np.integer)) for s in selection):
@@ -359,14 +354,12 @@ class ZarrWriter(_Lanes):
 
 
 def _owned(arg: Any) -> Any:
-    """A job's argument with its host tensors (alone, or in a list or a
-    :class:`_Collector`'s step) copied; the rest as it is."""
+    """A job's argument with its host tensors (alone or in a list) copied; the rest
+    as it is (a :class:`ZarrWriter` copies what its collector hands over)."""
     if isinstance(arg, torch.Tensor):
         return arg.clone()
     if isinstance(arg, list) and any(isinstance(a, torch.Tensor) for a in arg):
         return [_owned(a) for a in arg]
-    if isinstance(arg, _Collector):
-        arg.own = True
     return arg
 
 
