@@ -294,8 +294,10 @@ def floor(spec: dict[str, Any], model: Any, device: Any, tmp: Path) -> dict[str,
     out["store_bytes_expected"] = total
     writes = (spec["steps"] + 1) * batches
     writers = int(spec.get("writers") or FLOOR_WRITERS)
+    variables = _variables(spec, model)
+    # The in-memory floor too: one floor serves the job's rows on every IO.
     out.update(
-        storage_floor(tmp, total, writes, _variables(spec, model), device, writers)
+        storage_floor(tmp, total, writes, variables, device, writers, memory=True)
     )
     out["floor_s"] = out["compute_floor_s"] + out["io_floor_s"]
     out["memory_floor_s"] = out["compute_floor_s"] + out["io_memory_floor_s"]

@@ -24,7 +24,13 @@ FLOOR_WRITERS = 8
 
 
 def storage_floor(
-    tmp: Path, total: int, writes: int, variables: int, device: Any, writers: int
+    tmp: Path,
+    total: int,
+    writes: int,
+    variables: int,
+    device: Any,
+    writers: int,
+    memory: bool = False,
 ) -> dict[str, Any]:
     """The storage floor of a store of ``total`` bytes: :func:`write_store` with one
     writer, then with ``writers``, then an ``os.sync()`` (timed, not in the floor).
@@ -44,12 +50,14 @@ def storage_floor(
         Where a step lives before its copy
     writers : int
         Writer threads of the floor
+    memory : bool, optional
+        Also the in-memory floor, by default False
 
     Returns
     -------
     dict[str, Any]
         ``io_floor_s`` (``writers`` threads), ``io_floor_writers``,
-        ``io_floor_1writer_s``, ``io_sync_s``, ``io_memory_floor_s``
+        ``io_floor_1writer_s``, ``io_sync_s``; with ``memory``, ``io_memory_floor_s``
         (:func:`write_memory` with ``writers`` threads)
     """
     values = total // (4 * writes * variables)
@@ -66,7 +74,10 @@ def storage_floor(
         shutil.rmtree(directory)
     out["io_floor_s"], out["io_floor_writers"] = seconds[writers], writers
     out["io_floor_1writer_s"] = seconds[1]
-    out["io_memory_floor_s"] = write_memory(writes, variables, values, device, writers)
+    if memory:
+        out["io_memory_floor_s"] = write_memory(
+            writes, variables, values, device, writers
+        )
     return out
 
 

@@ -87,17 +87,15 @@ def derive(rows: list[dict[str, Any]]) -> None:
         rows[index]["walls"] = taken["wall_s"]
         rows[index]["median"] = {k: statistics.median(v) for k, v in taken.items() if v}
     floors = {
-        # Rows measured before the in-memory floor existed: the files' floor.
-        (r["job"], r["precision"], memory): (memory and r.get("memory_floor_s"))
-        or r["floor_s"]
+        (r["job"], r["precision"]): r
         for r in rows
         if r["run"] == "floor" and "floor_s" in r
-        for memory in (False, True)
     }
     for r in rows:
         if "wall_s" not in r:
             continue
-        f = floors.get((r["job"], r["precision"], r.get("io") in IN_MEMORY))
+        floor = floors.get((r["job"], r["precision"]))
+        f = _floor_s(floor, r.get("io")) if floor else None
         wall = _m(r, "wall_s")
         if f:
             r.update(floor_s=f, wall_over_floor=wall / f)
@@ -119,6 +117,12 @@ def derive(rows: list[dict[str, Any]]) -> None:
         if j is not None:
             o = _m(rows[j], "wall_s")
             r.update(io_pair=j, io_only_wall_s=o, vs_io_only=o / _m(r, "wall_s"))
+
+
+def _floor_s(floor: dict[str, Any], io: str | None) -> float:
+    """A floor row's seconds for a row on ``io``: the in-memory floor for a store in
+    memory (rows measured before it existed: the files')."""
+    return (io in IN_MEMORY and floor.get("memory_floor_s")) or floor["floor_s"]
 
 
 def _f(v: Any, fmt: str = ".2f") -> str:

@@ -51,6 +51,10 @@ def test_the_memory_floor_keeps_a_copy_of_every_field():
 
 
 def test_storage_floor_reports_the_memory_floor_beside_the_files(tmp_path):
-    out = floors.storage_floor(tmp_path, 4 * 2 * 3 * 50, 2, 3, "cpu", 2)
+    out = floors.storage_floor(tmp_path, 4 * 2 * 3 * 50, 2, 3, "cpu", 2, memory=True)
     assert out["io_memory_floor_s"] > 0 and out["io_floor_s"] > 0
     assert not list(tmp_path.iterdir())  # the files are removed
+    # Asked only where rows on stores in memory use it (not the ensemble breakdown).
+    assert "io_memory_floor_s" not in floors.storage_floor(
+        tmp_path, 4 * 2 * 3 * 50, 2, 3, "cpu", 2
+    )
