@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from earth2studio_compile._imports import quiet_imports
+from earth2studio_compile.artifacts import background
 from earth2studio_compile.io import drain
 from earth2studio_compile.precision import env_precision, warn_bad_env
 from earth2studio_compile.report import CompileReport
@@ -207,20 +208,23 @@ def _with_compile(
             # Upstream's workflow whatever the environment says: a bad value is
             # named once, never raised.
             warn_bad_env()
-        try:
-            if not enabled:
-                result = upstream(*bound.args, **bound.kwargs)
-            else:
-                with CompileSession(
-                    *(bound.arguments[name] for name in models), precision=chosen
-                ) as session:
-                    _last.set(session.report)
+        # A build that a closing session launches waits for the writers to finish:
+        # its copy and save of the weights would share the disk and the GIL with them.
+        with background.deferred():
+            try:
+                if not enabled:
                     result = upstream(*bound.args, **bound.kwargs)
-        except BaseException:
-            drain(ios, failed=True)
-            raise
-        # An OverlappedIO still writing in the background is finished before return.
-        drain(ios, failed=False)
+                else:
+                    with CompileSession(
+                        *(bound.arguments[name] for name in models), precision=chosen
+                    ) as session:
+                        _last.set(session.report)
+                        result = upstream(*bound.args, **bound.kwargs)
+            except BaseException:
+                drain(ios, failed=True)
+                raise
+            # An OverlappedIO still writing in the background is finished first.
+            drain(ios, failed=False)
         return result
 
     doc = upstream.__doc__ or ""

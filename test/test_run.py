@@ -326,3 +326,60 @@ def test_a_misspelt_upstream_keyword_is_named_with_its_fix():
     assert ours == f"{theirs}. Did you mean 'nensemble'?"
     far = _our_error("ensemble", args, {"zzzz": 3})
     assert far == "ensemble() got an unexpected keyword argument 'zzzz'"
+
+
+def test_a_build_launched_as_the_session_closes_waits_for_the_writers(
+    background_on, monkeypatch
+):
+    """A short run's build is launched as its session closes, which is before
+    OverlappedIO has written the last steps: the build's copy and save of the
+    weights (300 MB for FCN) start once the writes are done, off the call's clock."""
+    from earth2studio_compile.artifacts import background
+    from earth2studio_compile.io import OverlappedIO
+
+    events: list[str] = []
+
+    class Job:  # a build that never ends, launched by the session's close
+        waiting = True
+
+        def launch(self) -> None:
+            if self.waiting:
+                events.append("launched")
+            self.waiting = False
+
+        def poll(self) -> str:
+            return "running"
+
+        def describe(self) -> str:
+            return "to be built in the background"
+
+    monkeypatch.setattr(background, "start", lambda *a, **k: Job())
+    flush = OverlappedIO.flush
+
+    def flushed(self):
+        flush(self)
+        events.append("written")
+
+    monkeypatch.setattr(OverlappedIO, "flush", flushed)
+    model = zoo.build("toy")
+    run_workflow(run.deterministic, "deterministic", model, overlap=True, compile=True)
+    assert run.last_report().regions[0].status == "building"
+    assert "written" in events and events[-1] == "launched", events
+
+
+def test_builds_held_back_are_launched_when_the_block_raises():
+    from earth2studio_compile.artifacts import background
+
+    launched: list[int] = []
+
+    class Job:
+        def launch(self) -> None:
+            launched.append(1)
+
+    with pytest.raises(KeyError), background.deferred():
+        background.launch_later(Job())
+        assert not launched  # held back
+        raise KeyError("the workflow failed")
+    assert launched == [1]
+    background.launch_later(Job())  # outside a block: at once
+    assert launched == [1, 1]

@@ -24,43 +24,53 @@ next run; :func:`wait` waits for the ones this process started.
 
 from __future__ import annotations
 
-import copy
+import contextlib
+import contextvars
 import dataclasses
-import io
 import json
 import os
-import pickle
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import filelock
 import torch
 from loguru import logger
 
-from earth2studio_compile._torch import MODULE_SLOT
 from earth2studio_compile.artifacts.aot_build import detached
 from earth2studio_compile.artifacts.aot_key import aot_root
 from earth2studio_compile.artifacts.build_process import INPUT, RESULT, lock_path
 from earth2studio_compile.artifacts.key import RegionTarget
+from earth2studio_compile.artifacts.snapshot import (
+    check_picklable,
+    installed,
+    snapshot_module,
+)
 from earth2studio_compile.artifacts.store import META, file_lock
 from earth2studio_compile.cache import make_private_dir
 from earth2studio_compile.precision import tf32_enabled
 
-__all__ = ["ENV", "BuildJob", "enabled", "settings_of", "start", "wait"]
+__all__ = [
+    "ENV",
+    "BuildJob",
+    "deferred",
+    "enabled",
+    "launch_later",
+    "settings_of",
+    "start",
+    "wait",
+]
 
 #: ``auto`` (the default: on CUDA devices), ``on`` or ``off``.
 ENV = "EARTH2STUDIO_COMPILE_BACKGROUND"
 _JOBS = ".jobs"
 _LOG = "build.log"
-#: Marks a function that a region installs on a module (``forward`` wrappers):
-#: what a copy of the module for the build must not carry.
-HOOK_MARK = "_earth2studio_compile_hook"
 
 # Not ``-m``: the package has imported the module already (runpy warns).
 _CHILD = (
@@ -70,6 +80,51 @@ _CHILD = (
 
 _started: list[BuildJob] = []
 _started_lock = threading.Lock()
+
+#: Builds whose launch waits for the end of a :func:`deferred` block.
+_held: contextvars.ContextVar[list[_Launchable] | None] = contextvars.ContextVar(
+    "earth2studio_compile_held_builds", default=None
+)
+
+
+class _Launchable(Protocol):
+    def launch(self) -> None: ...
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Hold back the builds a closing session launches until the block ends.
+
+    A short run's build is launched as its session closes (:func:`launch_later`).
+    A workflow closes the session before its writers have finished: the build's
+    copy of the weights and their save to disk (300 MB for FCN) would share the
+    disk and the interpreter with the last writes, on the caller's clock. Inside
+    this block they wait for its end, also when it raises (the artifact is for
+    the next run).
+    """
+    held: list[_Launchable] = []
+    token = _held.set(held)
+    try:
+        yield
+    finally:
+        _held.reset(token)
+        for job in held:
+            job.launch()
+
+
+def launch_later(job: _Launchable) -> None:
+    """Launch ``job`` now, or at the end of the enclosing :func:`deferred` block.
+
+    Parameters
+    ----------
+    job : BuildJob
+        A job made with ``launch=False`` (launching a launched one does nothing)
+    """
+    held = _held.get()
+    if held is None:
+        job.launch()
+    else:
+        held.append(job)
 
 
 def enabled(device: torch.device) -> bool:
@@ -318,7 +373,7 @@ def start(
             "kwargs": kwargs,
             "root": root,
         }
-        _check_picklable(payload, _installed(target.module))
+        check_picklable(payload, installed(target.module))
     except Exception as err:  # an unpicklable model: compile it in this process
         why = f"{type(err).__name__}: {err}"
         return f"its core cannot be handed to a build process ({why})"
@@ -388,59 +443,6 @@ def sweep(jobs: Path, older_than: float = STALE_S) -> int:
         except OSError:  # another process swept it first
             continue
     return removed
-
-
-def _installed(module: torch.nn.Module) -> set[int]:
-    """Ids of what a region installed on ``module``: not part of its copy."""
-    ids = set()
-    for m in module.modules():
-        if m.__dict__.get(MODULE_SLOT) is not None:
-            ids.add(id(m.__dict__[MODULE_SLOT]))
-        forward = m.__dict__.get("forward")
-        if forward is not None and getattr(forward, HOOK_MARK, False):
-            ids.add(id(forward))
-    return ids
-
-
-def snapshot_module(module: torch.nn.Module) -> torch.nn.Module:
-    """A deep copy of ``module`` without what a region installed on it.
-
-    The copy shares nothing with the live module (its tensors are copies on the
-    same device), so the build may trace and patch it freely.
-    """
-    memo: dict[int, Any] = {}
-    for m in module.modules():
-        slot = m.__dict__.get(MODULE_SLOT)
-        if slot is not None:
-            memo[id(slot)] = None
-    clone = copy.deepcopy(module, memo)
-    for m in clone.modules():
-        if MODULE_SLOT in m.__dict__ and m.__dict__[MODULE_SLOT] is None:
-            del m.__dict__[MODULE_SLOT]
-        forward = m.__dict__.get("forward")
-        if forward is not None and getattr(forward, HOOK_MARK, False):
-            del m.__dict__["forward"]
-    return clone
-
-
-class _NoData(pickle.Pickler):
-    """Pickles structure only: tensors, and the objects in ``skip``, stand for
-    themselves by id."""
-
-    def __init__(self, file: Any, skip: set[int]) -> None:
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self.skip = skip
-
-    def persistent_id(self, obj: Any) -> Any:
-        if isinstance(obj, (torch.Tensor, torch.UntypedStorage, torch.TypedStorage)):
-            return id(obj)
-        return id(obj) if id(obj) in self.skip else None
-
-
-def _check_picklable(payload: Any, skip: set[int]) -> None:
-    # Milliseconds: no tensor data is written; a class defined in a function, a
-    # lambda or an open file fails here, on the caller's step, not in the child.
-    _NoData(io.BytesIO(), skip).dump(payload)
 
 
 def _mkdtemp(parent: Path, key: str) -> str:

@@ -186,13 +186,14 @@ class BackgroundExecutor:
         return (out,)
 
     def detach(self) -> None:
-        """Launch a build still waiting (the session ends); keep no strong
-        reference to the module or the session."""
+        """Launch a build still waiting (the session ends; a workflow's writers
+        finish first: :func:`~earth2studio_compile.artifacts.background.deferred`);
+        keep no strong reference to the module or the session."""
         if self.job is not None:
-            self.job.launch()
+            background.launch_later(self.job)
         self.target = None  # type: ignore[assignment]
 
     def release(self) -> None:
         """Launch a build still waiting: it goes on for the next run."""
         if self.job is not None:
-            self.job.launch()
+            background.launch_later(self.job)

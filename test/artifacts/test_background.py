@@ -1,6 +1,6 @@
 """Background builds (earth2studio_compile.artifacts.background): when they are on,
-the copy of the core handed to a build process, the process started off the
-caller's step, old job directories swept, and where no build can start.
+the process started off the caller's step (the copy of the core it gets:
+test_snapshot.py), old job directories swept, and where no build can start.
 
 Background builds are on by default only on CUDA; these tests turn them on for
 the CPU (``EARTH2STUDIO_COMPILE_BACKGROUND=on``, the ``background_on`` fixture).
@@ -10,8 +10,6 @@ process itself in test_build_process.py.
 """
 
 from __future__ import annotations
-
-import pickle
 
 import torch
 from tiny_cores import TinyModel
@@ -34,18 +32,6 @@ def test_enabled_reads_the_environment(monkeypatch):
     assert not background.enabled(cuda)
     monkeypatch.setenv(background.ENV, "on")
     assert background.enabled(cpu)
-
-
-def test_the_snapshot_leaves_the_regions_hooks_out(background_on):
-    model = TinyModel()
-    with CompileSession(model, regions=["core"], precision="bf16", probe=False):
-        assert "_compiled_call_impl" in model.core.__dict__
-        copy = background.snapshot_module(model.core)
-    assert "_compiled_call_impl" not in copy.__dict__
-    for a, b in zip(copy.parameters(), model.core.parameters()):
-        assert torch.equal(a, b) and a.data_ptr() != b.data_ptr()
-    # The copy pickles without the region (which holds locks and the report).
-    pickle.loads(pickle.dumps(copy))
 
 
 def test_an_unpicklable_core_compiles_on_its_first_call(background_on):

@@ -309,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
             derive(both)
             args.json.write_text(json.dumps({"meta": meta, "rows": both}, indent=1))
 
+    if args.workdir is not None:
+        args.workdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         for spec in plan(args):
             why = deadline.skip(spec, rows)

@@ -363,7 +363,9 @@ def test_fresh_repeats_are_medians_in_pairs_ratios_and_tables(
     monkeypatch.setattr(workflow, "CHILD", ("-c", _REPEAT_CHILD))
     argv = ["--jobs", "fcn", "--device", "cpu", "--io", "overlapped"]
     argv += ["--ways", "cold,warm", "--fresh-repeats", "3", "--json", str(out)]
-    assert workflow.main([*argv, "--workdir", str(tmp_path)]) == 0
+    work = tmp_path / "not" / "made yet"  # made, as `mkdir -p` would
+    assert workflow.main([*argv, "--workdir", str(work)]) == 0
+    assert work.is_dir()
     rows = json.loads(out.read_text())["rows"]
     assert [(r["io"], r["way"], r.get("repeat")) for r in rows] == [
         ("zarr-disk", "fresh", 1),

@@ -1,0 +1,109 @@
+"""What a build process gets of a region's module: a copy without the region.
+
+A background build (:mod:`.background`) hands the child process a deep copy of the
+live module, made on a thread, and checks first, on the caller's step, that the
+module's structure can be pickled at all. Both leave out what a region installed
+on the module (its compiled-call slot, wrapped ``forward`` methods): those hold
+locks and the report, and the child builds the bare module.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import pickle
+from typing import Any
+
+import torch
+
+from earth2studio_compile._torch import MODULE_SLOT
+
+__all__ = ["HOOK_MARK", "check_picklable", "installed", "snapshot_module"]
+
+#: Marks a function that a region installs on a module (``forward`` wrappers):
+#: what a copy of the module for the build must not carry.
+HOOK_MARK = "_earth2studio_compile_hook"
+
+
+def installed(module: torch.nn.Module) -> set[int]:
+    """Ids of what a region installed on ``module``: not part of its copy.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The region's module, hooks installed or not
+
+    Returns
+    -------
+    set[int]
+        ``id`` of each installed object
+    """
+    ids = set()
+    for m in module.modules():
+        if m.__dict__.get(MODULE_SLOT) is not None:
+            ids.add(id(m.__dict__[MODULE_SLOT]))
+        forward = m.__dict__.get("forward")
+        if forward is not None and getattr(forward, HOOK_MARK, False):
+            ids.add(id(forward))
+    return ids
+
+
+def snapshot_module(module: torch.nn.Module) -> torch.nn.Module:
+    """A deep copy of ``module`` without what a region installed on it.
+
+    The copy shares nothing with the live module (its tensors are copies on the
+    same device), so the build may trace and patch it freely.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The region's module
+
+    Returns
+    -------
+    torch.nn.Module
+        The copy
+    """
+    memo: dict[int, Any] = {}
+    for m in module.modules():
+        slot = m.__dict__.get(MODULE_SLOT)
+        if slot is not None:
+            memo[id(slot)] = None
+    clone = copy.deepcopy(module, memo)
+    for m in clone.modules():
+        if MODULE_SLOT in m.__dict__ and m.__dict__[MODULE_SLOT] is None:
+            del m.__dict__[MODULE_SLOT]
+        forward = m.__dict__.get("forward")
+        if forward is not None and getattr(forward, HOOK_MARK, False):
+            del m.__dict__["forward"]
+    return clone
+
+
+class _NoData(pickle.Pickler):
+    """Pickles structure only: tensors, and the objects in ``skip``, stand for
+    themselves by id."""
+
+    def __init__(self, file: Any, skip: set[int]) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.skip = skip
+
+    def persistent_id(self, obj: Any) -> Any:
+        if isinstance(obj, (torch.Tensor, torch.UntypedStorage, torch.TypedStorage)):
+            return id(obj)
+        return id(obj) if id(obj) in self.skip else None
+
+
+def check_picklable(payload: Any, skip: set[int]) -> None:
+    """Raise where ``payload`` cannot be pickled, writing no tensor data.
+
+    Milliseconds: a class defined in a function, a lambda or an open file fails
+    here, on the caller's step, not in the child.
+
+    Parameters
+    ----------
+    payload : Any
+        What the build process will be given
+    skip : set[int]
+        Ids of objects to leave out (:func:`installed`)
+    """
+    _NoData(io.BytesIO(), skip).dump(payload)
