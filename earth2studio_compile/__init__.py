@@ -9,6 +9,7 @@ The workflows live in :mod:`earth2studio_compile.run` (imported on demand: impor
 
 from earth2studio_compile import _torch
 from earth2studio_compile.aot import build
+from earth2studio_compile.artifacts.background import cancel as cancel_builds
 from earth2studio_compile.artifacts.background import wait as wait_for_builds
 from earth2studio_compile.cache import cache_root
 from earth2studio_compile.io import OverlappedIO
@@ -35,6 +36,7 @@ __all__ = [
     "RegionReport",
     "build",
     "cache_root",
+    "cancel_builds",
     "example_input",
     "plan",
     "register_model",

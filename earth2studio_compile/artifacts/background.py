@@ -19,19 +19,17 @@ a lower CPU priority (``nice`` 10), with two cores fewer than the machine has fo
 its compile workers, and holds its own CUDA context plus a copy of the core's
 weights while it builds (:mod:`.build_process`). It outlives the process that
 started it (its own session), so a short forecast still leaves the artifact for the
-next run; :func:`wait` waits for the ones this process started.
+next run; :func:`wait` waits for the ones this process started and
+:func:`cancel` stops them. A job's own life (launch, poll, cancel) is
+:mod:`.build_job`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import dataclasses
-import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -39,26 +37,21 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-import filelock
 import torch
 from loguru import logger
 
 from earth2studio_compile.artifacts.aot_build import detached
 from earth2studio_compile.artifacts.aot_key import aot_root
-from earth2studio_compile.artifacts.build_process import INPUT, RESULT, lock_path
+from earth2studio_compile.artifacts.build_job import BuildJob, locked, settings_of
 from earth2studio_compile.artifacts.key import RegionTarget
-from earth2studio_compile.artifacts.snapshot import (
-    check_picklable,
-    installed,
-    snapshot_module,
-)
-from earth2studio_compile.artifacts.store import META, file_lock
+from earth2studio_compile.artifacts.snapshot import check_picklable, installed
 from earth2studio_compile.cache import make_private_dir
 from earth2studio_compile.precision import tf32_enabled
 
 __all__ = [
     "ENV",
     "BuildJob",
+    "cancel",
     "deferred",
     "enabled",
     "launch_later",
@@ -70,14 +63,6 @@ __all__ = [
 #: ``auto`` (the default: on CUDA devices), ``on`` or ``off``.
 ENV = "EARTH2STUDIO_COMPILE_BACKGROUND"
 _JOBS = ".jobs"
-_LOG = "build.log"
-
-# Not ``-m``: the package has imported the module already (runpy warns).
-_CHILD = (
-    "import sys; from earth2studio_compile.artifacts.build_process import main; "
-    "sys.exit(main(sys.argv[1:]))"
-)
-
 _started: list[BuildJob] = []
 _started_lock = threading.Lock()
 
@@ -152,163 +137,6 @@ def enabled(device: torch.device) -> bool:
     return device.type == "cuda"
 
 
-def settings_of(target: RegionTarget) -> dict[str, Any]:
-    """``target``'s fields but its module: what rebuilds it around another module
-    (``RegionTarget(module=m, **settings_of(target))``)."""
-    return {
-        f.name: getattr(target, f.name)
-        for f in dataclasses.fields(RegionTarget)
-        if f.name != "module"
-    }
-
-
-class BuildJob:
-    """One background build, as the process that started it sees it.
-
-    Parameters
-    ----------
-    label, artifact, directory
-        As the attributes of those names
-
-    Attributes
-    ----------
-    label : str
-        ``Model.region``
-    artifact : Path
-        Where the artifact will be (``<root>/aot/<key>``)
-    directory : Path | None
-        The job's directory (input, log, result); None when another process builds
-        the same key and this job only watches for its artifact
-    started : float
-        ``time.monotonic()`` when the job was launched (or made, until then)
-    """
-
-    def __init__(self, label: str, artifact: Path, directory: Path | None) -> None:
-        self.label = label
-        self.artifact = artifact
-        self.directory = directory
-        self.started = time.monotonic()
-        self.finished: float | None = None
-        self.pid: int | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._launch_error: str | None = None
-        self._state = "running"
-        self.reason: str | None = None
-        self._thread: threading.Thread | None = None
-        self._payload: dict[str, Any] | None = None
-
-    @property
-    def waiting(self) -> bool:
-        """Made but not launched yet (:meth:`launch`)."""
-        return self._payload is not None
-
-    def launch(self) -> None:
-        """Start the build now: a thread copies the module, saves the job and
-        starts the build process. Nothing happens for a launched job."""
-        payload, self._payload = self._payload, None
-        if payload is None:
-            return
-        self.started = time.monotonic()
-        self._thread = threading.Thread(
-            target=_launch, args=(self, payload), name=f"build {self.label}"
-        )
-        self._thread.start()
-
-    @property
-    def log(self) -> Path | None:
-        """The child's log (loguru and compiler output)."""
-        return self.directory / _LOG if self.directory is not None else None
-
-    @property
-    def seconds(self) -> float:
-        """Seconds since the job started, or that it took once finished."""
-        end = self.finished if self.finished is not None else time.monotonic()
-        return end - self.started
-
-    def poll(self) -> str:
-        """``"waiting"`` (not launched), ``"running"``, ``"built"`` or ``"failed"``
-        (:attr:`reason` says why); never blocks."""
-        if self.waiting:
-            return "waiting"
-        if self._state != "running":
-            return self._state
-        if self._launch_error is not None:
-            return self._end("failed", self._launch_error)
-        if self.directory is None:
-            # Another process builds it: its artifact, or the lock freed without one.
-            if (self.artifact / META).is_file():
-                return self._end("built")
-            if not _locked(self.artifact):
-                return self._end("failed", "another process's build left no artifact")
-            return "running"
-        if self._proc is None or self._proc.poll() is None:
-            return "running"
-        return self._read_result()
-
-    def wait(self, timeout: float | None = None) -> str:
-        """Launch the job if it waits, and wait for it to end (at most ``timeout``
-        seconds); its state."""
-        self.launch()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        if self._thread is not None:
-            self._thread.join(timeout)
-        while self.poll() == "running":
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            if self._proc is not None:
-                try:
-                    self._proc.wait(0.5)
-                except subprocess.TimeoutExpired:
-                    pass
-            else:
-                time.sleep(0.5)
-        return self.poll()
-
-    def log_tail(self, lines: int = 20) -> str:
-        """The last ``lines`` lines of the child's log (empty without one)."""
-        try:
-            text = self.log.read_text(errors="replace") if self.log else ""
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    def describe(self) -> str:
-        """The job in words, for the report and its INFO line."""
-        state = self.poll()
-        if state == "built":
-            return f"built in the background in {self.seconds:.1f} s ({self.artifact})"
-        if state == "failed":
-            log = f"; log: {self.log}" if self.log is not None else ""
-            took = f"{self.seconds:.1f} s"
-            return f"background build failed after {took}: {self.reason}{log}"
-        if state == "waiting":
-            return (
-                "to be built in the background when this run ends or has run a "
-                f"while; its artifact goes to {self.artifact} for the next run"
-            )
-        pid = f", pid {self.pid}" if self.pid is not None else ""
-        return (
-            f"still building in the background ({self.seconds:.1f} s so far{pid}); "
-            f"its artifact goes to {self.artifact} for the next run"
-        )
-
-    def _end(self, state: str, reason: str | None = None) -> str:
-        self._state, self.reason = state, reason
-        self.finished = time.monotonic()
-        return state
-
-    def _read_result(self) -> str:
-        assert self.directory is not None
-        try:
-            result = json.loads((self.directory / RESULT).read_text())
-        except Exception:  # the child died before it wrote one
-            code = self._proc.returncode if self._proc is not None else None
-            return self._end("failed", f"the build process ended with code {code}")
-        if result.get("ok") and (self.artifact / META).is_file():
-            return self._end("built")
-        return self._end("failed", str(result.get("reason") or "no artifact"))
-
-
 def start(
     target: RegionTarget,
     args: tuple[Any, ...],
@@ -353,7 +181,7 @@ def start(
     artifact = directory / key
     make_private_dir(directory)
     try:
-        busy = _locked(artifact)
+        busy = locked(artifact)
     except OSError as err:  # no flock here: no lock to keep two builds apart
         return f"no build lock on this file system ({err})"
     if busy:
@@ -413,6 +241,22 @@ def wait(timeout: float | None = None) -> list[BuildJob]:
     return jobs
 
 
+def cancel() -> list[BuildJob]:
+    """Stop the background builds this process started (:meth:`BuildJob.cancel`):
+    a process that will not use their artifacts, nor leave them to another.
+
+    Returns
+    -------
+    list[BuildJob]
+        Every job started, each in its final state
+    """
+    with _started_lock:
+        jobs = list(_started)
+    for job in jobs:
+        job.cancel()
+    return jobs
+
+
 #: Job directories older than this are removed when a new job starts: their logs
 #: have been read or never will be, and a build process that was killed leaves
 #: its input (a copy of the weights) behind.
@@ -447,56 +291,3 @@ def sweep(jobs: Path, older_than: float = STALE_S) -> int:
 
 def _mkdtemp(parent: Path, key: str) -> str:
     return tempfile.mkdtemp(dir=parent, prefix=f"{key}-{os.getpid()}-")
-
-
-def _locked(artifact: Path) -> bool:
-    """Whether some process holds the build lock of ``artifact`` now."""
-    lock = file_lock(lock_path(artifact))
-    try:
-        lock.acquire(timeout=0)
-    except filelock.Timeout:
-        return True
-    lock.release()
-    return False
-
-
-def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    # The child imports the model's classes by name, as this process found them.
-    paths = [p for p in sys.path if p]
-    if env.get("PYTHONPATH"):
-        paths.append(env["PYTHONPATH"])
-    env["PYTHONPATH"] = os.pathsep.join(paths)
-    cores = os.cpu_count() or 2
-    # Two cores stay with the forecast (its steps, its writers).
-    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(max(1, cores - 2)))
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def _launch(job: BuildJob, payload: dict[str, Any]) -> None:
-    """Copy the module, save it and start the child (on a thread: none of it is
-    the step's)."""
-    assert job.directory is not None
-    try:
-        target = payload["target"]
-        with torch.inference_mode(False), torch.no_grad():  # this thread's modes
-            snapshot = snapshot_module(target.module)
-        payload["target"] = RegionTarget(module=snapshot, **settings_of(target))
-        del target, snapshot
-        torch.save(payload, job.directory / INPUT)
-        del payload  # the copy's device memory goes back now
-        with open(job.directory / _LOG, "wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-c", _CHILD, str(job.directory)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=_child_env(),
-                # Its own session: Ctrl-C on the forecast and the forecast's exit
-                # leave the build to finish for the next run.
-                start_new_session=True,
-            )
-        job._proc, job.pid = proc, proc.pid
-    except Exception as err:  # a full disk, no fork: the region stays eager
-        job._launch_error = f"could not start the build ({type(err).__name__}: {err})"

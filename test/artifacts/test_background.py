@@ -15,7 +15,7 @@ import torch
 from tiny_cores import TinyModel
 
 from earth2studio_compile import CompileSession
-from earth2studio_compile.artifacts import background
+from earth2studio_compile.artifacts import background, build_job
 from earth2studio_compile.metrics import rel_l2
 
 
@@ -47,28 +47,6 @@ def test_an_unpicklable_core_compiles_on_its_first_call(background_on):
     assert rel_l2(out, _eager(model.core, x)) < 1e-5
 
 
-def test_the_core_is_copied_off_the_callers_step(background_on, monkeypatch):
-    """The copy of the weights (300 MB for FCN) is the thread's, not the step's."""
-    import threading
-
-    seen: list[str] = []
-    real = background.snapshot_module
-
-    def spy(module):
-        seen.append(threading.current_thread().name)
-        return real(module)
-
-    monkeypatch.setattr(background, "snapshot_module", spy)
-    monkeypatch.setattr(background, "_CHILD", "import sys; sys.exit(3)")
-    model = TinyModel()
-    with CompileSession(model, regions=["core"], probe=False):
-        with torch.no_grad():
-            model.core(torch.randn(4, 8))
-    jobs = background.wait(timeout=60)
-    assert seen and "MainThread" not in seen, seen
-    assert jobs[-1].poll() == "failed" and "code 3" in jobs[-1].reason
-
-
 def test_old_job_directories_are_swept(tmp_path):
     """A killed build process leaves its input (a copy of the weights): job
     directories older than a day go when the next job starts."""
@@ -93,7 +71,7 @@ def test_no_build_lock_compiles_on_the_first_call(background_on, monkeypatch):
         def acquire(self, timeout=None):
             raise OSError("flock not supported")
 
-    monkeypatch.setattr(background, "file_lock", lambda path: NoFlock())
+    monkeypatch.setattr(build_job, "file_lock", lambda path: NoFlock())
     model = TinyModel()
     x = torch.randn(4, 8)
     with CompileSession(model, regions=["core"], probe=False) as session:

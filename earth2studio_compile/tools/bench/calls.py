@@ -163,13 +163,16 @@ def _time_writes(io: Any) -> list[float]:
     return times
 
 
-def background_builds(timeout: float | None = None) -> dict[str, Any]:
-    """Wait for this process's background builds; ``background_wait_s`` and
-    ``background`` (each build in words)."""
-    from earth2studio_compile import wait_for_builds
+def background_builds(
+    timeout: float | None = None, cancel: bool = False
+) -> dict[str, Any]:
+    """Wait for this process's background builds, or ``cancel`` them (a cold row
+    whose caches nothing reads after: its build would only cost the run a minute);
+    ``background_wait_s`` and ``background`` (each build in words)."""
+    from earth2studio_compile import cancel_builds, wait_for_builds
 
     start = time.perf_counter()
-    jobs = wait_for_builds(timeout)
+    jobs = cancel_builds() if cancel else wait_for_builds(timeout)
     return {
         "background_wait_s": time.perf_counter() - start,
         "background": [f"{j.label}: {j.describe()}" for j in jobs],
@@ -341,9 +344,10 @@ def run(spec: dict[str, Any], out: Path, tmp: Path) -> list[dict[str, Any]]:
         rows.append(call(spec, model, device, tmp, spec["run"] == "compiled"))
         if spec["run"] == "compiled":
             # After the timed call, so the next fresh process finds the artifacts
-            # (a user's process exits and the build goes on without it).
+            # (a user's process exits and the build goes on without it); a cold
+            # row with caches of its own (``cache`` None) leaves none to find.
             save()
-            rows[-1].update(background_builds())
+            rows[-1].update(background_builds(cancel=spec.get("cache") is None))
     elif spec["kind"] == "floor":
         rows.append({"run": "floor", **floor(spec, model, device, tmp)})
     elif spec["kind"] == "second":

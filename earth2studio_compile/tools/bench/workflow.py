@@ -37,8 +37,9 @@ whenever a child has finished a call, so a run cut short keeps what it measured,
 One process is one sample, and two processes of the same row differ by more than
 the gains measured (3.28 s and 4.95 s for one eager row on one H100), so
 ``--fresh-repeats N`` runs each row's process N times (eager, cold, warm and the
-second-call one; ``--cold-repeats`` apart for the cold rows, whose background build
-makes them ~3x the others) and every pair, ratio and table figure is the median of
+second-call one; ``--cold-repeats`` apart for the cold rows: the one that fills the
+caches waits for its background build, ~3x the others; the rest cancel theirs after
+the call) and every pair, ratio and table figure is the median of
 its samples (a second-call process's call k with the other processes' call k). It is
 not ``--repeats``: that counts calls inside one second-call process (3 by default),
 and tying the two would triple every fresh row's device time by default. Every row

@@ -96,9 +96,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--cold-repeats",
         type=int,
         default=None,
-        help="cold processes per IO (each with empty caches and a background build: "
-        "~3x a warm one); 0 runs only the first IO's, which fills the caches the "
-        "warm and second rows use (default: --fresh-repeats)",
+        help="cold processes per IO (each with empty caches); 0 runs only the first "
+        "IO's, which fills the caches the warm and second rows use and waits for its "
+        "background build (~3x a warm process); the others cancel theirs after the "
+        "call (default: --fresh-repeats)",
     )
     p.add_argument(
         "--no-floor",

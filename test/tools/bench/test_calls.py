@@ -57,3 +57,23 @@ def test_workflow_store_bytes_count_the_variables_written():
     assert calls.store_bytes(spec, _small_fcn()) == 4 * 8 * 11 * 3 * 16 * 32
     spec["outputs"] = "all"
     assert calls.store_bytes(spec, _small_fcn()) == 4 * 8 * 11 * 26 * 16 * 32
+
+
+def test_a_cold_row_with_caches_of_its_own_cancels_its_build(tmp_path, monkeypatch):
+    """Nothing reads a cold repeat's caches after it: its background build (a minute
+    on an H100) is cancelled after the timed call, not waited for."""
+    from earth2studio_compile.artifacts import background, build_job
+    from earth2studio_compile.tools.bench import calls
+
+    monkeypatch.setenv(background.ENV, "on")
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(build_job, "_CHILD", "import time; time.sleep(120)")
+    monkeypatch.delenv("EARTH2STUDIO_COMPILE_PRECISION", raising=False)
+    spec = {"model": "fcn", "size": "small", "device": "cpu", "precision": "tf32"}
+    spec |= {"workflow": "deterministic", "steps": 2, "members": 1, "batch_size": 1}
+    spec |= {"io": "zarr-disk", "kind": "fresh", "run": "compiled", "cache": None}
+    (row,) = calls.run(spec, tmp_path / "out.json", tmp_path)
+    assert row["report"]["regions"][0]["status"] == "building"
+    said = row["background"][-1]  # this process's latest build (tests run others)
+    assert "cancelled" in said, said
+    assert row["background_wait_s"] < 30
