@@ -345,9 +345,9 @@ def run(spec: dict[str, Any], out: Path, tmp: Path) -> list[dict[str, Any]]:
         if spec["run"] == "compiled":
             # After the timed call, so the next fresh process finds the artifacts
             # (a user's process exits and the build goes on without it); a cold
-            # row with caches of its own (``cache`` None) leaves none to find.
+            # row with caches of its own (``build``: cancel) leaves none to find.
             save()
-            rows[-1].update(background_builds(cancel=spec.get("cache") is None))
+            rows[-1].update(background_builds(cancel=spec.get("build") == "cancel"))
     elif spec["kind"] == "floor":
         rows.append({"run": "floor", **floor(spec, model, device, tmp)})
     elif spec["kind"] == "second":

@@ -86,7 +86,7 @@ __all__ += ["tables"]
 
 #: What makes two children the same kind, for ``--deadline``'s estimate (the way
 #: says the run: a second-call child's spec runs "both", its rows eager or compiled).
-KIND = ("job", "kind", "way")
+KIND = ("job", "kind", "way", "build")
 #: How a child starts: ``python CHILD SPEC_JSON OUT_JSON``.
 CHILD: tuple[str, ...] = ("-m", "earth2studio_compile.tools.bench.calls")
 #: Seconds between looks at a running child's output.
@@ -160,8 +160,12 @@ def _round(
             continue
         specs.append({**row, "kind": "fresh", "run": "compiled", "way": way})
         specs[-1]["repeat"] = repeat
-        if way == "cold" and not fills:
-            specs[-1]["cache"] = None
+        if way == "cold":
+            # The row that fills the caches waits for its build; the others'
+            # caches are their own and nothing reads them after.
+            specs[-1]["build"] = "wait" if fills else "cancel"
+            if not fills:
+                specs[-1]["cache"] = None
     if "second" in args.way_list:
         specs.append({**row, "kind": "second", "way": "second", "run": "both"})
         specs[-1].update(repeats=args.repeats, repeat=repeat)

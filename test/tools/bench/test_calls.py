@@ -71,7 +71,7 @@ def test_a_cold_row_with_caches_of_its_own_cancels_its_build(tmp_path, monkeypat
     monkeypatch.delenv("EARTH2STUDIO_COMPILE_PRECISION", raising=False)
     spec = {"model": "fcn", "size": "small", "device": "cpu", "precision": "tf32"}
     spec |= {"workflow": "deterministic", "steps": 2, "members": 1, "batch_size": 1}
-    spec |= {"io": "zarr-disk", "kind": "fresh", "run": "compiled", "cache": None}
+    spec |= {"io": "zarr-disk", "kind": "fresh", "run": "compiled", "build": "cancel"}
     (row,) = calls.run(spec, tmp_path / "out.json", tmp_path)
     assert row["report"]["regions"][0]["status"] == "building"
     said = row["background"][-1]  # this process's latest build (tests run others)

@@ -322,6 +322,15 @@ def test_fresh_repeats_come_in_rounds_cold_ones_in_empty_caches():
         assert [s["repeat"] for s in specs if s["way"] == "warm"] == [1, 1, 2, 2, 3, 3]
         assert [s["cache"] for s in specs if s["way"] == "cold"][0] == "fcn-tf32"
         assert all(s["kind"] != "floor" for s in specs)
+    # Only the cold row that fills the caches waits for its build; a deadline
+    # judges the others (a third of its time) by their own kind.
+    colds = [s for s in specs if s["way"] == "cold"]
+    assert [s["build"] for s in colds] == ["wait", "cancel", "cancel", "cancel"]
+    from earth2studio_compile.tools.bench.deadline import Deadline
+
+    deadline = Deadline(100.0, workflow.KIND)
+    assert deadline.skip(colds[2], [{**colds[0], "process_s": 178.0}]) is None
+    assert deadline.skip(colds[2], [{**colds[1], "process_s": 178.0}]) is not None
 
 
 # A fresh child of several rounds: it notes whether its caches held anything when
