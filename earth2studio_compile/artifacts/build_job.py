@@ -29,12 +29,13 @@ from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.artifacts.snapshot import snapshot_module
 from earth2studio_compile.artifacts.store import META, file_lock
 
-__all__ = ["BuildJob", "locked", "settings_of"]
+__all__ = ["CHILD", "BuildJob", "locked", "settings_of"]
 
 _LOG = "build.log"
 
-# Not ``-m``: the package has imported the module already (runpy warns).
-_CHILD = (
+#: What a build process runs (``python -c CHILD JOB_DIR``). Not ``-m``: the package
+#: has imported the module already (runpy warns).
+CHILD = (
     "import sys; from earth2studio_compile.artifacts.build_process import main; "
     "sys.exit(main(sys.argv[1:]))"
 )
@@ -262,7 +263,7 @@ def _launch(job: BuildJob, payload: dict[str, Any]) -> None:
         del payload  # the copy's device memory goes back now
         with open(job.directory / _LOG, "wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-c", _CHILD, str(job.directory)],
+                [sys.executable, "-c", CHILD, str(job.directory)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -32,7 +32,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_running_build_is_cancelled_with_its_process(background_on, monkeypatch):
-    monkeypatch.setattr(build_job, "_CHILD", _SLEEPER)
+    monkeypatch.setattr(build_job, "CHILD", _SLEEPER)
     model = TinyModel()
     with CompileSession(model, regions=["core"], probe=False):
         with torch.no_grad():
@@ -50,7 +50,7 @@ def test_a_running_build_is_cancelled_with_its_process(background_on, monkeypatc
 def test_a_waiting_build_is_never_launched_once_cancelled(background_on, monkeypatch):
     from earth2studio_compile.executors import background as executor
 
-    monkeypatch.setattr(build_job, "_CHILD", _SLEEPER)
+    monkeypatch.setattr(build_job, "CHILD", _SLEEPER)
     monkeypatch.setattr(executor, "LAUNCH_AFTER_S", 3600.0)
     model = TinyModel()
     with background.deferred():
@@ -75,7 +75,7 @@ def test_the_core_is_copied_off_the_callers_step(background_on, monkeypatch):
         return real(module)
 
     monkeypatch.setattr(build_job, "snapshot_module", spy)
-    monkeypatch.setattr(build_job, "_CHILD", "import sys; sys.exit(3)")
+    monkeypatch.setattr(build_job, "CHILD", "import sys; sys.exit(3)")
     model = TinyModel()
     with CompileSession(model, regions=["core"], probe=False):
         with torch.no_grad():

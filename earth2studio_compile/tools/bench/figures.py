@@ -180,8 +180,10 @@ FIGURES: tuple[Figure, ...] = (
         "workflow",
         "README.md",
         (
-            "2026-11-25-h100-night/workflow-fcn-async.json",
-            "2026-11-25-h100-night/workflow-fcn-overlapped.json",
+            "2026-11-26-h100/fcn-cold-08814d9.json",
+            "2026-11-26-h100/fcn-cold-warm-a07654a.json",
+            "2026-11-26-h100/fcn-second-a07654a.json",
+            "2026-11-26-h100/fcn-async-a07654a.json",
         ),
         workflow,
     ),

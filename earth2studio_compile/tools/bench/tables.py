@@ -192,6 +192,11 @@ _IOS = {
 }
 
 
+def _first(r: Mapping[str, Any]) -> str:
+    """A row's first step, its samples' median where it has several."""
+    return _f((r.get("median") or {}).get("first_step_s", r.get("first_step_s")), ".2f")
+
+
 def workflow(datas: Sequence[Mapping[str, Any]]) -> str:
     """Whole workflow calls from the bench's workflow mode: each compiled row
     beside the eager row it is paired with (the same job, IO and precision); a row
@@ -213,9 +218,11 @@ def workflow(datas: Sequence[Mapping[str, Any]]) -> str:
             if groups[i][0] != i:  # a later sample, in the first one's median
                 continue
             e = found[r["pair"]] if "pair" in r else {}
+            # Upstream's workflow through our OverlappedIO, no compile: what
+            # compile=True adds on the same IO.
+            io = found[r["io_pair"]] if "io_pair" in r else {}
             jobs.add((r["model"], r["steps"], r["precision"], r.get("members", 1)))
             regions = (r.get("report") or {}).get("regions", [])
-            first = [g["first_call_s"] for g in regions if g.get("first_call_s")]
             if any(g.get("reused") for g in regions):
                 how = "compiled code kept in the process"
             elif any(g["status"] == "building" for g in regions):
@@ -225,21 +232,26 @@ def workflow(datas: Sequence[Mapping[str, Any]]) -> str:
             else:
                 how = ", ".join(sorted({g["status"] for g in regions})) or "-"
             way = _WAYS.get(r["way"], f"call {r.get('call')} in one process")
+            ref = io or e
             rows.append(
                 [
                     _IOS.get(r["io"], str(r["io"])),
                     way,
                     wall(e) if e else "-",
+                    wall(io) if io else "-",
                     wall(r),
                     _f(r.get("vs_eager"), ".2f") + "x" if r.get("vs_eager") else "-",
-                    _f(max(first), ".2f") if first else "-",
+                    _f(r.get("vs_io_only"), ".2f") + "x" if io else "-",
+                    f"{_first(ref)}/{_first(r)}",
                     _f(r.get("floor_s"), ".2f"),
                     _f(r.get("wall_over_floor"), ".2f"),
                     how,
                 ]
             )
-    header = ["IO backend", "call", "eager s", "compile=True s", "eager / compiled"]
-    header += ["first step s", "floor s", "compiled / floor", "compile=True ran"]
+    header = ["IO backend", "call", "eager s", "eager + OverlappedIO s"]
+    header += ["compile=True s", "eager / compiled", "eager + OverlappedIO / compiled"]
+    header += ["first step s eager/compiled", "floor s", "compiled / floor"]
+    header += ["compile=True ran"]
     model, steps, precision, members = sorted(jobs)[0] if jobs else ("?", 0, "?", 1)
     who = f"{model.upper()} at full size (random weights), {steps} steps"
     if members > 1:
@@ -247,10 +259,14 @@ def workflow(datas: Sequence[Mapping[str, Any]]) -> str:
     note = (
         f"\n\n{who}, every variable, {precision} (global flags, eager and compiled "
         "alike); each call timed from calling the workflow until the store is "
-        "written and the device is idle. A fresh row is paired with a fresh eager "
-        "process of the same IO; a later call with the eager call before it in the "
-        "same process. floor = the compiled step's time x steps + the same bytes "
-        "written with numpy.save from the writer threads (measured in the same run)."
+        "written and the device is idle. eager = upstream's workflow, a fresh "
+        "process, on the backend (for OverlappedIO: the one it wraps); eager + "
+        "OverlappedIO = upstream's workflow through our OverlappedIO, no compile; a "
+        "later call is paired with the eager call before it in the same process. "
+        "first step = from the call until the first step reached the IO (eager: the "
+        "row compared with on the same IO). floor = the compiled step's time x steps "
+        "+ the same bytes written with numpy.save from the writer threads (measured "
+        "in the same run)."
     )
     return _md(header, rows) + note
 

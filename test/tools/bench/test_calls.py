@@ -67,7 +67,7 @@ def test_a_cold_row_with_caches_of_its_own_cancels_its_build(tmp_path, monkeypat
 
     monkeypatch.setenv(background.ENV, "on")
     monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(build_job, "_CHILD", "import time; time.sleep(120)")
+    monkeypatch.setattr(build_job, "CHILD", "import time; time.sleep(120)")
     monkeypatch.delenv("EARTH2STUDIO_COMPILE_PRECISION", raising=False)
     spec = {"model": "fcn", "size": "small", "device": "cpu", "precision": "tf32"}
     spec |= {"workflow": "deterministic", "steps": 2, "members": 1, "batch_size": 1}
