@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from loguru import logger
@@ -67,13 +67,9 @@ _started: list[BuildJob] = []
 _started_lock = threading.Lock()
 
 #: Builds whose launch waits for the end of a :func:`deferred` block.
-_held: contextvars.ContextVar[list[_Launchable] | None] = contextvars.ContextVar(
+_held: contextvars.ContextVar[list[BuildJob] | None] = contextvars.ContextVar(
     "earth2studio_compile_held_builds", default=None
 )
-
-
-class _Launchable(Protocol):
-    def launch(self) -> None: ...
 
 
 @contextlib.contextmanager
@@ -87,7 +83,7 @@ def deferred() -> Iterator[None]:
     this block they wait for its end, also when it raises (the artifact is for
     the next run).
     """
-    held: list[_Launchable] = []
+    held: list[BuildJob] = []
     token = _held.set(held)
     try:
         yield
@@ -97,7 +93,7 @@ def deferred() -> Iterator[None]:
             job.launch()
 
 
-def launch_later(job: _Launchable) -> None:
+def launch_later(job: BuildJob) -> None:
     """Launch ``job`` now, or at the end of the enclosing :func:`deferred` block.
 
     Parameters

@@ -192,21 +192,19 @@ _IOS = {
 }
 
 
-def _first(r: Mapping[str, Any]) -> str:
-    """A row's first step, its samples' median where it has several."""
-    return _f((r.get("median") or {}).get("first_step_s", r.get("first_step_s")), ".2f")
-
-
 def workflow(datas: Sequence[Mapping[str, Any]]) -> str:
     """Whole workflow calls from the bench's workflow mode: each compiled row
     beside the eager row it is paired with (the same job, IO and precision); a row
     run in several processes once, as its samples' median."""
-    from earth2studio_compile.tools.bench.workflow_tables import samples
+    from earth2studio_compile.tools.bench.workflow_tables import median_of, samples
 
     def wall(r: Mapping[str, Any]) -> str:
         n = len(r.get("walls") or [])
-        median = _f((r.get("median") or {}).get("wall_s", r.get("wall_s")), ".2f")
+        median = _f(median_of(r, "wall_s"), ".2f")
         return median + (f" (median of {n})" if n > 1 else "")
+
+    def first(r: Mapping[str, Any]) -> str:
+        return _f(median_of(r, "first_step_s"), ".2f")
 
     rows, jobs = [], set()
     for data in datas:
@@ -242,7 +240,7 @@ def workflow(datas: Sequence[Mapping[str, Any]]) -> str:
                     wall(r),
                     _f(r.get("vs_eager"), ".2f") + "x" if r.get("vs_eager") else "-",
                     _f(r.get("vs_io_only"), ".2f") + "x" if io else "-",
-                    f"{_first(ref)}/{_first(r)}",
+                    f"{first(ref)}/{first(r)}",
                     _f(r.get("floor_s"), ".2f"),
                     _f(r.get("wall_over_floor"), ".2f"),
                     how,

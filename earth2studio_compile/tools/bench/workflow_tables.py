@@ -38,7 +38,7 @@ def samples(rows: Sequence[Mapping[str, Any]]) -> dict[int, list[int]]:
     return {i: group for group in groups.values() for i in group}
 
 
-def _m(r: dict[str, Any], key: str) -> Any:
+def median_of(r: Mapping[str, Any], key: str) -> Any:
     """``r``'s median of ``key`` over its samples (its own value before derive)."""
     return (r.get("median") or {}).get(key, r.get(key))
 
@@ -96,7 +96,7 @@ def derive(rows: list[dict[str, Any]]) -> None:
             continue
         floor = floors.get((r["job"], r["precision"]))
         f = _floor_s(floor, r.get("io")) if floor else None
-        wall = _m(r, "wall_s")
+        wall = median_of(r, "wall_s")
         if f:
             r.update(floor_s=f, wall_over_floor=wall / f)
         if r.get("workflow") == "ensemble" and r.get("members") and r.get("steps"):
@@ -111,12 +111,12 @@ def derive(rows: list[dict[str, Any]]) -> None:
         if i is None and r["run"] == "compiled":
             i = _eager(rows, r, r["io"])
         if i is not None:
-            e = _m(rows[i], "wall_s")
-            r.update(pair=i, eager_wall_s=e, vs_eager=e / _m(r, "wall_s"))
+            e = median_of(rows[i], "wall_s")
+            r.update(pair=i, eager_wall_s=e, vs_eager=e / median_of(r, "wall_s"))
         j = _eager(rows, r, r["io"]) if ours and r["run"] == "compiled" else None
         if j is not None:
-            o = _m(rows[j], "wall_s")
-            r.update(io_pair=j, io_only_wall_s=o, vs_io_only=o / _m(r, "wall_s"))
+            o = median_of(rows[j], "wall_s")
+            r.update(io_pair=j, io_only_wall_s=o, vs_io_only=o / median_of(r, "wall_s"))
 
 
 def _floor_s(floor: dict[str, Any], io: str | None) -> float:
@@ -166,8 +166,9 @@ def _wall(r: dict[str, Any]) -> str:
     ran more than once: ``"4.02 (3.90-4.14, n=2)"``."""
     walls = r.get("walls") or []
     if len(walls) < 2:
-        return _f(_m(r, "wall_s"))
-    return f"{_m(r, 'wall_s'):.2f} ({min(walls):.2f}-{max(walls):.2f}, n={len(walls)})"
+        return _f(median_of(r, "wall_s"))
+    spread = f"{min(walls):.2f}-{max(walls):.2f}, n={len(walls)}"
+    return f"{median_of(r, 'wall_s'):.2f} ({spread})"
 
 
 def _line(
@@ -197,23 +198,23 @@ def _line(
         for j in (groups.get(i, [i]) if c else [])
         for x in (rows[j].get("report") or {}).get("regions", [])
     }
-    proc = f"{_f(_m(e, 'process_s'), '.1f')}/{_f(_m(c, 'process_s'), '.1f')}"
+    proc = "/".join(_f(median_of(x, "process_s"), ".1f") for x in (e, c))
     rates = [x.get("member_steps_per_s") for x in (e, o, c)]
     return head + [
         _wall(e),
         _wall(o),
         _wall(c),
-        _ratio(_m(e, "wall_s"), _m(c, "wall_s")),
-        _ratio(_m(e, "wall_s"), _m(o, "wall_s")),
-        _ratio(_m(o, "wall_s"), _m(c, "wall_s")),
+        _ratio(median_of(e, "wall_s"), median_of(c, "wall_s")),
+        _ratio(median_of(e, "wall_s"), median_of(o, "wall_s")),
+        _ratio(median_of(o, "wall_s"), median_of(c, "wall_s")),
         "/".join(_f(x, ".1f") for x in rates) if any(rates) else "-",
         _s(r.get("floor_s")),
         _f(e.get("wall_over_floor")),
         _f(c.get("wall_over_floor")),
         ",".join(sorted(statuses)) or "-",
-        f"{_f(_m(o or e, 'first_step_s'))}/{_f(_m(c, 'first_step_s'))}",
+        f"{_f(median_of(o or e, 'first_step_s'))}/{_f(median_of(c, 'first_step_s'))}",
         proc if r["way"] != "second" else "-",
-        _f(_m(c, "import_s") if c else _m(o or e, "import_s"), ".1f"),
+        _f(median_of(c, "import_s") if c else median_of(o or e, "import_s"), ".1f"),
     ]
 
 
