@@ -8,6 +8,12 @@ share one time (16 identical fields, each copied to the device on its own, for a
 replacement, which must return the same values bitwise: it is the change upstream
 could make itself, applied only while a session runs.
 
+A patch may also name a ``key``: calls with equal keys return equal values, so the
+first call's result is kept for the session (per model) and later calls get a copy
+of it. DLWP's ``_prepare_input`` asks for the zenith fields of the batch's initial
+times at every step of a rollout (its lead time is not among the arguments), ~20 ms
+of host work a call on the cube sphere's grid, each time the same fields.
+
 A patch applies only to the exact upstream code it was written against: the method
 the model's class resolves must have the source the patch names (its SHA-256), so a
 subclass that overrides it, or another upstream version, keeps its own method. The
@@ -21,7 +27,8 @@ from __future__ import annotations
 import hashlib
 import inspect
 import types
-from collections.abc import Callable, Iterable
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -36,6 +43,7 @@ __all__ = [
     "MethodPatch",
     "Patches",
     "dlwp_cosine_zenith_fields",
+    "dlwp_zenith_key",
     "source_digest",
 ]
 
@@ -56,12 +64,19 @@ class MethodPatch:
         class resolves ``name`` to other code keeps its own method
     why : str, optional
         What the replacement saves, for the documentation table
+    key : Callable[..., Hashable] | None, optional
+        A function of the model and the method's arguments whose value is equal
+        only for calls that return equal values (everything the result depends on);
+        by default None, meaning nothing is kept. The replacement must then return
+        a tensor: calls with a key seen before in the session get a copy of the
+        first one's result
     """
 
     name: str
     replacement: Callable[..., Any]
     source: str
     why: str = ""
+    key: Callable[..., Hashable] | None = None
 
 
 def source_digest(function: Callable[..., Any]) -> str:
@@ -125,12 +140,37 @@ class Patches:
         self.installed = []
 
 
+#: Results a keyed patch keeps per model and session (DLWP: two per initial time).
+MEMO_SIZE = 32
+
+
 def _guarded(patch: MethodPatch) -> Callable[..., Any]:
-    """The replacement, falling back to upstream's method for good if it raises."""
+    """The replacement, falling back to upstream's method for good if it raises;
+    with a ``key``, its results kept (for this installation: one model, one
+    session)."""
+    memo: OrderedDict[Hashable, torch.Tensor] = OrderedDict()
+
+    def replaced(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if patch.key is None:
+            return patch.replacement(self, *args, **kwargs)
+        key = patch.key(self, *args, **kwargs)
+        if key in memo:
+            memo.move_to_end(key)
+            return memo[key].clone()
+        out = patch.replacement(self, *args, **kwargs)
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(
+                f"a keyed patch must return a tensor, got {type(out).__name__}"
+            )
+        # The kept result is never the one handed out: a caller may write to it.
+        memo[key] = out.clone()
+        if len(memo) > MEMO_SIZE:
+            memo.popitem(last=False)
+        return out
 
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            return patch.replacement(self, *args, **kwargs)
+            return replaced(self, *args, **kwargs)
         except Exception as err:
             upstream = getattr(type(self), patch.name)
             if getattr(self.__dict__.get(patch.name), "__func__", None) is call:
@@ -194,10 +234,54 @@ def dlwp_cosine_zenith_fields(
     return out[torch.tensor(order, device=out.device)]
 
 
+def dlwp_zenith_key(
+    self: Any,
+    times: np.ndarray,
+    lead_time: timedelta,
+    device: torch.device | str = "cuda",
+) -> Hashable:
+    """What :func:`dlwp_cosine_zenith_fields` depends on: the times as upstream
+    reads them, the lead time, the device, and the grids (their storage and version
+    counter: a grid moved or written to is another key).
+
+    Parameters
+    ----------
+    self : Any
+        The DLWP model
+    times : np.ndarray
+        Times (datetime64), one per sample
+    lead_time : timedelta
+        Offset from each time
+    device : torch.device | str, optional
+        Device of the result, by default "cuda"
+
+    Returns
+    -------
+    Hashable
+        The key
+    """
+    from earth2studio.models.px import dlwp
+
+    grids = tuple(
+        (g.device, g.data_ptr(), g._version, tuple(g.shape), g.dtype)
+        for g in (self.latgrid, self.longrid)
+    )
+    return (
+        tuple(dlwp.timearray_to_datetime(times)),
+        lead_time,
+        torch.device(device),
+        grids,
+    )
+
+
 DLWP_ZENITH = MethodPatch(
     name="get_cosine_zenith_fields",
     replacement=dlwp_cosine_zenith_fields,
     # Earth2Studio 0.19's DLWP.get_cosine_zenith_fields
     source="489b0cb4d863dffc",
-    why="one zenith field per distinct time, not per member",
+    why=(
+        "one zenith field per distinct time, not per member, and once per session: "
+        "every step of a rollout asks for its initial times' fields"
+    ),
+    key=dlwp_zenith_key,
 )

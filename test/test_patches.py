@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import types
 from collections import OrderedDict
+from datetime import timedelta as dt
 
 import earth2studio.run as upstream
 import numpy as np
@@ -144,6 +145,32 @@ def test_set_on_the_instance_in_a_session_and_removed_after(zenith_calls):
     zenith_calls.clear()
     assert torch.equal(model._prepare_input(x, coords), inside)
     assert len(zenith_calls) == 8  # upstream's again
+
+
+def test_a_session_computes_each_time_once_across_steps(zenith_calls):
+    """A rollout asks for its initial times' fields at every step: the session keeps
+    the first result and hands out copies, bitwise upstream's; a caller writing to
+    one changes no later one; new times or a grid written to are computed anew."""
+    model = zoo.build("dlwp")
+    x = torch.randn(4, 1, 2, 7, 6, 8, 8)
+    coords = OrderedDict(time=np.array(TIMES["one"], dtype="datetime64[ns]"))
+    expected = model._prepare_input(x, coords)
+    zenith_calls.clear()
+    with CompileSession(model, backend=eager_backend):
+        times = np.tile(coords["time"], 4)  # as _prepare_input asks, per member
+        first = model.get_cosine_zenith_fields(times, -dt(hours=6), "cpu")
+        first.fill_(7.0)  # the caller's copy, not the kept one
+        outs = [model._prepare_input(x, coords) for _ in range(3)]
+        assert len(zenith_calls) == 2  # -6 h and 0 h, once each
+        other = OrderedDict(time=np.array(TIMES["two"], dtype="datetime64[ns]"))
+        model._prepare_input(torch.randn(1, 2, 2, 7, 6, 8, 8), other)
+        assert len(zenith_calls) == 2 + 2 * 2
+        with torch.no_grad():
+            model.latgrid.add_(0.0)  # same values, a new version: computed again
+        assert torch.equal(model._prepare_input(x, coords), expected)
+        assert len(zenith_calls) == 2 + 2 * 2 + 2
+    assert all(torch.equal(out, expected) for out in outs)
+    assert NAME not in model.__dict__
 
 
 def test_compile_false_leaves_upstreams_method(zenith_calls, monkeypatch):

@@ -363,3 +363,67 @@ def test_an_error_reaches_the_caller_only_once_every_earlier_step_is_stored(
     assert [backend.root[name][0, 0].item() for name in names] == [1.0] * 4
     assert io.written == 1 and io.dropped == 1
     io.close()
+
+
+@pytest.mark.parametrize("where", ["memory", "disk"])
+def test_a_step_of_members_is_stored_chunk_by_chunk_as_zarr_would(where, tmp_path):
+    """An ensemble step holds one chunk per member: the writer hands Zarr each chunk
+    as it is (Zarr filled a new chunk and copied each member in: 4 MB twice per
+    member for DLWP), and the store holds what upstream's synchronous write stores."""
+    from earth2studio.io import ZarrBackend
+    from zarr.core.buffer.cpu import NDBuffer
+
+    coords = OrderedDict(
+        ensemble=np.arange(4),
+        lead_time=np.array([0, 6], dtype="timedelta64[h]"),
+        lat=np.linspace(-90, 90, 5),
+        lon=np.linspace(0, 350, 8),
+    )
+    x = torch.randn(4, 2, 5, 8)
+    x[1] = 0.0  # a member all fill value: not stored, either way
+
+    def store(io, step):
+        io.write(
+            [x[:, step : step + 1]],
+            {**coords, "lead_time": coords["lead_time"][step : step + 1]},
+            ["t2m"],
+        )
+
+    def files(io) -> dict[str, bytes]:
+        return (
+            {k: v.to_bytes() for k, v in io.root.store._store_dict.items()}
+            if where == "memory"
+            else {
+                str(f.relative_to(tmp_path / "s.zarr")): f.read_bytes()
+                for f in sorted((tmp_path / "s.zarr").rglob("*"))
+                if f.is_file()
+            }
+        )
+
+    expected = ZarrBackend(None if where == "memory" else str(tmp_path / "s.zarr"))
+    expected.add_array(coords, ["t2m"])
+    for step in range(2):
+        store(expected, step)
+    want = files(expected)
+    if where == "disk":
+        import shutil
+
+        shutil.rmtree(tmp_path / "s.zarr")
+    made = []
+    create = NDBuffer.create.__func__
+
+    def counted(cls, *args, **kwargs):
+        made.append(kwargs.get("shape"))
+        return create(cls, *args, **kwargs)
+
+    ours = ZarrBackend(None if where == "memory" else str(tmp_path / "s.zarr"))
+    with OverlappedIO(ours, workers=2) as io:
+        io.add_array(coords, ["t2m"])
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(NDBuffer, "create", classmethod(counted))
+            for step in range(2):
+                store(io, step)
+            io.flush()
+    assert made == []
+    assert files(ours) == want
+    assert len([k for k in want if "t2m/c/" in k]) == 2 * 3
