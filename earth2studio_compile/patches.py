@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from loguru import logger
 
+from earth2studio_compile import _torch
 from earth2studio_compile.report import describe
 
 __all__ = [
@@ -263,7 +264,7 @@ def dlwp_zenith_key(
     from earth2studio.models.px import dlwp
 
     grids = tuple(
-        (g.device, g.data_ptr(), g._version, tuple(g.shape), g.dtype)
+        (g.device, g.data_ptr(), _torch.tensor_version(g), tuple(g.shape), g.dtype)
         for g in (self.latgrid, self.longrid)
     )
     return (

@@ -43,9 +43,8 @@ from earth2studio_compile.tools.bench.tables import (
     rollouts,
     second_call,
     warm_phases,
-    workflow,
-    workflow_phases,
 )
+from earth2studio_compile.tools.bench.workflow_figures import workflow, workflow_phases
 
 ROOT = Path(__file__).resolve().parents[3]
 BENCH = "docs/bench"
@@ -184,6 +183,19 @@ FIGURES: tuple[Figure, ...] = (
             "2026-11-26-h100/fcn-cold-warm-a07654a.json",
             "2026-11-26-h100/fcn-second-a07654a.json",
             "2026-11-26-h100/fcn-async-a07654a.json",
+        ),
+        workflow,
+    ),
+    Figure(
+        "ensembles",
+        PERF,
+        tuple(
+            "2026-11-26-h200/" + f
+            for f in (
+                "dlwp-ens-c7b81db.json",
+                "dlwp-ens-all-c7b81db.json",
+                "fcn-ens-c7b81db.json",
+            )
         ),
         workflow,
     ),

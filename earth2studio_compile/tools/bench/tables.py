@@ -13,13 +13,15 @@ from typing import Any
 Renderer = Callable[[Sequence[Mapping[str, Any]]], str]
 
 
-def _md(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+def markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A Markdown table."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
 
 
-def _f(v: Any, fmt: str) -> str:
+def number(v: Any, fmt: str) -> str:
+    """``v`` formatted, or ``-`` for None."""
     return "-" if v is None else format(v, fmt)
 
 
@@ -75,20 +77,22 @@ def rollouts(forecast: int | None = None) -> Renderer:
             ("compiled as", lambda r: "-" if r["mode"] == "eager" else _mode(r)),
             ("start", lambda r: r.get("cache") or "-"),
             ("status", _status),
-            ("first step s", lambda r: _f(r.get("first_step_s"), ".2f")),
-            ("ms/step", lambda r: _f(r.get("steady_ms"), ".2f")),
+            ("first step s", lambda r: number(r.get("first_step_s"), ".2f")),
+            ("ms/step", lambda r: number(r.get("steady_ms"), ".2f")),
             (
                 "speedup",
-                lambda r: _f(r.get("speedup"), ".2f") + "x" * bool(r.get("speedup")),
+                lambda r: (
+                    number(r.get("speedup"), ".2f") + "x" * bool(r.get("speedup"))
+                ),
             ),
-            ("break-even steps", lambda r: _f(r.get("break_even_steps"), ",.0f")),
-            ("warm / cold", lambda r: _f(r.get("warm_over_cold"), ".0%")),
+            ("break-even steps", lambda r: number(r.get("break_even_steps"), ",.0f")),
+            ("warm / cold", lambda r: number(r.get("warm_over_cold"), ".0%")),
         ]
         if forecast:
             columns.append(
                 (
                     f"{forecast}-step forecast s",
-                    lambda r: _f(
+                    lambda r: number(
                         r["first_step_s"] + (forecast - 1) * r["steady_ms"] / 1e3
                         if r.get("steady_ms") is not None
                         else None,
@@ -97,18 +101,18 @@ def rollouts(forecast: int | None = None) -> Renderer:
                 )
             )
         columns += [
-            ("build s", lambda r: _f(r.get("build_s"), ".0f")),
+            ("build s", lambda r: number(r.get("build_s"), ".0f")),
             (
                 "peak GiB",
-                lambda r: _f(
+                lambda r: number(
                     r["peak_gpu_bytes"] / 2**30 if r.get("peak_gpu_bytes") else None,
                     ".2f",
                 ),
             ),
             ("graphs/breaks/recompiles", _counts),
-            ("rel. L2 step 1", lambda r: _f(r.get("rel_l2_first"), ".1e")),
-            ("step 10", lambda r: _f(r.get("rel_l2_10"), ".1e")),
-            ("last step", lambda r: _f(r.get("rel_l2_last"), ".1e")),
+            ("rel. L2 step 1", lambda r: number(r.get("rel_l2_first"), ".1e")),
+            ("step 10", lambda r: number(r.get("rel_l2_10"), ".1e")),
+            ("last step", lambda r: number(r.get("rel_l2_last"), ".1e")),
         ]
         # A column no row fills (memory on a CPU, build time without --aot) is left out.
         kept = [
@@ -126,7 +130,7 @@ def rollouts(forecast: int | None = None) -> Renderer:
             "makes two 6-h steps: averaged in pairs); speedup and break-even are "
             "against the eager row above; rel. L2 against eager after that step."
         )
-        return _md([h for h, _ in kept], rows) + note
+        return markdown([h for h, _ in kept], rows) + note
 
     return table
 
@@ -163,8 +167,8 @@ def second_call(datas: Sequence[Mapping[str, Any]]) -> str:
             [
                 names.get(io, io),
                 str(repeat),
-                _f(eager.get("wall_s"), ".2f"),
-                _f(compiled.get("wall_s"), ".2f"),
+                number(eager.get("wall_s"), ".2f"),
+                number(compiled.get("wall_s"), ".2f"),
                 ratio,
                 how,
             ]
@@ -178,125 +182,7 @@ def second_call(datas: Sequence[Mapping[str, Any]]) -> str:
         "device is idle. Eager and compiled calls alternate in one process."
     )
     header = ["IO backend", "call", "eager s", "compile=True s", "eager / compiled"]
-    return _md([*header, "compile=True's call"], rows) + note
-
-
-_WAYS = {
-    "cold": "fresh process, empty cache",
-    "warm": "fresh process, cache the cold one left (no build())",
-}
-_IOS = {
-    "async-zarr": "AsyncZarrBackend (disk)",
-    "zarr-disk": "ZarrBackend (disk)",
-    "overlapped": "OverlappedIO(ZarrBackend (disk))",
-}
-
-
-def workflow(datas: Sequence[Mapping[str, Any]]) -> str:
-    """Whole workflow calls from the bench's workflow mode: each compiled row
-    beside the eager row it is paired with (the same job, IO and precision); a row
-    run in several processes once, as its samples' median."""
-    from earth2studio_compile.tools.bench.workflow_tables import median_of, samples
-
-    def wall(r: Mapping[str, Any]) -> str:
-        n = len(r.get("walls") or [])
-        median = _f(median_of(r, "wall_s"), ".2f")
-        return median + (f" (median of {n})" if n > 1 else "")
-
-    def first(r: Mapping[str, Any]) -> str:
-        return _f(median_of(r, "first_step_s"), ".2f")
-
-    rows, jobs = [], set()
-    for data in datas:
-        found = data["rows"]
-        groups = samples(found)
-        for i, r in enumerate(found):
-            if r.get("run") != "compiled" or "wall_s" not in r:
-                continue
-            if groups[i][0] != i:  # a later sample, in the first one's median
-                continue
-            e = found[r["pair"]] if "pair" in r else {}
-            # Upstream's workflow through our OverlappedIO, no compile: what
-            # compile=True adds on the same IO.
-            io = found[r["io_pair"]] if "io_pair" in r else {}
-            jobs.add((r["model"], r["steps"], r["precision"], r.get("members", 1)))
-            regions = (r.get("report") or {}).get("regions", [])
-            if any(g.get("reused") for g in regions):
-                how = "compiled code kept in the process"
-            elif any(g["status"] == "building" for g in regions):
-                how = "eager while its artifact builds in the background"
-            elif any(g.get("executor") == "aot" for g in regions):
-                how = "the artifact a background build left"
-            else:
-                how = ", ".join(sorted({g["status"] for g in regions})) or "-"
-            way = _WAYS.get(r["way"], f"call {r.get('call')} in one process")
-            ref = io or e
-            rows.append(
-                [
-                    _IOS.get(r["io"], str(r["io"])),
-                    way,
-                    wall(e) if e else "-",
-                    wall(io) if io else "-",
-                    wall(r),
-                    _f(r.get("vs_eager"), ".2f") + "x" if r.get("vs_eager") else "-",
-                    _f(r.get("vs_io_only"), ".2f") + "x" if io else "-",
-                    f"{first(ref)}/{first(r)}",
-                    _f(r.get("floor_s"), ".2f"),
-                    _f(r.get("wall_over_floor"), ".2f"),
-                    how,
-                ]
-            )
-    header = ["IO backend", "call", "eager s", "eager + OverlappedIO s"]
-    header += ["compile=True s", "eager / compiled", "eager + OverlappedIO / compiled"]
-    header += ["first step s eager/compiled", "floor s", "compiled / floor"]
-    header += ["compile=True ran"]
-    model, steps, precision, members = sorted(jobs)[0] if jobs else ("?", 0, "?", 1)
-    who = f"{model.upper()} at full size (random weights), {steps} steps"
-    if members > 1:
-        who += f", {members} members"
-    note = (
-        f"\n\n{who}, every variable, {precision} (global flags, eager and compiled "
-        "alike); each call timed from calling the workflow until the store is "
-        "written and the device is idle. eager = upstream's workflow, a fresh "
-        "process, on the backend (for OverlappedIO: the one it wraps); eager + "
-        "OverlappedIO = upstream's workflow through our OverlappedIO, no compile; a "
-        "later call is paired with the eager call before it in the same process. "
-        "first step = from the call until the first step reached the IO (eager: the "
-        "row compared with on the same IO). floor = the compiled step's time x steps "
-        "+ the same bytes written with numpy.save from the writer threads (measured "
-        "in the same run)."
-    )
-    return _md(header, rows) + note
-
-
-def workflow_phases(datas: Sequence[Mapping[str, Any]]) -> str:
-    """Where a compiled call's first step went: the region's measured phases for
-    each compiled row of the workflow mode that has them (seconds)."""
-    rows, names = [], []
-    for data in datas:
-        for r in data["rows"]:
-            regions = (r.get("report") or {}).get("regions", [])
-            for g in regions:
-                if r.get("run") != "compiled" or not g.get("phases"):
-                    continue
-                names += [k for k in g["phases"] if k not in names]
-                rows.append((r, g))
-    header = ["IO backend", "call", "first step s", *names]
-    body = [
-        [
-            _IOS.get(r["io"], str(r["io"])),
-            _WAYS.get(r["way"], f"call {r.get('call')} in one process"),
-            _f(g.get("first_call_s"), ".3f"),
-            *(_f(g["phases"].get(k), ".3f") for k in names),
-        ]
-        for r, g in rows
-    ]
-    note = (
-        "\n\nPhases run in this order, each timed on the host (a phase that "
-        "waits for the device, as verify does, also waits for the kernels queued "
-        "before it); cudagraph_record is the next step's, not the first's."
-    )
-    return _md(header, body) + note
+    return markdown([*header, "compile=True's call"], rows) + note
 
 
 def kernels(datas: Sequence[Mapping[str, Any]]) -> str:
@@ -312,7 +198,7 @@ def kernels(datas: Sequence[Mapping[str, Any]]) -> str:
         "recording and the speed probe); device = summed kernel time, host = wall - "
         "device."
     )
-    return _md(["model", "run", *(f"{k} ms" for k in keys)], rows) + note
+    return markdown(["model", "run", *(f"{k} ms" for k in keys)], rows) + note
 
 
 PHASES = ("bundle_load", "dynamo", "backend", "first_run", "cudagraph_record")
@@ -341,7 +227,7 @@ def warm_phases(datas: Sequence[Mapping[str, Any]]) -> str:
                 phases[k] = phases.get(k, 0.0) + v
         rows.append(
             [_label(r), r.get("cache") or "-", f"{r['first_step_s']:.2f}"]
-            + [_f(phases.get(k), ".2f") for k in PHASES]
+            + [number(phases.get(k), ".2f") for k in PHASES]
         )
     header = ["model", "start", "first step s", *(f"{k} s" for k in PHASES)]
     total_header = [
@@ -351,9 +237,9 @@ def warm_phases(datas: Sequence[Mapping[str, Any]]) -> str:
         "16 x 40 ensemble s",
     ]
     return (
-        _md(header, rows)
+        markdown(header, rows)
         + "\n\nWhole forecasts from the same rows, first step + (N - 1) x median "
-        "step:\n\n" + _md(total_header, totals)
+        "step:\n\n" + markdown(total_header, totals)
     )
 
 
@@ -383,7 +269,7 @@ def e2e_profile(datas: Sequence[Mapping[str, Any]]) -> str:
         "`add_array`, the progress bar."
     )
     header = ["model", "io", "run", *(f"{p} ms" for p in parts)]
-    return _md([*header, "wall s", "OverlappedIO wall s"], rows) + note
+    return markdown([*header, "wall s", "OverlappedIO wall s"], rows) + note
 
 
 def e2e_writers(datas: Sequence[Mapping[str, Any]]) -> str:
@@ -406,7 +292,7 @@ def e2e_writers(datas: Sequence[Mapping[str, Any]]) -> str:
                             f"{row['speedup']:.2f}x",
                             f"{row['floor_s']:.2f}",
                             f"{row['floor_ratio']:.2f}",
-                            _f(row.get("blocked_s"), ".2f"),
+                            number(row.get("blocked_s"), ".2f"),
                         ]
                     )
                 per_step = [
@@ -431,7 +317,9 @@ def e2e_writers(datas: Sequence[Mapping[str, Any]]) -> str:
         "write ms",
         "rest of loop ms",
     ]
-    return _md([*header, "waited s"], rows) + note + _md(step_header, per_step)
+    return (
+        markdown([*header, "waited s"], rows) + note + markdown(step_header, per_step)
+    )
 
 
 def cluster(datas: Sequence[Mapping[str, Any]]) -> str:
@@ -452,7 +340,7 @@ def cluster(datas: Sequence[Mapping[str, Any]]) -> str:
             )
     header = ["processes", "wall s", "vs one cold process", "what each did"]
     header += ["imports + eager call s, each", "max abs. diff vs eager"]
-    return _md(header, rows)
+    return markdown(header, rows)
 
 
 def overlap(datas: Sequence[Mapping[str, Any]]) -> str:
@@ -476,4 +364,4 @@ def overlap(datas: Sequence[Mapping[str, Any]]) -> str:
         f"on-disk `ZarrBackend`, {len(d['sync']['all'])} interleaved repetitions; "
         f"{d['machine']}."
     )
-    return _md(["writer", "median s", "range s"], rows) + note
+    return markdown(["writer", "median s", "range s"], rows) + note

@@ -1,0 +1,156 @@
+"""The workflow mode's figures for the docs (:mod:`.figures`): whole calls, each
+compiled row beside the eager rows it is paired with, and where a compiled first step
+went. The workflow mode's own printed tables are :mod:`.workflow_tables`'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from earth2studio_compile.tools.bench.tables import markdown, number
+
+_WAYS = {
+    "cold": "fresh process, empty cache",
+    "warm": "fresh process, cache the cold one left (no build())",
+}
+_IOS = {
+    "async-zarr": "AsyncZarrBackend (disk)",
+    "zarr-disk": "ZarrBackend (disk)",
+    "overlapped": "OverlappedIO(ZarrBackend (disk))",
+    "memory-zarr": "ZarrBackend (memory)",
+    "overlapped-memory": "OverlappedIO(ZarrBackend (memory))",
+}
+
+
+def _job(r: Mapping[str, Any]) -> str:
+    """A workflow row's job in words: model, members x steps (batch), variables."""
+    name = f"{str(r['model']).upper()}, "
+    if r.get("members", 1) > 1:
+        name += f"{r['members']} x {r['steps']} (batch {r.get('batch_size')})"
+    else:
+        name += f"{r['steps']} steps"
+    return name + (", 3 variables" if r.get("outputs") == "few" else ", every variable")
+
+
+def workflow(datas: Sequence[Mapping[str, Any]]) -> str:
+    """Whole workflow calls from the bench's workflow mode: each compiled row
+    beside the eager row it is paired with (the same job, IO and precision); a row
+    run in several processes once, as its samples' median."""
+    from earth2studio_compile.tools.bench.workflow_tables import median_of, samples
+
+    def wall(r: Mapping[str, Any]) -> str:
+        n = len(r.get("walls") or [])
+        median = number(median_of(r, "wall_s"), ".2f")
+        return median + (f" (median of {n})" if n > 1 else "")
+
+    def first(r: Mapping[str, Any]) -> str:
+        return number(median_of(r, "first_step_s"), ".2f")
+
+    rows, jobs = [], set()
+    for data in datas:
+        found = data["rows"]
+        groups = samples(found)
+        for i, r in enumerate(found):
+            if r.get("run") != "compiled" or "wall_s" not in r:
+                continue
+            if groups[i][0] != i:  # a later sample, in the first one's median
+                continue
+            e = found[r["pair"]] if "pair" in r else {}
+            # Upstream's workflow through our OverlappedIO, no compile: what
+            # compile=True adds on the same IO.
+            io = found[r["io_pair"]] if "io_pair" in r else {}
+            jobs.add((_job(r), r["precision"]))
+            ensemble = r.get("members", 1) > 1
+            regions = (r.get("report") or {}).get("regions", [])
+            if any(g.get("reused") for g in regions):
+                how = "compiled code kept in the process"
+            elif any(g["status"] == "building" for g in regions):
+                how = "eager while its artifact builds in the background"
+            elif any(g.get("executor") == "aot" for g in regions):
+                how = "the artifact a background build left"
+            else:
+                how = ", ".join(sorted({g["status"] for g in regions})) or "-"
+            way = _WAYS.get(r["way"], f"call {r.get('call')} in one process")
+            ref = io or e
+            rate = "-"
+            if ensemble:
+                member_steps = r["members"] * r["steps"]
+                rate = "/".join(
+                    number(member_steps / w, ".0f") if w else "-"
+                    for w in (median_of(x, "wall_s") if x else None for x in (e, io, r))
+                )
+            rows.append(
+                [
+                    _job(r),
+                    _IOS.get(r["io"], str(r["io"])),
+                    way,
+                    wall(e) if e else "-",
+                    wall(io) if io else "-",
+                    wall(r),
+                    number(r.get("vs_eager"), ".2f") + "x"
+                    if r.get("vs_eager")
+                    else "-",
+                    number(r.get("vs_io_only"), ".2f") + "x" if io else "-",
+                    rate,
+                    f"{first(ref)}/{first(r)}",
+                    number(r.get("floor_s"), ".2f"),
+                    number(r.get("wall_over_floor"), ".2f"),
+                    how,
+                ]
+            )
+    header = ["job", "IO backend", "call", "eager s", "eager + OverlappedIO s"]
+    header += ["compile=True s", "eager / compiled", "eager + OverlappedIO / compiled"]
+    header += ["members x steps / s eager/+OverlappedIO/compiled"]
+    header += ["first step s eager/compiled", "floor s", "compiled / floor"]
+    header += ["compile=True ran"]
+    if len(jobs) == 1:  # the caption names it
+        header, rows = header[1:], [row[1:] for row in rows]
+    if not any(row[-5] != "-" for row in rows):  # no ensemble
+        header, rows = header[:-5] + header[-4:], [row[:-5] + row[-4:] for row in rows]
+    who = "; ".join(sorted(f"{job}, {precision}" for job, precision in jobs))
+    note = (
+        f"\n\n{who or '-'}: full-size models (random weights), precision set by "
+        "the global flags, eager and compiled alike; each call timed from calling "
+        "the workflow until the store is "
+        "written and the device is idle. eager = upstream's workflow, a fresh "
+        "process, on the backend (for OverlappedIO: the one it wraps); eager + "
+        "OverlappedIO = upstream's workflow through our OverlappedIO, no compile; a "
+        "later call is paired with the eager call before it in the same process. "
+        "first step = from the call until the first step reached the IO (eager: the "
+        "row compared with on the same IO). floor = the compiled step's time x steps "
+        "+ the same bytes written with numpy.save from the writer threads (measured "
+        "in the same run; for a store in memory, the bytes copied into fresh host "
+        "memory)."
+    )
+    return markdown(header, rows) + note
+
+
+def workflow_phases(datas: Sequence[Mapping[str, Any]]) -> str:
+    """Where a compiled call's first step went: the region's measured phases for
+    each compiled row of the workflow mode that has them (seconds)."""
+    rows, names = [], []
+    for data in datas:
+        for r in data["rows"]:
+            regions = (r.get("report") or {}).get("regions", [])
+            for g in regions:
+                if r.get("run") != "compiled" or not g.get("phases"):
+                    continue
+                names += [k for k in g["phases"] if k not in names]
+                rows.append((r, g))
+    header = ["IO backend", "call", "first step s", *names]
+    body = [
+        [
+            _IOS.get(r["io"], str(r["io"])),
+            _WAYS.get(r["way"], f"call {r.get('call')} in one process"),
+            number(g.get("first_call_s"), ".3f"),
+            *(number(g["phases"].get(k), ".3f") for k in names),
+        ]
+        for r, g in rows
+    ]
+    note = (
+        "\n\nPhases run in this order, each timed on the host (a phase that "
+        "waits for the device, as verify does, also waits for the kernels queued "
+        "before it); cudagraph_record is the next step's, not the first's."
+    )
+    return markdown(header, body) + note

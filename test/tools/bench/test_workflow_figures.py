@@ -1,0 +1,49 @@
+"""The workflow figures (tools.bench.workflow_figures): the whole-call table shows
+what compile=True adds on the same IO, not only against upstream's own backend."""
+
+from __future__ import annotations
+
+
+def test_the_workflow_table_pairs_a_compiled_row_with_eager_on_the_same_io():
+    from earth2studio_compile.tools.bench import workflow_figures as tables
+
+    base = {"model": "fcn", "steps": 40, "precision": "tf32", "kind": "fresh"}
+    rows = [
+        {**base, "io": "zarr-disk", "way": "fresh", "run": "eager", "wall_s": 7.5},
+        {**base, "io": "overlapped", "way": "fresh", "run": "eager", "wall_s": 3.3}
+        | {"first_step_s": 0.9},
+        {**base, "io": "overlapped", "way": "cold", "run": "compiled", "wall_s": 3.6}
+        | {"pair": 0, "io_pair": 1, "vs_eager": 7.5 / 3.6, "vs_io_only": 3.3 / 3.6}
+        | {"first_step_s": 1.1, "report": {"regions": [{"status": "building"}]}},
+    ]
+    text = tables.workflow([{"rows": rows}])
+    header, _, row = text.splitlines()[:3]
+    assert "eager + OverlappedIO s" in header
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2:8] == ["7.50", "3.30", "3.60", "2.08x", "0.92x", "0.90/1.10"]
+
+
+def test_the_workflow_table_names_each_job_and_an_ensembles_rate():
+    """Several jobs in one figure: a job column (the caption named only the first
+    job, for every row); ensembles also show members x steps per second."""
+    from earth2studio_compile.tools.bench import workflow_figures as tables
+
+    ens = {"model": "dlwp", "steps": 20, "members": 16, "batch_size": 8}
+    ens |= {"outputs": "few", "precision": "tf32", "kind": "fresh"}
+    det = {"model": "fcn", "steps": 40, "precision": "tf32", "kind": "fresh"}
+    rows = [
+        {**ens, "io": "memory-zarr", "way": "fresh", "run": "eager", "wall_s": 6.4},
+        {**ens, "io": "memory-zarr", "way": "warm", "run": "compiled", "wall_s": 1.6}
+        | {"pair": 0, "vs_eager": 4.0},
+        {**det, "io": "zarr-disk", "way": "fresh", "run": "eager", "wall_s": 7.5},
+        {**det, "io": "zarr-disk", "way": "warm", "run": "compiled", "wall_s": 5.0}
+        | {"pair": 0, "vs_eager": 1.5},  # indices within its own file
+    ]
+    text = tables.workflow([{"rows": rows[:2]}, {"rows": rows[2:]}])
+    header, _, first, second = text.splitlines()[:4]
+    assert header.startswith("| job |") and "members x steps / s" in header
+    cells = [c.strip() for c in first.strip("|").split("|")]
+    assert cells[0] == "DLWP, 16 x 20 (batch 8), 3 variables"
+    assert cells[1] == "ZarrBackend (memory)" and "50/-/200" in cells
+    assert second.startswith("| FCN, 40 steps, every variable |")
+    assert "DLWP, 16 x 20 (batch 8), 3 variables, tf32" in text
