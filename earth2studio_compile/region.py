@@ -31,6 +31,8 @@ import enum
 import functools
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor as Pool
+from concurrent.futures import Future, wait
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +41,10 @@ from loguru import logger
 
 from earth2studio_compile import _torch, accuracy, metrics, precision, resident
 from earth2studio_compile._torch import tree_map
+from earth2studio_compile.artifacts import hints
 from earth2studio_compile.executors import (
     RECOMPILE_LIMIT,
+    AotExecutor,
     Declined,
     EagerExecutor,
     Executor,
@@ -64,6 +68,9 @@ from earth2studio_compile.staging import (
 )
 
 __all__ = ["RECOMPILE_LIMIT", "CompiledRegion", "RegionState", "SpeedProbe"]
+
+#: Executors whose first call leaves an artifact for its inputs, now or once built.
+HINTED = ("aot", "background")
 
 
 class RegionState(enum.Enum):
@@ -131,6 +138,8 @@ class CompiledRegion:
         # The first call's RegionTarget.resident_key(): where the executor is kept.
         self._shelf_key: str | None = None
         self._kept: resident.Kept | None = None
+        # The first call started ahead of the workflow's (:meth:`ahead`).
+        self._ahead: Future[bool] | None = None
 
     @property
     def state(self) -> RegionState:
@@ -149,6 +158,7 @@ class CompiledRegion:
     def restore(self) -> None:
         """Put the module back exactly as it was; keep compiled code for the next
         session over it (:mod:`earth2studio_compile.resident`)."""
+        self._join_ahead()
         self.hooks.restore(self)
         executor, r = self._executor, self.report
         if (
@@ -168,6 +178,8 @@ class CompiledRegion:
 
     # -- the call path -------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._ahead is not None:
+            self._join_ahead()
         r = self.report
         r.calls += 1
         # A new call: the run went on past any earlier interruption (caught).
@@ -227,7 +239,87 @@ class CompiledRegion:
         """
         # Known before any executor takes the region: a fallback's summary needs it.
         self.report.device = call.device.type
-        return self._choose(call, Laps(), self._compiled)
+        out = self._choose(call, Laps(), self._compiled)
+        if self._executor is not None and self._executor.name in HINTED:
+            # Its artifact exists or is being built: a later process's guess.
+            target = _target(self, call.device)
+            hints.remember(target, self._root, call.args, call.kwargs)
+        return out
+
+    # -- the first call, ahead of the workflow's ----------------------------------
+    def ahead(self, pool: Pool) -> None:
+        """Start the first call on ``pool``, before the workflow reaches the region,
+        on made-up inputs shaped like the last first call's (:mod:`.artifacts.hints`)
+        and only on an ahead-of-time artifact already on disk for them: load it,
+        run it, verify it against eager. The workflow's first call waits for it
+        (``ahead_wait`` in the report's phases) and finds the region compiled, or
+        still pending if it declined (another shape, no artifact: nothing is
+        compiled there). Only for regions that change no global setting
+        (``precision`` None, no fp32 submodules), since the workflow runs beside.
+
+        Parameters
+        ----------
+        pool : concurrent.futures.Executor
+            Where the call runs
+        """
+        if (
+            self._state is RegionState.PENDING
+            and not self.report.calls
+            and self._ahead is None
+            and self.precision is None
+            and not self.spec.fp32_modules
+            and self._root is not None
+        ):
+            self._ahead = pool.submit(self._first_ahead)
+
+    @property
+    def _root(self) -> Path | None:
+        return self.artifacts.parent if self.artifacts is not None else None
+
+    def _first_ahead(self) -> bool:
+        weights = [*self.module.parameters(), *self.module.buffers()]
+        if not weights:
+            return False
+        device = weights[0].device
+        target = _target(self, device)
+        hint = hints.recall(target, self._root)
+        if hint is None:
+            return False
+        args, kwargs, inference = hint
+        call = Call.of(args, kwargs)
+        self._take_kept(call)  # compiled earlier in this process: nothing to load
+        chosen = AotExecutor.build(target)
+        if self._state is not RegionState.PENDING or isinstance(chosen, str):
+            return False
+        self.report.device, self.report.mode = device.type, target.policy.label
+        laps = Laps()
+        laps.lap("setup")
+        self._executor, attempt = chosen, laps.child()
+        try:
+            with torch.inference_mode(inference):
+                out = self._run(call, attempt)
+            synchronize(device)
+            attempt.lap("finish")
+        except Exception as err:  # the workflow's first call tries again
+            logger.debug(f"{self.report.label}: no first call ahead ({describe(err)})")
+            self._executor = None
+            return False
+        laps.merge(attempt)
+        self._compiled(chosen, out, laps)
+        return True
+
+    def _join_ahead(self) -> None:
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return
+        start = time.perf_counter()
+        wait([ahead])
+        if ahead.exception() is not None:
+            logger.debug(
+                f"{self.report.label}: first call ahead: {ahead.exception()!r}"
+            )
+        elif ahead.result():
+            self.report.phases["ahead_wait"] = time.perf_counter() - start
 
     def _choose(
         self, call: Call, laps: Laps, chosen_by: Callable[[Executor, Any, Laps], Any]

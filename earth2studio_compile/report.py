@@ -96,7 +96,11 @@ class RegionReport:
         ``precision_reference`` (copying the first call's inputs and running the
         fp32 eager call that measures a reduced precision's error);
         ``before_fallback`` (time spent before compiling failed); ``switch``
-        (the call that loaded, ran and verified a background build's artifact).
+        (the call that loaded, ran and verified a background build's artifact);
+        ``ahead_wait`` (a first call run ahead of the workflow's, on its own thread,
+        by :meth:`~earth2studio_compile.CompileSession.ahead`: how long the
+        workflow's first call waited for it; the first call's own phases are then
+        off the caller's path).
         With a background build the first call's phases are ``background_start``
         (copying the core for the build process) and its eager ``first_run``
     reason : str | None

@@ -219,6 +219,8 @@ def _with_compile(
                         *(bound.arguments[name] for name in models), precision=chosen
                     ) as session:
                         _last.set(session.report)
+                        # The cores' artifacts load while the workflow fetches data.
+                        session.ahead()
                         result = upstream(*bound.args, **bound.kwargs)
             except BaseException:
                 drain(ios, failed=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -145,6 +146,7 @@ class CompileSession:
         self._open: list[CompiledRegion] = []
         self._patches = Patches(())
         self._active = False
+        self._pool: ThreadPoolExecutor | None = None
 
     def __enter__(self) -> CompileSession:
         if self._active:
@@ -260,6 +262,21 @@ class CompileSession:
                     else f"before its first call ({interruption(exc)})"
                 )
 
+    def ahead(self) -> None:
+        """Start each region's first call in the background, before the caller's
+        first step reaches it, where an ahead-of-time artifact on disk fits the
+        inputs of the region's last first call (:meth:`CompiledRegion.ahead`):
+        a fresh process then loads and verifies it while the workflow fetches its
+        data. The workflows of :mod:`earth2studio_compile.run` call it; a region's
+        first call waits for it, and closing the session does too.
+        """
+        if not self._active or not self._open:
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="first call ahead")
+        for region in self._open:
+            region.ahead(self._pool)
+
     def close(self) -> None:
         """Restore every model and log the summary (called by ``__exit__``)."""
         self._restore()
@@ -270,7 +287,10 @@ class CompileSession:
         # reset would discard the user's own compiled functions and other sessions'.
         self._patches.restore()
         for region in reversed(self._open):
-            region.restore()
+            region.restore()  # after its first call ahead, if any
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
         self._open = []
         self._active = False
 

@@ -79,6 +79,7 @@ from earth2studio_compile._torch.pytree import (
     tree_flatten,
     tree_map,
     tree_unflatten,
+    treespec_dumps,
     treespec_loads,
 )
 
@@ -125,6 +126,7 @@ __all__ = [
     "tree_flatten",
     "tree_map",
     "tree_unflatten",
+    "treespec_dumps",
     "treespec_loads",
     "validate_inductor_options",
 ]

@@ -10,7 +10,20 @@ from typing import Any
 
 from torch.utils._pytree import tree_flatten, tree_map
 
-__all__ = ["tree_flatten", "tree_map", "tree_unflatten", "treespec_loads"]
+__all__ = [
+    "tree_flatten",
+    "tree_map",
+    "tree_unflatten",
+    "treespec_dumps",
+    "treespec_loads",
+]
+
+
+def treespec_dumps(spec: Any) -> str:
+    """A pytree spec's serialised form (what :func:`treespec_loads` reads)."""
+    from torch.utils._pytree import treespec_dumps as dumps
+
+    return str(dumps(spec))
 
 
 def treespec_loads(text: str) -> Any:

@@ -1,0 +1,57 @@
+"""Hints of a region's first call: its inputs' structure kept, made-up inputs of the
+same shapes given back, never the caller's random state or values."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from earth2studio_compile.artifacts.hints import hint_path, recall, remember
+from earth2studio_compile.artifacts.key import RegionTarget
+from earth2studio_compile.tools import zoo
+
+
+def _target(module=None):
+    return RegionTarget.resolve(
+        module if module is not None else zoo.ToyCore(4, 8).eval(),
+        owner="tests.Toy",
+        region="net",
+        device=torch.device("cpu"),
+        precision=None,
+    )
+
+
+def test_a_first_calls_inputs_come_back_made_up_with_their_shapes(tmp_path):
+    target = _target()
+    x, steps = torch.randn(2, 4, 8, 8), torch.arange(3)
+    remember(target, tmp_path, (x,), {"steps": steps, "extra": [x[:1]]})
+    text = hint_path(target, tmp_path).read_text()
+    assert str(float(x.flatten()[0])) not in text  # shapes, never values
+    state = torch.get_rng_state()
+    args, kwargs, inference = recall(target, tmp_path)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert args[0].shape == x.shape and args[0].dtype == x.dtype
+    assert not torch.equal(args[0], x) and args[0].std() > 0.5
+    assert kwargs["steps"].dtype == torch.int64 and not kwargs["steps"].any()
+    assert kwargs["extra"][0].shape == (1, 4, 8, 8) and inference is False
+
+
+def test_what_is_not_kept_or_not_readable_gives_nothing(tmp_path):
+    target = _target()
+    remember(target, tmp_path, (torch.ones(1), 2.0), {})  # a number: not kept
+    assert recall(target, tmp_path) is None
+    assert hint_path(target, None) is None and recall(target, None) is None
+    remember(target, tmp_path, (torch.ones(1),), {})
+    path = hint_path(target, tmp_path)
+    path.write_text("{not json")
+    assert recall(target, tmp_path) is None
+    path.write_text(json.dumps({"format": 0}))
+    assert recall(target, tmp_path) is None
+
+
+def test_another_size_of_the_core_is_another_region(tmp_path):
+    small, large = _target(zoo.ToyCore(4, 8)), _target(zoo.ToyCore(4, 16))
+    assert hint_path(small, tmp_path) != hint_path(large, tmp_path)
+    remember(small, tmp_path, (torch.ones(1, 4, 8, 8),), {})
+    assert recall(large, tmp_path) is None
