@@ -200,6 +200,18 @@ FIGURES: tuple[Figure, ...] = (
         workflow,
     ),
     Figure(
+        "ensembles-ahead",
+        PERF,
+        ("2026-11-26-h200/dlwp-ens-2a9383c.json",),
+        workflow,
+    ),
+    Figure(
+        "ensembles-ahead-phases",
+        PERF,
+        ("2026-11-26-h200/dlwp-ens-2a9383c.json",),
+        workflow_phases,
+    ),
+    Figure(
         "workflow-phases",
         PERF,
         (
