@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Executor as Pool
 from concurrent.futures import Future, wait
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -295,8 +296,10 @@ class CompiledRegion:
         laps = Laps()
         laps.lap("setup")
         self._executor, attempt = chosen, laps.child()
+        # This thread's current CUDA device is the first one, not the caller's.
+        on = torch.cuda.device(device) if device.type == "cuda" else nullcontext()
         try:
-            with torch.inference_mode(inference):
+            with on, torch.inference_mode(inference):
                 out = self._run(call, attempt)
             synchronize(device)
             attempt.lap("finish")

@@ -100,6 +100,42 @@ def test_workflow_raises_a_background_write_error():
         )
 
 
+def test_an_error_in_the_middle_of_an_ensemble_reaches_the_caller_after_all_before_it():
+    """5 members in batches of 2, 3 steps: 4 writes a batch. The 6th write (the
+    second batch's first step) fails: the ensemble raises it, and the 5 writes
+    before it hold what a synchronous run stores."""
+    from earth2studio.io import KVBackend
+    from earth2studio.perturbation import Gaussian
+
+    def ensemble(io):
+        model = zoo.build("persistence")
+        np.random.seed(0)
+        torch.manual_seed(0)
+        run.ensemble(
+            TIME,
+            NSTEPS,
+            5,
+            model,
+            zoo.random_source(model),
+            io,
+            Gaussian(noise_amplitude=0.05, seed=0),
+            batch_size=2,
+            verbose=False,
+        )
+
+    reference = KVBackend()
+    ensemble(reference)
+    backend = failing_kv(6)
+    with pytest.raises(OSError, match="disk full"):
+        ensemble(OverlappedIO(backend))
+    assert backend.count == 6  # nothing written after the failure
+    want, got = reference.root["t2m"], backend.root["t2m"]
+    assert want.shape[:3] == (5, 1, NSTEPS + 1)  # ensemble, time, lead time
+    assert torch.equal(got[:2], want[:2])  # the first batch, whole
+    assert torch.equal(got[2:4, :, 0], want[2:4, :, 0])  # the second's initial state
+    assert not got[2:4, :, 1].any()  # the failed write left nothing
+
+
 def test_workflow_returns_only_after_every_write():
     from earth2studio.io import KVBackend
 
