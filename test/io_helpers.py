@@ -24,6 +24,29 @@ from earth2studio_compile.tools.bench.e2e import make_io
 NSTEPS = 3
 
 
+def run_ensemble(model, io) -> None:
+    """Upstream's ensemble through our workflow (``compile=False``): 5 members in
+    batches of 2 (an uneven last batch), ``NSTEPS`` steps, seeded."""
+    from earth2studio.perturbation import Gaussian
+
+    from earth2studio_compile import run
+    from earth2studio_compile.tools import zoo
+
+    np.random.seed(0)
+    torch.manual_seed(0)
+    run.ensemble(
+        ["2024-01-01T00:00"],
+        NSTEPS,
+        5,
+        model,
+        zoo.random_source(model),
+        io,
+        Gaussian(noise_amplitude=0.05, seed=0),
+        batch_size=2,
+        verbose=False,
+    )
+
+
 def make_backend(name: str, tmp: Path, model):
     from earth2studio.io import KVBackend
 

@@ -25,6 +25,7 @@ from io_helpers import (
     make_backend,
     own_threads,  # noqa: F401 (autouse fixture)
     read_back,
+    run_ensemble,
     zarr_writes,
 )
 
@@ -53,7 +54,6 @@ def _ensemble(name: str, tmp: Path, overlap: bool) -> dict[str, np.ndarray]:
     """Upstream's ensemble, 5 members in batches of 2 (an uneven last batch), 3
     steps, on a fresh backend, through OverlappedIO or not; what the store holds."""
     from earth2studio.io import KVBackend
-    from earth2studio.perturbation import Gaussian
 
     from earth2studio_compile.tools.bench.ensemble.upstream import make_ensemble_io
 
@@ -66,19 +66,7 @@ def _ensemble(name: str, tmp: Path, overlap: bool) -> dict[str, np.ndarray]:
         else make_ensemble_io(name, directory, model, NSTEPS, 5)
     )
     io = OverlappedIO(backend) if overlap else backend
-    np.random.seed(0)
-    torch.manual_seed(0)
-    run.ensemble(
-        TIME,
-        NSTEPS,
-        5,
-        model,
-        zoo.random_source(model),
-        io,
-        Gaussian(noise_amplitude=0.05, seed=0),
-        batch_size=2,
-        verbose=False,
-    )
+    run_ensemble(model, io)
     if callable(getattr(io, "close", None)):
         io.close()  # file-backed and asynchronous ones: written out on close
     files = list(directory.iterdir())

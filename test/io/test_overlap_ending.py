@@ -25,6 +25,7 @@ from io_helpers import (
     failing_kv,
     own_threads,  # noqa: F401 (autouse fixture)
     run_child,
+    run_ensemble,
     step_tensors,
     threads_left,
 )
@@ -105,29 +106,13 @@ def test_an_error_in_the_middle_of_an_ensemble_reaches_the_caller_after_all_befo
     second batch's first step) fails: the ensemble raises it, and the 5 writes
     before it hold what a synchronous run stores."""
     from earth2studio.io import KVBackend
-    from earth2studio.perturbation import Gaussian
 
-    def ensemble(io):
-        model = zoo.build("persistence")
-        np.random.seed(0)
-        torch.manual_seed(0)
-        run.ensemble(
-            TIME,
-            NSTEPS,
-            5,
-            model,
-            zoo.random_source(model),
-            io,
-            Gaussian(noise_amplitude=0.05, seed=0),
-            batch_size=2,
-            verbose=False,
-        )
-
+    model = zoo.build("persistence")
     reference = KVBackend()
-    ensemble(reference)
+    run_ensemble(model, reference)
     backend = failing_kv(6)
     with pytest.raises(OSError, match="disk full"):
-        ensemble(OverlappedIO(backend))
+        run_ensemble(model, OverlappedIO(backend))
     assert backend.count == 6  # nothing written after the failure
     want, got = reference.root["t2m"], backend.root["t2m"]
     assert want.shape[:3] == (5, 1, NSTEPS + 1)  # ensemble, time, lead time
