@@ -292,22 +292,17 @@ class CompiledRegion:
         chosen = AotExecutor.build(target)
         if self._state is not RegionState.PENDING or isinstance(chosen, str):
             return False
-        self.report.device, self.report.mode = device.type, target.policy.label
+        self.report.device = device.type
         laps = Laps()
-        laps.lap("setup")
-        self._executor, attempt = chosen, laps.child()
         # This thread's current CUDA device is the first one, not the caller's.
         on = torch.cuda.device(device) if device.type == "cuda" else nullcontext()
         try:
             with on, torch.inference_mode(inference):
-                out = self._run(call, attempt)
-            synchronize(device)
-            attempt.lap("finish")
+                out = self._attempt(call, chosen, target, laps)
         except Exception as err:  # the workflow's first call tries again
             logger.debug(f"{self.report.label}: no first call ahead ({describe(err)})")
             self._executor = None
             return False
-        laps.merge(attempt)
         self._compiled(chosen, out, laps)
         return True
 
@@ -340,14 +335,8 @@ class CompiledRegion:
             if isinstance(chosen, str):
                 reason = chosen
                 continue
-            laps.lap("setup")
-            self._executor = chosen
-            self.report.mode = target.policy.label
-            attempt = laps.child()
             try:
-                out = self._run(call, attempt)
-                synchronize(call.device)  # the first call's kernels count here
-                attempt.lap("finish")
+                out = self._attempt(call, chosen, target, laps)
             except Declined as declined:
                 # Nothing was handed back: the next candidate runs the same call.
                 laps.lap("declined")
@@ -356,11 +345,23 @@ class CompiledRegion:
                 continue
             except Exception as err:
                 return self._recover(err, call, laps.clock() - laps.start)
-            laps.merge(attempt)
             return chosen_by(chosen, out, laps)
         self._executor = None
         self._fall_back(reason, cause=None)
         return self._eager(call)
+
+    def _attempt(self, call: Call, chosen: Executor, target: Target, laps: Laps) -> Any:
+        """``chosen``'s first call of ``call``, its laps merged into ``laps`` once it
+        has run, its kernels included; whatever it raises goes to the caller."""
+        laps.lap("setup")
+        self._executor = chosen
+        self.report.mode = target.policy.label
+        attempt = laps.child()
+        out = self._run(call, attempt)
+        synchronize(call.device)  # the first call's kernels count here
+        attempt.lap("finish")
+        laps.merge(attempt)
+        return out
 
     def _hand_over(self, call: Call, reason: str) -> Any:
         """A later call its executor cannot take (an artifact built for other

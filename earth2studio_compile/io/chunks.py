@@ -54,7 +54,7 @@ def chunk_pieces(
     """
     if not (len(selection) == len(shape) == len(chunks) == len(value_shape)):
         return None
-    ranges = []
+    ranges, starts = [], []
     for s, n, c, v in zip(selection, shape, chunks, value_shape):
         if not isinstance(s, slice) or s.step not in (None, 1):
             return None
@@ -62,7 +62,7 @@ def chunk_pieces(
         if stop - start != v or v == 0 or start % c or stop % c:
             return None
         ranges.append([(k, min(k + c, stop)) for k in range(start, stop, c)])
-    starts = [s.indices(n)[0] for s, n in zip(selection, shape)]
+        starts.append(start)
     return [
         (
             tuple(slice(a, b) for a, b in piece),
