@@ -256,13 +256,43 @@ class KVWriter(_Lanes):
         ]
 
 
+class _Members:
+    """A Zarr group whose members, once found, are taken to stay: upstream's
+    ``write`` asks whether each dimension and array is in its group at every step,
+    each a round trip through Zarr's synchronous API (its event-loop thread: 8 per
+    DLWP step, Python a writer thread spends the GIL on). A member found is answered
+    from memory; one not found is asked every time, as upstream does. Only a
+    member deleted from the store while the workflow writes to it would be
+    answered otherwise, and upstream's check would race with that too."""
+
+    def __init__(self, group: Any) -> None:
+        self.group = group
+        self._found: set[str] = set()
+
+    def __contains__(self, name: object) -> bool:
+        if name in self._found:
+            return True
+        found = name in self.group
+        if found and isinstance(name, str):
+            self._found.add(name)
+        return found
+
+    def __getitem__(self, name: str) -> Any:
+        return self.group[name]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.group, name)
+
+
 class _Collector:
     """Stands in for a ``ZarrBackend`` in upstream's ``write`` of one step: all is the
-    backend's but the storage step, which is kept for the step's array jobs. The
-    first job to ask runs it; the others reuse what it kept (or its error)."""
+    backend's but the storage step, which is kept for the step's array jobs, and its
+    group, seen through ``members`` (:class:`_Members`). The first job to ask runs
+    it; the others reuse what it kept (or its error)."""
 
-    def __init__(self, io: IOBackend, args: list[Any]) -> None:
+    def __init__(self, io: IOBackend, args: list[Any], members: _Members) -> None:
         self._io, self._args = io, args
+        self.root = members
         self._lock = threading.Lock()
         self._stores: dict[str, list[tuple[tuple, np.ndarray]]] | None = None
         self._error: BaseException | None = None
@@ -309,6 +339,7 @@ class ZarrWriter(_Lanes):
         # Each used only on its lane's thread, as are the arrays it opened.
         self._runners = [asyncio.Runner() for _ in range(workers)]
         self._arrays: dict[str, Any] = {}
+        self._members: _Members | None = None
 
     def _jobs(
         self,
@@ -319,7 +350,10 @@ class ZarrWriter(_Lanes):
         xs, names = _per_array(x, array_name)
         # Upstream's write runs on a stand-in, not a patched instance: the user's
         # backend stays untouched, also while its write runs here.
-        collector = _Collector(self.io, [xs, coords, names])
+        root = self.io.root  # type: ignore[attr-defined]
+        if self._members is None or self._members.group is not root:
+            self._members = _Members(root)
+        collector = _Collector(self.io, [xs, coords, names], self._members)
         return [(name, self._store, [collector, name]) for name in names]
 
     def _store(self, collector: _Collector, name: str) -> None:

@@ -427,3 +427,36 @@ def test_a_step_of_members_is_stored_chunk_by_chunk_as_zarr_would(where, tmp_pat
     assert made == []
     assert files(ours) == want
     assert len([k for k in want if "t2m/c/" in k]) == 2 * 3
+
+
+def test_zarr_members_found_once_are_not_asked_again_each_step(monkeypatch):
+    """Upstream's ``write`` asks its group for every dimension and array at every
+    step, each a round trip through Zarr's synchronous API: a member found is
+    answered from memory; one missing is asked each time, and still refused as
+    upstream refuses it."""
+    import zarr
+
+    asked = []
+    contains = zarr.Group.__contains__
+
+    def counted(self, member):
+        asked.append(member)
+        return contains(self, member)
+
+    monkeypatch.setattr(zarr.Group, "__contains__", counted)
+    names = ["a", "b"]
+    io, backend = zarr_writes(names, 4, workers=2)
+    del asked[:]  # add_array's
+    for i in range(4):
+        coords = OrderedDict(lead_time=np.arange(i, i + 1), x=np.arange(4))
+        io.write(step_tensors(i, 2), coords, names)
+    io.flush()
+    assert sorted(asked) == ["a", "b", "lead_time", "x"]  # the first step's
+    assert [backend.root[n][3, 0].item() for n in names] == [30.0, 31.0]
+    del asked[:]
+    coords = OrderedDict(nowhere=np.arange(1), x=np.arange(4))
+    io.write(step_tensors(0, 2), coords, names)
+    with pytest.raises(AssertionError, match="nowhere not in zarr store"):
+        io.flush()
+    assert asked == ["nowhere"]
+    io.close()
