@@ -245,9 +245,11 @@ class FirstCall:
         and only on an ahead-of-time artifact already on disk for them: load it,
         run it, verify it against eager. The workflow's first call waits for it
         (``ahead_wait`` in the report's phases) and finds the region compiled, or
-        still pending if it declined (another shape, no artifact: nothing is
-        compiled there). Only for regions that change no global setting
-        (``precision`` None, no fp32 submodules), since the workflow runs beside.
+        still pending if it declined (another shape, no artifact, or another answer
+        than eager on the made-up inputs, logged at DEBUG only: the first call
+        verifies on its own; nothing is compiled there). Only for regions that
+        change no global setting (``precision`` None, no fp32 submodules), since the
+        workflow runs beside.
 
         Parameters
         ----------
@@ -280,7 +282,7 @@ class FirstCall:
         args, kwargs, inference = hint
         call = Call.of(args, kwargs)
         self._take_kept(call)  # compiled earlier in this process: nothing to load
-        chosen = AotExecutor.build(target)
+        chosen = AotExecutor.build(target, made_up=True)
         if self._state is not RegionState.PENDING or isinstance(chosen, str):
             return False
         self.report.device = device.type

@@ -13,6 +13,7 @@ import time
 
 import pytest
 import torch
+from conftest import eager_backend, messages
 
 from earth2studio_compile import CompileSession
 from earth2studio_compile.report import RegionReport
@@ -60,7 +61,7 @@ def _aot_stand_in(monkeypatch, seen):
             seen.append((threading.current_thread().name, args[0].clone()))
             return super().first_call(args, kwargs, laps)
 
-    def build(target):
+    def build(target, made_up=False):
         return Artifact(target.module)
 
     monkeypatch.setattr(executors, "CANDIDATES", [build])
@@ -126,3 +127,82 @@ def test_no_first_call_ahead_without_a_hint_or_where_it_would_touch_globals(
             core.net(x)
     assert [t for t, _ in seen] == ["MainThread"], (seen, list(tmp_path.rglob("*")))
     assert "ahead_wait" not in session.report.regions[0].phases
+
+
+class _Exploding(torch.nn.Module):
+    """``exp(100 x)``: finite for ``x <= 0``, infinite on much of normal noise."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.full((1,), 100.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.exp(self.scale * x)
+
+
+class _Holder(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.core = _Exploding()
+
+
+def _eager_artifact(monkeypatch) -> None:
+    """Every region has an artifact on disk that gives eager's answer bit for bit (a
+    stand-in that calls the core's ``forward``): only the inputs it is verified on
+    decide whether it passes."""
+    from earth2studio_compile.executors import aot
+
+    class Runner:
+        path = "stand-in.pt2"
+        phases = dict.fromkeys(("checksum", "aot_load", "bind"), 0.0)
+
+        def __init__(self, module: torch.nn.Module) -> None:
+            self.module = module
+
+        def __call__(self, *args, **kwargs):
+            return self.module.forward(*args, **kwargs)
+
+    monkeypatch.setattr(
+        aot, "load_runner", lambda target, *a, **k: Runner(target.module)
+    )
+
+
+@pytest.mark.parametrize("inputs", ["finite", "overflowing"])
+def test_made_up_inputs_ahead_that_fail_verification_warn_nobody(
+    monkeypatch, tmp_path, logs, inputs
+):
+    """Normal noise overflows ``exp(100 x)`` whatever the artifact: the first call
+    ahead declines at DEBUG, and the caller's first call verifies on its own inputs,
+    with no WARNING where they are finite and one, from the caller's thread, where
+    they overflow too (regression: the ahead thread warned first)."""
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
+    _eager_artifact(monkeypatch)
+    finite = -torch.rand(4, 64)
+    x = finite if inputs == "finite" else -10 * finite
+    settings = {"regions": ("core",), "probe": False, "backend": eager_backend}
+    model = _Holder()
+    with CompileSession(model, **settings):
+        with torch.no_grad():
+            model.core(finite)  # runs the artifact, leaves a hint of its inputs
+    logs.clear()
+    model = _Holder()  # another instance: nothing kept for it, as in a new process
+    with CompileSession(model, **settings) as session:
+        session.ahead()
+        with torch.no_grad():
+            out = model.core(x)
+    torch.testing.assert_close(out, torch.exp(100 * x))
+    warnings = [m for m in logs if m["level"].name == "WARNING"]
+    r = session.report.regions[0]
+    if inputs == "finite":
+        assert not warnings, messages(logs, "WARNING")
+        assert (r.status, r.executor) == ("compiled", "aot")
+    else:
+        assert [w["thread"].name for w in warnings] == ["MainThread"], warnings
+        assert "another answer than eager" in warnings[0]["message"]
+        assert (r.status, r.executor) == ("compiled", "dynamo")
+    # The first call ahead ran, and declined: the caller's first call did not wait.
+    made_up = [m for m in logs if "on made-up inputs" in m["message"]]
+    assert [(m["thread"].name[:16], m["level"].name) for m in made_up] == [
+        ("first call ahead", "DEBUG")
+    ]
+    assert "ahead_wait" not in r.phases
