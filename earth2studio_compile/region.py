@@ -8,10 +8,12 @@ region catches them there, re-runs that call eagerly and stays eager.
 
 A region is a small state machine (:class:`RegionState`): *pending* until its first
 call picks an executor (:mod:`earth2studio_compile.executors`) from
-:data:`~earth2studio_compile.executors.CANDIDATES` and runs it, *building* while
-calls run eagerly as a background build makes its artifact, *compiled* while the
-executor runs compiled calls, and *eager* once it has fallen back, for good. The
-call path
+:data:`~earth2studio_compile.executors.CANDIDATES` and runs it
+(:mod:`earth2studio_compile.first_call`, which the region mixes in: the choice, code
+kept from an earlier session, a later call handed over, the first call ahead),
+*building* while calls run eagerly as a background build makes its artifact,
+*compiled* while the executor runs compiled calls, and *eager* once it has fallen
+back, for good. The call path
 (:meth:`CompiledRegion._dispatch` to :meth:`CompiledRegion._run`) is the same for
 every compiled executor: :class:`~earth2studio_compile.staging.StagedCall` (the
 arguments compiled code sees, and the mutations it makes, handed back), precision,
@@ -27,35 +29,26 @@ The region is the only writer of its report: an executor measures each call
 
 from __future__ import annotations
 
-import enum
 import functools
 import time
-from collections.abc import Callable
-from concurrent.futures import Executor as Pool
-from concurrent.futures import Future, wait
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import torch
-from loguru import logger
 
 from earth2studio_compile import _torch, accuracy, metrics, precision, resident
 from earth2studio_compile._torch import tree_map
-from earth2studio_compile.artifacts import hints
 from earth2studio_compile.executors import (
     RECOMPILE_LIMIT,
-    AotExecutor,
     Declined,
     EagerExecutor,
     Executor,
-    Target,
-    offers,
     recompile_limit,
 )
+from earth2studio_compile.first_call import FirstCall, RegionState
 from earth2studio_compile.hooks import Hooks
 from earth2studio_compile.measured import record, warn_fallback
-from earth2studio_compile.metrics import Laps, synchronize
+from earth2studio_compile.metrics import Laps
 from earth2studio_compile.models import ModelSpec
 from earth2studio_compile.options import CompileOptions
 from earth2studio_compile.probe import SpeedProbe, signature
@@ -70,21 +63,8 @@ from earth2studio_compile.staging import (
 
 __all__ = ["RECOMPILE_LIMIT", "CompiledRegion", "RegionState", "SpeedProbe"]
 
-#: Executors whose first call leaves an artifact for its inputs, now or once built.
-HINTED = ("aot", "background")
 
-
-class RegionState(enum.Enum):
-    """Where a region is; its value is the report's ``status``."""
-
-    PENDING = "pending"
-    #: Eager calls while the region's artifact builds in the background.
-    BUILDING = "building"
-    COMPILED = "compiled"
-    EAGER = "eager"
-
-
-class CompiledRegion:
+class CompiledRegion(FirstCall):
     """A submodule compiled in place for the lifetime of a session.
 
     Parameters
@@ -136,11 +116,6 @@ class CompiledRegion:
         self.padding = BatchPadding(self.spec.pad_batch)
         self.hooks = Hooks(module, report.label, self.spec, precision)
         report.opaque = len(self.hooks.opaque)
-        # The first call's RegionTarget.resident_key(): where the executor is kept.
-        self._shelf_key: str | None = None
-        self._kept: resident.Kept | None = None
-        # The first call started ahead of the workflow's (:meth:`ahead`).
-        self._ahead: Future[bool] | None = None
 
     @property
     def state(self) -> RegionState:
@@ -230,207 +205,6 @@ class CompiledRegion:
                 "eager", n, call.device, lambda: self._eager_probe(call)
             )
         return self._steady(call, timed=kind == "compiled")
-
-    def _first(self, call: Call) -> Any:
-        """Run the first call on the first candidate that takes it.
-
-        Its wall time is cut into laps (:class:`~earth2studio_compile.metrics.Laps`):
-        ``setup`` (building the candidates), ``declined`` (candidates that gave
-        way), ``stage``, the executor's own phases, and ``finish``.
-        """
-        # Known before any executor takes the region: a fallback's summary needs it.
-        self.report.device = call.device.type
-        out = self._choose(call, Laps(), self._compiled)
-        if self._executor is not None and self._executor.name in HINTED:
-            # Its artifact exists or is being built: a later process's guess.
-            target = _target(self, call.device)
-            hints.remember(target, self._root, call.args, call.kwargs)
-        return out
-
-    # -- the first call, ahead of the workflow's ----------------------------------
-    def ahead(self, pool: Pool) -> None:
-        """Start the first call on ``pool``, before the workflow reaches the region,
-        on made-up inputs shaped like the last first call's (:mod:`.artifacts.hints`)
-        and only on an ahead-of-time artifact already on disk for them: load it,
-        run it, verify it against eager. The workflow's first call waits for it
-        (``ahead_wait`` in the report's phases) and finds the region compiled, or
-        still pending if it declined (another shape, no artifact: nothing is
-        compiled there). Only for regions that change no global setting
-        (``precision`` None, no fp32 submodules), since the workflow runs beside.
-
-        Parameters
-        ----------
-        pool : concurrent.futures.Executor
-            Where the call runs
-        """
-        if (
-            self._state is RegionState.PENDING
-            and not self.report.calls
-            and self._ahead is None
-            and self.precision is None
-            and not self.spec.fp32_modules
-            and self._root is not None
-        ):
-            self._ahead = pool.submit(self._first_ahead)
-
-    @property
-    def _root(self) -> Path | None:
-        return self.artifacts.parent if self.artifacts is not None else None
-
-    def _first_ahead(self) -> bool:
-        weights = [*self.module.parameters(), *self.module.buffers()]
-        if not weights:
-            return False
-        device = weights[0].device
-        target = _target(self, device)
-        hint = hints.recall(target, self._root)
-        if hint is None:
-            return False
-        args, kwargs, inference = hint
-        call = Call.of(args, kwargs)
-        self._take_kept(call)  # compiled earlier in this process: nothing to load
-        chosen = AotExecutor.build(target)
-        if self._state is not RegionState.PENDING or isinstance(chosen, str):
-            return False
-        self.report.device = device.type
-        laps = Laps()
-        # This thread's current CUDA device is the first one, not the caller's.
-        on = torch.cuda.device(device) if device.type == "cuda" else nullcontext()
-        try:
-            with on, torch.inference_mode(inference):
-                out = self._attempt(call, chosen, target, laps)
-        except Exception as err:  # the workflow's first call tries again
-            logger.debug(f"{self.report.label}: no first call ahead ({describe(err)})")
-            self._executor = None
-            return False
-        self._compiled(chosen, out, laps)
-        return True
-
-    def _join_ahead(self) -> None:
-        ahead, self._ahead = self._ahead, None
-        if ahead is None:
-            return
-        start = time.perf_counter()
-        wait([ahead])
-        if ahead.exception() is not None:
-            logger.debug(
-                f"{self.report.label}: first call ahead: {ahead.exception()!r}"
-            )
-        elif ahead.result():
-            self.report.phases["ahead_wait"] = time.perf_counter() - start
-
-    def _choose(
-        self, call: Call, laps: Laps, chosen_by: Callable[[Executor, Any, Laps], Any]
-    ) -> Any:
-        """Run ``call`` on the first candidate that takes it; ``chosen_by`` accounts
-        for the call. When none takes it, the region falls back to eager."""
-        reason = "no executor was offered"
-        try:
-            target = _target(self, call.device)
-            candidates = offers(target)
-        except Exception as err:  # nothing on the compile path may end a forecast
-            candidates = iter(())
-            reason = f"setting up torch.compile failed ({describe(err)})"
-        for chosen in candidates:
-            if isinstance(chosen, str):
-                reason = chosen
-                continue
-            try:
-                out = self._attempt(call, chosen, target, laps)
-            except Declined as declined:
-                # Nothing was handed back: the next candidate runs the same call.
-                laps.lap("declined")
-                reason = str(declined)
-                self.report.declined.append(f"{chosen.name}: {reason}")
-                continue
-            except Exception as err:
-                return self._recover(err, call, laps.clock() - laps.start)
-            return chosen_by(chosen, out, laps)
-        self._executor = None
-        self._fall_back(reason, cause=None)
-        return self._eager(call)
-
-    def _attempt(self, call: Call, chosen: Executor, target: Target, laps: Laps) -> Any:
-        """``chosen``'s first call of ``call``, its laps merged into ``laps`` once it
-        has run, its kernels included; whatever it raises goes to the caller."""
-        laps.lap("setup")
-        self._executor = chosen
-        self.report.mode = target.policy.label
-        attempt = laps.child()
-        out = self._run(call, attempt)
-        synchronize(call.device)  # the first call's kernels count here
-        attempt.lap("finish")
-        laps.merge(attempt)
-        return out
-
-    def _hand_over(self, call: Call, reason: str) -> Any:
-        """A later call its executor cannot take (an artifact built for other
-        inputs): the candidates are tried again for it, as a recompile, rather
-        than the region turning eager."""
-        assert self._executor is not None
-        self.report.declined.append(f"{self._executor.name}: {reason}")
-        self._drop_executor()
-        return self._choose(call, Laps(), self._recompiled)
-
-    def _recompiled(self, chosen: Executor, out: Any, laps: Laps) -> Any:
-        """Account for a later call that a newly chosen executor compiled."""
-        r = self.report
-        seconds = laps.seconds
-        r.recompiles += 1
-        r.compile_seconds += seconds
-        r.executor = chosen.name
-        self.probe.cudagraphs = chosen.cudagraphs
-        self.probe.compiled_again(r.calls)
-        if chosen.not_compiled is not None:
-            self._fall_back(chosen.not_compiled, cause=None, spent=seconds)
-            return out
-        logger.info(
-            f"{r.label} compiled again at step {r.calls} for inputs its earlier code "
-            f"was not built for ({chosen.name}, {seconds:.1f} s): {r.declined[-1]}"
-        )
-        return out
-
-    def _take_kept(self, call: Call) -> None:
-        """Run code an earlier session compiled for this module, if it fits."""
-        try:
-            self._shelf_key = _target(self, call.device).resident_key()
-        except Exception:  # _first reports why the target cannot be built
-            return
-        kept = resident.take(self.module, self._shelf_key)
-        if kept is None:
-            return
-        r = self.report
-        self._kept = kept
-        self._executor = kept.executor
-        for name, value in kept.figures.items():
-            if self.probe.enabled or name not in resident.SPEED:
-                setattr(r, name, value)
-        r.device = call.device.type
-        r.reused = (
-            f"compiled earlier in this process (first call "
-            f"{kept.first_seconds:.1f} s), session {kept.sessions + 1}"
-        )
-        self.padding.size = kept.padding
-        self.probe.cudagraphs = kept.executor.cudagraphs
-        self.state = (
-            RegionState.BUILDING if kept.executor.compiling else RegionState.COMPILED
-        )
-
-    def _compiled(self, chosen: Executor, out: Any, laps: Laps) -> Any:
-        """Account for a first call that ran on ``chosen``."""
-        r = self.report
-        seconds = laps.seconds
-        r.compile_seconds += seconds
-        r.phases.update(laps.phases)
-        r.executor = chosen.name
-        if chosen.not_compiled is not None:
-            r.phases["before_fallback"] = seconds
-            self._fall_back(chosen.not_compiled, cause=None, spent=seconds)
-            return out
-        self.state = RegionState.BUILDING if chosen.compiling else RegionState.COMPILED
-        self.probe.cudagraphs = chosen.cudagraphs
-        logger.trace(f"Compiled {r.label} ({chosen.name}, {r.mode}) in {seconds:.1f} s")
-        return out
 
     def _steady(self, call: Call, timed: bool = False) -> Any:
         assert self._executor is not None
@@ -571,20 +345,3 @@ class CompiledRegion:
         r.reason = reason
         self._drop_executor()  # processes waiting for this compile take over
         warn_fallback(r, stage, rerun=cause is not None)
-
-
-def _target(region: CompiledRegion, device: torch.device) -> Target:
-    """What the candidates are asked to run: the region, its policy on ``device``."""
-    return Target.resolve(
-        region.module,
-        owner=region.owner,
-        region=region.report.region,
-        device=device,
-        precision=region.precision,
-        options=region.options,
-        table=region.spec,
-        opaque=bool(region.hooks.opaque),
-        fp32_modules=region.spec.fp32_modules,
-        report=region.report,
-        artifacts=region.artifacts,
-    )

@@ -103,7 +103,17 @@ class AotExecutor:
     call on the same input (:func:`verify`). No artifact, a damaged one or a wrong
     answer raises :class:`~earth2studio_compile.executors.Declined` before anything
     is handed back, and the region goes on to the next candidate (Dynamo); a wrong
-    answer also logs one WARNING.
+    answer also logs one WARNING, or a DEBUG line where the call's inputs are made
+    up (``made_up``).
+
+    Parameters
+    ----------
+    target : Target
+        The region and its settings
+    made_up : bool, optional
+        Its first call runs on made-up inputs (the region's first call ahead): a
+        wrong answer there may be the inputs' (noise a model answers with NaNs or
+        overflow), and the region's own first call verifies again, by default False
     """
 
     name = "aot"
@@ -111,8 +121,9 @@ class AotExecutor:
     not_compiled: str | None = None
     compiling = False
 
-    def __init__(self, target: Target) -> None:
+    def __init__(self, target: Target, made_up: bool = False) -> None:
         self.target = target
+        self.made_up = made_up
         self.cudagraphs = target.policy.cudagraphs and target.device.type == "cuda"
         self.runner: AotRunner | None = None
         # The runner reports nothing the region records.
@@ -122,13 +133,26 @@ class AotExecutor:
         self.keepable = False
 
     @classmethod
-    def build(cls, target: Target) -> AotExecutor | str:
-        """The executor for ``target``, or why no artifact can serve it."""
+    def build(cls, target: Target, made_up: bool = False) -> AotExecutor | str:
+        """The executor for ``target``, or why no artifact can serve it.
+
+        Parameters
+        ----------
+        target : Target
+            The region and its settings
+        made_up : bool, optional
+            Its first call runs on made-up inputs (see the class), by default False
+
+        Returns
+        -------
+        AotExecutor | str
+            The executor, or the reason
+        """
         if target.artifacts is None:
             return "the compile cache is off"
         if target.opaque:
             return "opaque submodules (Python operators) need the Dynamo path"
-        return _torch.missing("aoti_loader") or cls(target)
+        return _torch.missing("aoti_loader") or cls(target, made_up)
 
     def first_call(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], laps: Laps
@@ -143,12 +167,19 @@ class AotExecutor:
         if runner is None:
             raise Declined(reason)
         if reason is not None:
-            logger.warning(
-                f"The ahead-of-time artifact {runner.path} of {t.report.label} gives "
-                f"another answer than eager ({reason}): not used; "
-                f"{t.report.label} compiles with torch.compile instead. Rebuild it "
-                "with earth2studio_compile.build(..., force=True)."
-            )
+            if self.made_up:
+                logger.debug(
+                    f"{t.report.label}: its ahead-of-time artifact {runner.path} "
+                    f"differs from eager on made-up inputs ({reason}); the first call "
+                    "verifies it on its own inputs"
+                )
+            else:
+                logger.warning(
+                    f"The ahead-of-time artifact {runner.path} of {t.report.label} "
+                    f"gives another answer than eager ({reason}): not used; "
+                    f"{t.report.label} compiles with torch.compile instead. Rebuild "
+                    "it with earth2studio_compile.build(..., force=True)."
+                )
             raise Declined(f"its artifact failed verification ({reason})")
         self.runner = runner
         self.source = f"the ahead-of-time artifact {runner.path}"

@@ -2,8 +2,9 @@
 
 Run as ``python -m earth2studio_compile.tools.bench.calls SPEC_JSON OUT_JSON``. The
 parent starts it with the compile caches of the row in its environment and reads
-``OUT_JSON``, which is rewritten after every call, so a child killed by its timeout
-leaves the calls it finished. A ``kind`` of
+``OUT_JSON``, which is rewritten after every call, so a child stopped at its timeout
+leaves the calls it finished; the parent stops it with SIGTERM first, on which it
+cancels its background builds (:func:`builds_cancelled_on_sigterm`). A ``kind`` of
 
 ``fresh``
     one call, eager (upstream's workflow) or compiled (``compile=True``): a fresh
@@ -26,15 +27,19 @@ perturbation are made before the clock starts; the model is built before too
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
 import shutil
+import signal
 import sys
 import tempfile
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from earth2studio_compile.tools.bench.floors import FLOOR_WRITERS, storage_floor
@@ -363,10 +368,35 @@ def run(spec: dict[str, Any], out: Path, tmp: Path) -> list[dict[str, Any]]:
     return rows
 
 
+@contextlib.contextmanager
+def builds_cancelled_on_sigterm() -> Iterator[None]:
+    """In the block, SIGTERM cancels this process's background builds
+    (:func:`earth2studio_compile.cancel_builds`), then exits (status 143).
+
+    A build runs in a session of its own so that it outlives a forecast's process;
+    a cold child the parent stops at its timeout would leave its build running
+    beside the next rows. The handler before the block is restored after it.
+    """
+    from earth2studio_compile import cancel_builds
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signum, signal.SIG_IGN)  # one cancel, however many signals
+        cancel_builds()
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        # None: a handler not set from Python, which cannot be put back.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
 def main() -> None:
     spec, out = json.loads(sys.argv[1]), Path(sys.argv[2])
-    with tempfile.TemporaryDirectory(dir=spec.get("workdir")) as tmp:
-        run(spec, out, Path(tmp))
+    with builds_cancelled_on_sigterm():
+        with tempfile.TemporaryDirectory(dir=spec.get("workdir")) as tmp:
+            run(spec, out, Path(tmp))
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ baseline; ``fp32`` turns them off; ``bf16`` adds bf16 autocast inside the cores
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -82,7 +83,7 @@ from earth2studio_compile.tools.bench.workflow_tables import (
 )
 
 __all__ = ["JOBS", "derive", "main", "parse", "plan", "run_child", "storage_floor"]
-__all__ += ["tables"]
+__all__ += ["stop_child", "tables"]
 
 #: What makes two children the same kind, for ``--deadline``'s estimate (the way
 #: says the run: a second-call child's spec runs "both", its rows eager or compiled).
@@ -91,6 +92,9 @@ KIND = ("job", "kind", "way", "build")
 CHILD: tuple[str, ...] = ("-m", "earth2studio_compile.tools.bench.calls")
 #: Seconds between looks at a running child's output.
 POLL_S = 0.5
+#: Seconds a child past its timeout has from SIGTERM, to cancel its background builds
+#: (a build has 10 s of its own to end), before its process group is killed.
+STOP_GRACE_S = 20.0
 # A failed child's log lines kept in its error row.
 LOG_TAIL = 40
 EXCEPTION = re.compile(r"^[\w.]*(Error|Exception|Interrupt)\b")
@@ -182,8 +186,8 @@ def run_child(
     the child's ``import_s`` and ``setup_s`` and its ``process_s`` (start to exit).
 
     ``progress`` gets the rows so far whenever the child has written more. A child
-    that fails or runs past ``timeout`` is killed; its finished calls are kept and
-    one row with ``error`` stands for the rest.
+    that runs past ``timeout`` is stopped (:func:`stop_child`); a failed or stopped
+    child's finished calls are kept and one row with ``error`` stands for the rest.
 
     The child works in a directory of its own, removed when it has exited, killed
     or not, so no child leaves a store behind for the next (DLWP's 7 variables: 9.8
@@ -218,8 +222,7 @@ def run_child(
         seen, error = 0.0, None
         while proc.poll() is None:
             if time.perf_counter() - start > timeout:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+                stop_child(proc)
                 error = f"timed out after {timeout:.0f} s"
                 break
             time.sleep(POLL_S)
@@ -247,6 +250,21 @@ def run_child(
         )
     out.unlink(missing_ok=True)
     return rows
+
+
+def stop_child(proc: subprocess.Popen[Any]) -> None:
+    """Stop a child that leads its own process group: SIGTERM, on which it cancels
+    its background builds (:func:`.calls.builds_cancelled_on_sigterm`) and exits,
+    then SIGKILL for the group (Inductor's compile workers) once it has exited or
+    :data:`STOP_GRACE_S` seconds have passed."""
+    proc.terminate()
+    try:
+        proc.wait(STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+    with contextlib.suppress(ProcessLookupError):  # nothing of the group is left
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def _failure(lines: list[str]) -> str:

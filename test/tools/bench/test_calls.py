@@ -77,3 +77,57 @@ def test_a_cold_row_with_caches_of_its_own_cancels_its_build(tmp_path, monkeypat
     said = row["background"][-1]  # this process's latest build (tests run others)
     assert "cancelled" in said, said
     assert row["background_wait_s"] < 30
+
+
+def test_a_child_stopped_by_sigterm_cancels_its_background_build(
+    background_on, monkeypatch, tmp_path
+):
+    """The parent stops a child past its timeout with SIGTERM: the child's entry
+    point cancels its background build (which runs in a session of its own, out of
+    the parent's reach), exits, and leaves SIGTERM's handler as it found it."""
+    import os
+    import signal
+    import sys
+    import time
+
+    import pytest
+    import torch
+    from tiny_cores import TinyModel
+
+    from earth2studio_compile import CompileSession
+    from earth2studio_compile.artifacts import background, build_job
+    from earth2studio_compile.tools.bench import calls
+
+    monkeypatch.setattr(build_job, "CHILD", "import time; time.sleep(120)")
+    model = TinyModel()
+    with CompileSession(model, regions=["core"], probe=False):
+        with torch.no_grad():
+            model.core(torch.randn(4, 8))
+    job = background.wait(timeout=2)[-1]  # launched as the session closed
+    assert job.poll() == "running" and job.pid is not None
+
+    def run(spec, out, tmp):  # the parent's SIGTERM, mid-row
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(60)
+
+    monkeypatch.setattr(calls, "run", run)
+    spec = json.dumps({"workdir": str(tmp_path)})
+    monkeypatch.setattr(sys, "argv", ["calls", spec, str(tmp_path / "out.json")])
+
+    def unhandled(signum, frame):  # rather than SIGTERM's default: end pytest
+        raise AssertionError("the child's entry point left SIGTERM to the default")
+
+    before = signal.signal(signal.SIGTERM, unhandled)
+    try:
+        start = time.monotonic()
+        with pytest.raises(SystemExit) as stopped:
+            calls.main()
+        assert signal.getsignal(signal.SIGTERM) is unhandled
+    finally:
+        signal.signal(signal.SIGTERM, before)
+        background.cancel()
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert time.monotonic() - start < 10  # the build ended on its SIGTERM
+    assert job.poll() == "failed" and job.reason == "cancelled"
+    with pytest.raises(ProcessLookupError):
+        os.kill(job.pid, 0)  # gone, and reaped

@@ -456,6 +456,37 @@ def test_a_killed_child_leaves_no_store_and_no_caches_of_its_own(monkeypatch, tm
     assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == ["fcn-tf32"]
 
 
+_TERMINATED_CHILD = r"""
+import json, pathlib, signal, sys, time
+caches = pathlib.Path(json.loads(sys.argv[1])["workdir"]).parent
+def stop(signum, frame):
+    (caches / "terminated").write_text("x")
+    time.sleep(600)  # a child that cannot end: its group is killed after the grace
+signal.signal(signal.SIGTERM, stop)
+(caches / "ready").write_text("x")
+time.sleep(600)
+"""
+
+
+def test_a_child_past_its_timeout_gets_sigterm_then_sigkill(monkeypatch, tmp_path):
+    """SIGTERM first, on which a child cancels its background builds
+    (calls.builds_cancelled_on_sigterm), then SIGKILL after the grace; regression:
+    the child was killed at once and its build went on."""
+    import time
+
+    from earth2studio_compile.tools.bench import workflow
+
+    monkeypatch.setattr(workflow, "CHILD", ("-c", _TERMINATED_CHILD))
+    monkeypatch.setattr(workflow, "STOP_GRACE_S", 1.0)
+    args = workflow.parse(["--jobs", "fcn", "--device", "cpu", "--io", "zarr-disk"])
+    spec = workflow.plan(args)[0]
+    start = time.monotonic()
+    (row,) = workflow.run_child(spec, tmp_path, 3)
+    assert row["error"] == "timed out after 3 s"
+    assert (tmp_path / "ready").exists() and (tmp_path / "terminated").exists()
+    assert time.monotonic() - start < 3 + 1 + 5
+
+
 def test_dlwp_ens_all_writes_every_variable_of_16_members_to_disk(capsys):
     """Issue 34's disk target: DLWP 16 x 20, batch 8, all 7 variables; the store
     it implies is the 9.8 GB the help names."""
