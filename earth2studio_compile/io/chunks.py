@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+from concurrent.futures import Executor
 from typing import Any, cast
 
 import numpy as np
@@ -103,6 +104,7 @@ async def store_by_chunk(
     value: np.ndarray,
     unchecked: Any | None = None,
     copy: bool = False,
+    pool: Executor | None = None,
 ) -> None:
     """``await array.setitem(selection, value)``, one whole chunk at a time where
     the selection writes whole chunks of an unsharded array (the same bytes and
@@ -122,9 +124,13 @@ async def store_by_chunk(
     copy : bool, optional
         Store a copy of ``value``, not ``value`` itself, by default False: for a
         store that keeps what it is given (Zarr's memory store) while the caller
-        reuses ``value``. Each chunk is copied on the calling thread (numpy lets go
-        of the GIL while it copies), not on the event loop's executor: a hop per
-        chunk was Python that the workflow's thread waited for
+        reuses ``value``
+    pool : Executor | None, optional
+        Where the chunks' copies are made, several at once (page faults into fresh
+        memory, mostly, on several cores), the event loop waiting (it is meant to
+        be a writer's own); by default on the calling thread. Not the event loop's
+        executor: its hop per chunk (futures chained to the loop, a wake-up each)
+        was Python that the workflow's thread waited on for the GIL
     """
     pieces = None
     if getattr(array, "shards", None) is None:
@@ -144,8 +150,11 @@ async def store_by_chunk(
     # setitem casts to the array's dtype: only a value already of it skips setitem.
     native = value.dtype.name == array.dtype.name
 
-    async def store(outer: tuple[slice, ...], inner: tuple[slice, ...]) -> None:
-        piece = np.array(value[inner]) if copy else value[inner]
+    values = [value[inner] for _, inner in pieces]
+    if copy:
+        values = _copies(values, pool)
+
+    async def store(outer: tuple[slice, ...], piece: np.ndarray) -> None:
         if not _surely_not_fill(piece, fill):
             await array.setitem(outer, piece)
         elif native:
@@ -153,7 +162,15 @@ async def store_by_chunk(
         else:
             await unchecked.setitem(outer, piece)
 
-    await asyncio.gather(*(store(outer, inner) for outer, inner in pieces))
+    await asyncio.gather(*(store(outer, v) for (outer, _), v in zip(pieces, values)))
+
+
+def _copies(values: list[np.ndarray], pool: Executor | None) -> list[np.ndarray]:
+    """A copy of each of ``values``, made on ``pool`` where given (numpy lets go of
+    the GIL while it copies)."""
+    if pool is None:
+        return [np.array(v) for v in values]
+    return [f.result() for f in [pool.submit(np.array, v) for v in values]]
 
 
 async def _set_chunk(array: Any, outer: tuple[slice, ...], piece: np.ndarray) -> None:

@@ -340,6 +340,13 @@ class ZarrWriter(_Lanes):
         self._runners = [asyncio.Runner() for _ in range(workers)]
         self._arrays: dict[str, Any] = {}
         self._members: _Members | None = None
+        # Copies for a store that keeps views, several at once: page faults into
+        # fresh memory, on as many cores as there are lanes.
+        self._copier = (
+            ThreadPoolExecutor(workers, thread_name_prefix=f"{self._name} copy")
+            if self.own_copies
+            else None
+        )
 
     def _jobs(
         self,
@@ -381,7 +388,11 @@ class ZarrWriter(_Lanes):
             unchecked = array.with_config({"write_empty_chunks": True})
             self._arrays[name] = (array, unchecked)
         array, unchecked = self._arrays[name]
-        runner.run(store_by_chunk(array, selection, data, unchecked, self.own_copies))
+        runner.run(
+            store_by_chunk(
+                array, selection, data, unchecked, self.own_copies, self._copier
+            )
+        )
 
     def close(self, then: Callable[[], None] | None = None) -> None:
         if self._closed:
@@ -389,7 +400,16 @@ class ZarrWriter(_Lanes):
         # A runner closes on its lane's thread, after that lane's last store.
         for lane, runner in zip(self._lanes, self._runners):
             lane.submit(runner.close)
-        super().close(then)
+        copier = self._copier
+
+        def finish() -> None:
+            # After every lane's last store: none copies any more.
+            if copier is not None:
+                copier.shutdown()
+            if then is not None:
+                then()
+
+        super().close(finish)
 
 
 def _owned(arg: Any) -> Any:

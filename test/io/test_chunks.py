@@ -161,10 +161,14 @@ def test_whole_chunks_skip_setitem_and_store_its_bytes(monkeypatch, create, dtyp
     assert len(calls) == (1 if dtype == "float32" else 4)
 
 
-def test_copies_are_made_on_the_calling_thread(monkeypatch):
-    """A hop to the event loop's executor per chunk was Python (submit, wake-ups,
-    callbacks) that the workflow's thread waited on for the GIL: the copies are made
-    where the chunks are stored, and the caller may still reuse its buffer."""
+@pytest.mark.parametrize("pool", [False, True], ids=["inline", "on-a-pool"])
+def test_copies_are_made_without_the_event_loops_executor(monkeypatch, pool):
+    """A hop to the event loop's executor per chunk was Python (futures chained to
+    the loop, a wake-up each) that the workflow's thread waited on for the GIL: the
+    copies are made on the writer's own pool, or its thread, and the caller may
+    still reuse its buffer."""
+    from concurrent.futures import ThreadPoolExecutor
+
     hops = []
     to_thread = asyncio.to_thread
 
@@ -179,14 +183,21 @@ def test_copies_are_made_on_the_calling_thread(monkeypatch):
     )
     value = np.arange(4 * 6 * 10, dtype="float32").reshape(4, 1, 6, 10) + 1
     selection = (slice(0, 4), slice(2, 3), slice(None), slice(None))
+    submitted = []
 
-    async def write():
+    class Pool(ThreadPoolExecutor):
+        def submit(self, fn, *args, **kwargs):
+            submitted.append(fn)
+            return super().submit(fn, *args, **kwargs)
+
+    async def write(executor):
         a = await zarr.api.asynchronous.open_array(store=store, mode="r+")
-        await store_by_chunk(a, selection, value, copy=True)
+        await store_by_chunk(a, selection, value, copy=True, pool=executor)
 
-    asyncio.run(write())
+    with Pool(2) as executor:
+        asyncio.run(write(executor if pool else None))
     expected = value.copy()
     value[:] = -1.0
-    assert hops == []
+    assert hops == [] and len(submitted) == (4 if pool else 0)
     read = zarr.open_array(store, mode="r")[selection]
     np.testing.assert_array_equal(read, expected, strict=True)

@@ -206,6 +206,18 @@ FIGURES: tuple[Figure, ...] = (
         workflow,
     ),
     Figure(
+        "ensembles-h100",
+        PERF,
+        ("2026-11-26-h100/dlwp-ens-08c4435.json",),
+        workflow,
+    ),
+    Figure(
+        "ensembles-h100-writers",
+        PERF,
+        ("2026-11-26-h100/dlwp-ens-94e3839.json",),
+        workflow,
+    ),
+    Figure(
         "ensembles-ahead-phases",
         PERF,
         ("2026-11-26-h200/dlwp-ens-2a9383c.json",),
