@@ -168,6 +168,66 @@ def _time_writes(io: Any) -> list[float]:
     return times
 
 
+@contextlib.contextmanager
+def _thread_phases(model: Any, io: Any) -> Iterator[dict[str, float]]:
+    """Seconds the workflow's thread spends in the model's iterator (``iterator_s``:
+    each step's model work, and whatever it waits for), upstream's ``map_coords``
+    and ``split_coords``, and ``io.write`` (``write_s``), summed over one call; with
+    ``OverlappedIO``, also ``blocked_s`` (its writes waiting for a free step). What
+    the call spends elsewhere (fetching data, setting up) is the wall less these.
+
+    Upstream's workflows look ``map_coords`` and ``split_coords`` up in their
+    module, and ``create_iterator`` on the model: each is wrapped for the call, then
+    put back. Call ``io.write``'s wrapper (:func:`_time_writes`) inside this.
+    """
+    import earth2studio.run as upstream
+
+    sums = dict.fromkeys(
+        ("iterator_s", "map_coords_s", "split_coords_s", "write_s"), 0.0
+    )
+    saved = {n: getattr(upstream, n) for n in ("map_coords", "split_coords")}
+
+    def timed(key: str, fn: Any) -> Any:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                sums[key] += time.perf_counter() - t0
+
+        return wrapper
+
+    create = model.create_iterator
+
+    def create_iterator(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        steps = create(*args, **kwargs)
+        while True:
+            t0 = time.perf_counter()
+            try:
+                item = next(steps)
+            except StopIteration:
+                return
+            finally:
+                sums["iterator_s"] += time.perf_counter() - t0
+            yield item
+
+    io.write = timed("write_s", io.write)
+    model.create_iterator = create_iterator
+    for name, fn in saved.items():
+        setattr(upstream, name, timed(f"{name}_s", fn))
+    blocked = getattr(io, "blocked_s", None)
+    try:
+        yield sums
+    finally:
+        for name, fn in saved.items():
+            setattr(upstream, name, fn)
+        del model.create_iterator  # the class's again
+        del io.write
+        if blocked is not None:
+            sums["blocked_s"] = io.blocked_s - blocked
+
+
 def background_builds(
     timeout: float | None = None, cancel: bool = False
 ) -> dict[str, Any]:
@@ -195,7 +255,8 @@ def call(
         ``run``, ``wall_s`` (the call until the store is written and the device is
         idle), ``returned_s`` (until the workflow returned), ``first_step_s`` (until
         the first forecast step reached the IO), ``store_bytes`` (on
-        disk) and, compiled, ``report`` (its summary and regions)
+        disk), ``thread_s`` (where the workflow's thread spent the call:
+        :func:`_thread_phases`) and, compiled, ``report`` (its summary and regions)
     """
     import numpy as np
     import torch
@@ -232,12 +293,12 @@ def call(
     # the global switches already set for the whole process.
     scoped = spec["precision"] if spec["precision"] == "bf16" else None
     marks: dict[str, float] = {}
-    writes = _time_writes(io)
-    with eager_precision(model, None if compiled else scoped):
-        start = marks["start"] = time.perf_counter()
-        workflow(*args, *rest, **kwargs)
-        wall = finish(io, device, marks, start)
-    del io.write  # the class's again
+    with _thread_phases(model, io) as phases:
+        writes = _time_writes(io)
+        with eager_precision(model, None if compiled else scoped):
+            start = marks["start"] = time.perf_counter()
+            workflow(*args, *rest, **kwargs)
+            wall = finish(io, device, marks, start)
     return {
         "run": "compiled" if compiled else "eager",
         "wall_s": wall,
@@ -246,6 +307,7 @@ def call(
         "first_step_s": writes[1] - start if len(writes) > 1 else None,
         "store_bytes": _store_bytes_then_remove(io),
         "report": _report(compiled),
+        "thread_s": phases,
     }
 
 

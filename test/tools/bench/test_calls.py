@@ -28,6 +28,11 @@ def test_workflow_calls_of_an_ensemble_and_overlapped_writes(tmp_path, monkeypat
     assert compiled["wall_s"] >= compiled["returned_s"] > compiled["first_step_s"] > 0
     assert eager["returned_s"] > eager["first_step_s"] > 0
     assert "padded batch" in compiled["report"]["summary"]  # the last batch: 1 of 2
+    for row in (eager, compiled):  # where the workflow's thread spent the call
+        spent = row["thread_s"]
+        assert set(spent) == {"iterator_s", "map_coords_s", "split_coords_s", "write_s"}
+        assert all(v > 0 for v in spent.values())
+        assert sum(spent.values()) < row["returned_s"]
     assert json.loads((tmp_path / "out.json").read_text())["rows"][1]["call"] == 1
     (floor,) = calls.run(
         ens | {"io": None, "kind": "floor"}, tmp_path / "f.json", tmp_path
@@ -41,6 +46,7 @@ def test_workflow_calls_of_an_ensemble_and_overlapped_writes(tmp_path, monkeypat
     det |= {"batch_size": 1, "io": "overlapped", "kind": "fresh", "run": "compiled"}
     (row,) = calls.run(det, tmp_path / "d.json", tmp_path)
     assert row["store_bytes"] > 0 and row["wall_s"] >= row["returned_s"] > 0
+    assert row["thread_s"]["blocked_s"] >= 0  # an OverlappedIO's
     assert {x["status"] for x in row["report"]["regions"]} == {"compiled"}
 
 
