@@ -16,7 +16,8 @@ backend's own ``write`` would have stored those before the failing one).
 - :class:`ZarrWriter`: ``ZarrBackend``, upstream's ``write`` runs once per step on a
   stand-in that keeps the storage step (``_write_array``, upstream's seam for it);
   each array is then stored through Zarr's async API on its lane, an event loop of
-  its own, one whole chunk at a time where it can (:mod:`.chunks`). Measured
+  its own, one whole chunk at a time where it can (:mod:`.chunks`; a store that
+  keeps views gets copies, made on a pool of the writer's own). Measured
   against one shared loop with a future per array (as Earth2Studio's
   ``AsyncZarrBackend`` does), the lanes were faster on a writing-bound CPU rollout.
 
@@ -287,8 +288,8 @@ class _Members:
 class _Collector:
     """Stands in for a ``ZarrBackend`` in upstream's ``write`` of one step: all is the
     backend's but the storage step, which is kept for the step's array jobs, and its
-    group, seen through ``members`` (:class:`_Members`). The first job to ask runs
-    it; the others reuse what it kept (or its error)."""
+    group, ``root``, seen through :class:`_Members`. The first job to ask runs it;
+    the others reuse what it kept (or its error)."""
 
     def __init__(self, io: IOBackend, args: list[Any], members: _Members) -> None:
         self._io, self._args = io, args
