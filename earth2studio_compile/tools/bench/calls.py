@@ -153,32 +153,21 @@ def _report(compiled: bool) -> dict[str, Any] | None:
     return {"summary": report.summary(), "regions": regions}
 
 
-def _time_writes(io: Any) -> list[float]:
-    """The ``perf_counter`` of each ``io.write`` call from now on (an instance
-    attribute over the class's method: delete it to stop)."""
-    times: list[float] = []
-    write = io.write
-
-    @functools.wraps(write)
-    def timed(*args: Any, **kwargs: Any) -> Any:
-        times.append(time.perf_counter())
-        return write(*args, **kwargs)
-
-    io.write = timed
-    return times
-
-
 @contextlib.contextmanager
-def _thread_phases(model: Any, io: Any) -> Iterator[dict[str, float]]:
+def _thread_phases(
+    model: Any, io: Any
+) -> Iterator[tuple[dict[str, float], list[float]]]:
     """Seconds the workflow's thread spends in the model's iterator (``iterator_s``:
     each step's model work, and whatever it waits for), upstream's ``map_coords``
     and ``split_coords``, and ``io.write`` (``write_s``), summed over one call; with
     ``OverlappedIO``, also ``blocked_s`` (its writes waiting for a free step). What
     the call spends elsewhere (fetching data, setting up) is the wall less these.
+    Also the ``perf_counter`` at which each ``io.write`` call began.
 
     Upstream's workflows look ``map_coords`` and ``split_coords`` up in their
-    module, and ``create_iterator`` on the model: each is wrapped for the call, then
-    put back. Call ``io.write``'s wrapper (:func:`_time_writes`) inside this.
+    module, ``create_iterator`` on the model, ``write`` on the IO: each is wrapped
+    for the call (an instance attribute over the class's method, on the model and
+    the IO), then put back.
     """
     import earth2studio.run as upstream
 
@@ -186,11 +175,14 @@ def _thread_phases(model: Any, io: Any) -> Iterator[dict[str, float]]:
         ("iterator_s", "map_coords_s", "split_coords_s", "write_s"), 0.0
     )
     saved = {n: getattr(upstream, n) for n in ("map_coords", "split_coords")}
+    writes: list[float] = []
 
-    def timed(key: str, fn: Any) -> Any:
+    def timed(key: str, fn: Any, starts: list[float] | None = None) -> Any:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             t0 = time.perf_counter()
+            if starts is not None:
+                starts.append(t0)
             try:
                 return fn(*args, **kwargs)
             finally:
@@ -212,13 +204,13 @@ def _thread_phases(model: Any, io: Any) -> Iterator[dict[str, float]]:
                 sums["iterator_s"] += time.perf_counter() - t0
             yield item
 
-    io.write = timed("write_s", io.write)
+    io.write = timed("write_s", io.write, writes)
     model.create_iterator = create_iterator
     for name, fn in saved.items():
         setattr(upstream, name, timed(f"{name}_s", fn))
     blocked = getattr(io, "blocked_s", None)
     try:
-        yield sums
+        yield sums, writes
     finally:
         for name, fn in saved.items():
             setattr(upstream, name, fn)
@@ -293,8 +285,7 @@ def call(
     # the global switches already set for the whole process.
     scoped = spec["precision"] if spec["precision"] == "bf16" else None
     marks: dict[str, float] = {}
-    with _thread_phases(model, io) as phases:
-        writes = _time_writes(io)
+    with _thread_phases(model, io) as (phases, writes):
         with eager_precision(model, None if compiled else scoped):
             start = marks["start"] = time.perf_counter()
             workflow(*args, *rest, **kwargs)
