@@ -44,7 +44,11 @@ from earth2studio_compile.tools.bench.tables import (
     second_call,
     warm_phases,
 )
-from earth2studio_compile.tools.bench.workflow_figures import workflow, workflow_phases
+from earth2studio_compile.tools.bench.workflow_figures import (
+    workflow,
+    workflow_phases,
+    workflow_threads,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 BENCH = "docs/bench"
@@ -216,6 +220,41 @@ FIGURES: tuple[Figure, ...] = (
         PERF,
         ("2026-11-26-h100/dlwp-ens-94e3839.json",),
         workflow,
+    ),
+    Figure(
+        "ensembles-h100-6bdb8a0",
+        PERF,
+        ("2026-11-26-h100-fourth/dlwp-ens-6bdb8a0.json",),
+        workflow,
+    ),
+    Figure(
+        "ensembles-h100-disk-6bdb8a0",
+        PERF,
+        (
+            "2026-11-26-h100-fourth/ens-disk-6bdb8a0.json",
+            "2026-11-26-h100-fourth/fcn-ens-6bdb8a0.json",
+        ),
+        workflow,
+    ),
+    Figure(
+        "ensembles-h100-6bdb8a0-threads",
+        PERF,
+        (
+            "2026-11-26-h100-fourth/dlwp-ens-6bdb8a0.json",
+            "2026-11-26-h100-fourth/ens-disk-6bdb8a0.json",
+            "2026-11-26-h100-fourth/fcn-ens-6bdb8a0.json",
+        ),
+        workflow_threads,
+    ),
+    Figure(
+        "ensembles-h100-6bdb8a0-phases",
+        PERF,
+        (
+            "2026-11-26-h100-fourth/dlwp-ens-6bdb8a0.json",
+            "2026-11-26-h100-fourth/ens-disk-6bdb8a0.json",
+            "2026-11-26-h100-fourth/fcn-ens-6bdb8a0.json",
+        ),
+        workflow_phases,
     ),
     Figure(
         "ensembles-ahead-phases",

@@ -1,5 +1,6 @@
 """The storage floors of the workflow mode (:mod:`.calls`) and the ensemble
-breakdown: a store's bytes copied to the host as a workflow copies a step, then kept
+breakdown: a store's bytes copied to the host a step at a time into reused buffers, as
+:class:`~earth2studio_compile.io.OverlappedIO` copies a step, then kept
 by a pool of writer threads, one array per variable per step as the Zarr stores
 chunk them: written to files with ``numpy.save`` (:func:`write_store`, against
 stores on disk), or copied into fresh host memory (:func:`write_memory`, against
@@ -87,11 +88,11 @@ def write_store(
     """Seconds to write a store's bytes with ``numpy.save`` from ``writers`` threads.
 
     Each of ``writes`` steps (steps x batches) is one device tensor of ``variables`` x
-    ``values`` float32, copied to the host as the workflow copies a step, then saved
-    one file per variable (``floor-{step}-{variable}.npy``), as the Zarr stores chunk
-    it, by a ``ThreadPoolExecutor`` of ``writers`` threads (``numpy.save`` releases
-    the GIL in its file writes). The clock runs from the first copy until every file
-    is written and the device is idle; an ``os.sync()`` before it keeps earlier
+    ``values`` float32, copied to the host into a reused buffer (:func:`_write_steps`),
+    then saved one file per variable (``floor-{step}-{variable}.npy``), as the Zarr
+    stores chunk it, by a ``ThreadPoolExecutor`` of ``writers`` threads (``numpy.save``
+    releases the GIL in its file writes). The clock runs from the first copy until every
+    file is written and the device is idle; an ``os.sync()`` before it keeps earlier
     writes' dirty pages out of this figure. The files are left in ``directory``.
 
     Parameters
@@ -170,27 +171,45 @@ def _write_steps(
 ) -> float:
     """Seconds from the first step's host copy until ``store`` has had every field
     of every step (``store(step, variable, field)``, from a pool of ``writers``
-    threads) and the device is idle."""
+    threads) and the device is idle.
+
+    Each step is copied into one of a few host buffers (pinned from CUDA), made and
+    touched before the clock starts and reused once the step they held is stored,
+    as :class:`~earth2studio_compile.io.OverlappedIO` reuses its own: a copy into
+    fresh memory per step would add the operating system's page faults (~1 GB/s on
+    the H100 host, 2026-11-26), which no storage needs, and a floor must not hold
+    more than the storage.
+    """
     import torch
 
     from earth2studio_compile.metrics import synchronize
 
     device = torch.device(device)
     step = torch.randn(variables, values, device=device)
-    # A bounded backlog: host copies wait for writers, not the whole store in memory.
-    backlog: deque[list[Future[None]]] = deque()
+    # Steps in flight: host copies wait for writers, not the whole store in memory.
+    depth = max(2, writers)
+    pinned = device.type == "cuda"
+    free = [
+        torch.zeros(variables, values, pin_memory=pinned)
+        for _ in range(min(depth, writes))
+    ]
+    backlog: deque[tuple[Any, list[Future[None]]]] = deque()
     synchronize(device)
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=writers) as pool:
         for i in range(writes):
-            while len(backlog) > max(2, writers):
-                for done in backlog.popleft():
+            if not free:
+                buffer, futures = backlog.popleft()
+                for done in futures:
                     done.result()
-            host = step.cpu().numpy()
+                free.append(buffer)
+            buffer = free.pop()
+            buffer.copy_(step)
+            host = buffer.numpy()
             backlog.append(
-                [pool.submit(store, i, v, host[v]) for v in range(variables)]
+                (buffer, [pool.submit(store, i, v, host[v]) for v in range(variables)])
             )
-        for futures in backlog:
+        for _, futures in backlog:
             for done in futures:
                 done.result()
     synchronize(device)

@@ -138,9 +138,10 @@ def workflow_phases(datas: Sequence[Mapping[str, Any]]) -> str:
                     continue
                 names += [k for k in g["phases"] if k not in names]
                 rows.append((r, g))
-    header = ["IO backend", "call", "first step s", *names]
+    header = ["job", "IO backend", "call", "first step s", *names]
     body = [
         [
+            _job(r),
             _IOS.get(r["io"], str(r["io"])),
             _WAYS.get(r["way"], f"call {r.get('call')} in one process"),
             number(g.get("first_call_s"), ".3f"),
@@ -148,9 +149,62 @@ def workflow_phases(datas: Sequence[Mapping[str, Any]]) -> str:
         ]
         for r, g in rows
     ]
+    if len({_job(r) for r, _ in rows}) < 2:  # the runs' caption names it
+        header, body = header[1:], [row[1:] for row in body]
     note = (
         "\n\nPhases run in this order, each timed on the host (a phase that "
         "waits for the device, as verify does, also waits for the kernels queued "
         "before it); cudagraph_record is the next step's, not the first's."
     )
     return markdown(header, body) + note
+
+
+#: ``thread_s`` keys in the order a step meets them, and their column names.
+_THREAD = {
+    "iterator_s": "model iterator",
+    "map_coords_s": "map_coords",
+    "split_coords_s": "split_coords",
+    "write_s": "io.write",
+    "blocked_s": "of it blocked",
+}
+
+
+def workflow_threads(datas: Sequence[Mapping[str, Any]]) -> str:
+    """Where the workflow's own thread spent each process's call (seconds): the
+    rows of the workflow mode that timed it (``thread_s``), one line per process."""
+    rows, jobs = [], []
+    for data in datas:
+        for r in data["rows"]:
+            spent = r.get("thread_s")
+            if not spent or "wall_s" not in r:
+                continue
+            if r["run"] == "compiled":
+                run = "compile=True"
+            elif r["io"] in ("overlapped", "overlapped-memory"):
+                run = "eager + OverlappedIO"
+            else:
+                run = "upstream, eager"
+            jobs += [_job(r)] * (_job(r) not in jobs)
+            rows.append(
+                [
+                    _job(r),
+                    _IOS.get(r["io"], str(r["io"])),
+                    run,
+                    _WAYS.get(r["way"], "fresh process"),
+                    number(r["wall_s"], ".2f"),
+                    number(r.get("first_step_s"), ".2f"),
+                    *(number(spent.get(k), ".2f") for k in _THREAD),
+                ]
+            )
+    header = ["job", "IO backend", "run", "call", "call s", "first step s"]
+    header += list(_THREAD.values())
+    if len(jobs) == 1:  # the caption names it
+        header, rows = header[1:], [row[1:] for row in rows]
+    note = (
+        f"\n\n{'; '.join(jobs) or '-'}: one line per process. The workflow's own "
+        "thread, timed around upstream's calls: model iterator = waiting for the "
+        "model's next step (its compute, or the GIL while other threads hold it), "
+        "io.write = in the IO's write (an OverlappedIO's: its host copies queued, "
+        "or blocked on the bound of steps pending when the writers are behind)."
+    )
+    return markdown(header, rows) + note

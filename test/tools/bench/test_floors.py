@@ -50,6 +50,23 @@ def test_the_memory_floor_keeps_a_copy_of_every_field():
     assert len({a.ctypes.data for a in kept}) == len(kept)
 
 
+def test_the_floor_copies_each_step_into_a_few_reused_host_buffers():
+    """A step is copied into one of max(2, writers) host buffers, reused once their
+    step is stored: fresh memory per copy would put page faults into the floor (and
+    from the CPU the floor still copies, as a workflow's step is copied)."""
+    steps: dict[int, set[int]] = {}
+
+    def store(i, v, field):
+        # The step's buffer: where its first field starts.
+        steps.setdefault(i, set()).add(field.ctypes.data - v * field.nbytes)
+
+    seconds = floors._write_steps(10, 3, 40, "cpu", 2, store)
+    assert seconds > 0 and sorted(steps) == list(range(10))
+    assert all(len(bases) == 1 for bases in steps.values())  # one copy per step
+    buffers = {b for bases in steps.values() for b in bases}
+    assert len(buffers) == 2  # reused, and two steps in flight
+
+
 def test_storage_floor_reports_the_memory_floor_beside_the_files(tmp_path):
     out = floors.storage_floor(tmp_path, 4 * 2 * 3 * 50, 2, 3, "cpu", 2, memory=True)
     assert out["io_memory_floor_s"] > 0 and out["io_floor_s"] > 0

@@ -47,3 +47,54 @@ def test_the_workflow_table_names_each_job_and_an_ensembles_rate():
     assert cells[1] == "ZarrBackend (memory)" and "50/-/200" in cells
     assert second.startswith("| FCN, 40 steps, every variable |")
     assert "DLWP, 16 x 20 (batch 8), 3 variables, tf32" in text
+
+
+def test_the_thread_table_has_a_line_per_process_and_its_run_named():
+    """Every process that timed its workflow thread, eager or compiled, with the
+    thread's phases in the order a step meets them; a row without them is left out."""
+    from earth2studio_compile.tools.bench import workflow_figures as tables
+
+    base = {"model": "fcn", "steps": 10, "members": 8, "batch_size": 4}
+    base |= {"precision": "tf32", "kind": "fresh"}
+    spent = {"iterator_s": 2.0, "map_coords_s": 0.0, "split_coords_s": 0.01}
+    rows = [
+        {**base, "io": "async-zarr", "way": "fresh", "run": "eager", "wall_s": 6.0}
+        | {"first_step_s": 1.3, "thread_s": spent | {"write_s": 3.7}},
+        {**base, "io": "overlapped", "way": "warm", "run": "compiled", "wall_s": 4.5}
+        | {"thread_s": spent | {"write_s": 1.7, "blocked_s": 0.5}},
+        {**base, "io": "overlapped", "way": "fresh", "run": "eager", "wall_s": 4.0},
+    ]
+    text = tables.workflow_threads([{"rows": rows}])
+    header, _, first, second, *rest = text.splitlines()
+    assert header.startswith("| IO backend | run | call | call s | first step s |")
+    assert header.index("model iterator") < header.index("io.write")
+    cells = [c.strip() for c in first.strip("|").split("|")]
+    first_cells = ["AsyncZarrBackend (disk)", "upstream, eager", "fresh process"]
+    assert cells[:5] == [*first_cells, "6.00", "1.30"]
+    assert cells[5:] == ["2.00", "0.00", "0.01", "3.70", "-"]
+    cells = [c.strip() for c in second.strip("|").split("|")]
+    assert (
+        cells[1] == "compile=True"
+        and cells[4] == "-"
+        and cells[-2:] == ["1.70", "0.50"]
+    )
+    assert not rest[0].strip()  # the third row timed nothing: the caption follows
+
+
+def test_the_phases_table_names_the_job_where_a_figure_has_several():
+    from earth2studio_compile.tools.bench import workflow_figures as tables
+
+    def row(model, steps):
+        region = {"first_call_s": 0.5, "phases": {"first_run": 0.3, "verify": 0.2}}
+        found = {"model": model, "steps": steps, "io": "overlapped", "way": "warm"}
+        return found | {"run": "compiled", "report": {"regions": [region]}}
+
+    one = tables.workflow_phases([{"rows": [row("fcn", 10)]}])
+    assert one.startswith("| IO backend | call | first step s | first_run | verify |")
+    two = tables.workflow_phases(
+        [{"rows": [row("fcn", 10)]}, {"rows": [row("dlwp", 20)]}]
+    )
+    lines = two.splitlines()
+    assert lines[0].startswith("| job | IO backend |")
+    assert lines[2].startswith("| FCN, 10 steps, every variable |")
+    assert lines[3].startswith("| DLWP, 20 steps, every variable |")
