@@ -52,6 +52,9 @@ class Measured:
         The call loaded, ran and verified a background build's artifact in this
         many seconds, and runs it from now on (:attr:`background` is then the
         build's own description)
+    verified_earlier : bool
+        That switch did not verify the artifact again: it had given eager's
+        answer with the same weights in an earlier process
     """
 
     artifact: str | None = None
@@ -62,6 +65,7 @@ class Measured:
     cudagraph_skips: int = 0
     background: str | None = None
     switch_seconds: float | None = None
+    verified_earlier: bool = False
 
 
 def record(report: RegionReport, m: Measured, first: bool) -> None:
@@ -121,7 +125,8 @@ def record(report: RegionReport, m: Measured, first: bool) -> None:
         r.phases["switch"] = m.switch_seconds
         r.background = (
             f"{m.background}; compiled from step {r.calls} on (switched in "
-            f"{m.switch_seconds:.2f} s, verified against eager)"
+            f"{m.switch_seconds:.2f} s, verified against eager"
+            f"{' in an earlier process, same weights' * m.verified_earlier})"
         )
         logger.info(f"{r.label}: {r.background}")
     elif m.background is not None:

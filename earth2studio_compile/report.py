@@ -345,10 +345,14 @@ class CompileReport:
                 if r.compiled_ms is not None and r.eager_ms:
                     text += r.speed_text
             elif r.status == "compiled" and r.executor == "aot":
+                checked = (
+                    "verified against eager"
+                    if "verified_earlier" not in r.phases
+                    else "verified against eager in an earlier process, same weights"
+                )
                 text = (
                     f"{r.label}: ran its ahead-of-time artifact ({r.mode}), ready in "
-                    f"{r.compile_seconds:.2f} s (verified against eager), "
-                    f"{r.calls} calls"
+                    f"{r.compile_seconds:.2f} s ({checked}), {r.calls} calls"
                 )
                 if r.padded_calls:
                     text += f", {r.padded_calls} padded batch(es)"

@@ -119,6 +119,25 @@ def session_call(built, root, monkeypatch):
     return out, again, session.report.regions[0]
 
 
+def unverified(root):
+    """Forget which weights the artifacts under ``root`` were verified with: their
+    next first call verifies against eager (the suite's tests share ``built``)."""
+    from earth2studio_compile.artifacts import verified
+
+    for found in root.glob(f"**/{verified.FILE}"):
+        found.unlink()
+
+
+def another_process(b):
+    """``b`` with another instance of its model holding the same weights, for which
+    this process keeps no compiled code, as in a new process."""
+    from earth2studio_compile.tools import zoo
+
+    model = zoo.build("fcn", size="small")
+    model.model.load_state_dict(b.core.state_dict())
+    return SimpleNamespace(**{**vars(b), "model": model, "core": model.model})
+
+
 def region_summary(region):
     from earth2studio_compile.report import CompileReport
 

@@ -26,7 +26,9 @@ ever giving a wrong answer:
   checksum are checked before loading (:func:`.store.check_dir`).
 - **The first call is verified** against one eager call
   (:func:`.aot_load.verify`); the region falls back to the Dynamo path on any
-  reason.
+  reason. A package that passed with the same weights in an earlier process (a
+  seal of its sha256 and of the weights' values, :mod:`.verified`) is the same
+  computation and is not verified again.
 
 Ahead-of-time modules: :mod:`.aot_key` (what the key hashes about the core, the
 layout), :mod:`.aot_build` (export and compile one region), :mod:`.aot_load`

@@ -86,6 +86,9 @@ class AotRunner:
         The artifact's directory
     key : str
         Its key
+    verified_earlier : bool
+        Its first call was not verified again: it had given eager's answer with
+        the same weights in an earlier process (:mod:`.verified`)
     """
 
     def __init__(
@@ -113,6 +116,7 @@ class AotRunner:
         self.path = path
         self.key = key
         self.phases = phases
+        self.verified_earlier = False
         self.calls = 0
         self._inputs = inputs
         in_spec, out_spec = loader.get_call_spec()

@@ -9,6 +9,7 @@ import torch
 from loguru import logger
 
 from earth2studio_compile import _torch
+from earth2studio_compile.artifacts import verified
 from earth2studio_compile.artifacts.aot_load import (
     AotRunner,
     SignatureMismatch,
@@ -50,7 +51,10 @@ def run_artifact(
     """Load the region's artifact, run one call on it and verify it against eager.
 
     What the ahead-of-time executor does at its first call and the background
-    executor at its switch; each says itself what a refusal means for it.
+    executor at its switch; each says itself what a refusal means for it. An
+    artifact that gave eager's answer in an earlier process with the same weights
+    is not verified again (:mod:`~earth2studio_compile.artifacts.verified`; the
+    runner's ``verified_earlier`` says so); one that gives it now is recorded.
 
     Parameters
     ----------
@@ -65,7 +69,7 @@ def run_artifact(
         Cache root
     laps : Laps | None, optional
         Where to lap ``key`` (with the load's phases), ``first_run`` and
-        ``verify``, by default None
+        ``verify`` (or ``verified_earlier``), by default None
 
     Returns
     -------
@@ -87,8 +91,16 @@ def run_artifact(
     out = runner(*args, **kwargs)
     if laps is not None:
         laps.lap("first_run")
+    sealed = verified.seal(runner.path, verified.weights_print(target.module))
+    if verified.known(runner.path, sealed):
+        runner.verified_earlier = True
+        if laps is not None:
+            laps.lap("verified_earlier")
+        return runner, out, None
     eager = _torch.call_module(target.module, args, kwargs)
     reason = verify(out, eager, target.precision)
+    if reason is None:
+        verified.record(runner.path, sealed)
     if laps is not None:
         laps.lap("verify")
     return runner, out, reason

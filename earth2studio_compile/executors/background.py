@@ -183,6 +183,7 @@ class BackgroundExecutor:
         self.runner = runner
         self.source = f"the ahead-of-time artifact {runner.path}"
         m.background, m.switch_seconds = job.describe(), seconds
+        m.verified_earlier = runner.verified_earlier
         return (out,)
 
     def detach(self) -> None:

@@ -7,12 +7,19 @@ from __future__ import annotations
 
 import pytest
 import torch
-from aot_helpers import eager, region_summary, session_call
+from aot_helpers import (
+    another_process,
+    eager,
+    region_summary,
+    session_call,
+    unverified,
+)
 
 from earth2studio_compile.metrics import rel_l2
 
 
 def test_a_session_runs_the_artifact_when_its_key_matches(built, monkeypatch):
+    unverified(built.root)
     out, again, region = session_call(built, built.root, monkeypatch)
     assert region.status == "compiled" and region.executor == "aot", region
     assert region.graphs == 0  # torch.compile never ran
@@ -86,3 +93,42 @@ def test_a_later_session_runs_the_loaded_artifact_again(built, monkeypatch):
     assert region.reused is not None and region.compile_seconds == 0.0, region
     ref = eager(built.core, built.args)
     assert rel_l2(out, ref) < 1e-5 and rel_l2(again, ref) < 1e-5
+
+
+def test_a_later_process_with_the_same_weights_does_not_verify_again(
+    built, planted, monkeypatch, tmp_path
+):
+    """An artifact that gave eager's answer records it: another process with the
+    same weights skips the eager call; other weights, or another package under the
+    key (planted beside the record), are verified again."""
+    import shutil
+
+    from earth2studio_compile.artifacts import verified
+
+    root = tmp_path / "cache"
+    shutil.copytree(built.root, root)
+    unverified(root)
+    _, _, first = session_call(another_process(built), root, monkeypatch)
+    assert "verify" in first.phases and "verified_earlier" not in first.phases
+    [record] = root.glob(f"**/{verified.FILE}")
+
+    later = another_process(built)
+    out, again, region = session_call(later, root, monkeypatch)
+    assert (region.status, region.executor) == ("compiled", "aot"), region
+    assert "verify" not in region.phases and region.phases["verified_earlier"] >= 0
+    assert "in an earlier process, same weights" in region_summary(region)
+    ref = eager(later.core, later.args)
+    assert rel_l2(out, ref) < 1e-5 and rel_l2(again, ref) < 1e-5
+
+    changed = another_process(built)
+    with torch.no_grad():
+        next(changed.core.parameters()).view(-1)[0] += 1e-3
+    _, _, region = session_call(changed, root, monkeypatch)
+    assert "verify" in region.phases, region.phases
+
+    # The record does not vouch for another package under the same key.
+    [planted_dir] = planted.glob("aot/*")
+    shutil.copy(record, planted_dir / verified.FILE)
+    _, _, region = session_call(another_process(built), planted, monkeypatch)
+    assert region.executor == "dynamo", region
+    assert any("failed verification" in d for d in region.declined), region.declined

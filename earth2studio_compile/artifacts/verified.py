@@ -1,0 +1,160 @@
+"""Which weights an ahead-of-time artifact has given eager's answer with.
+
+An artifact's first call in a process was verified against one eager call on the
+same input, every process again. A fresh process pays that eager call (0.2-0.5 s on
+an H100 for DLWP and FCN, their first eager kernels included: the figures
+"ensembles-h100-6bdb8a0-phases" of docs/performance.md) beside the workflow's
+start, where a call bound by its storage cannot hide it, and the verification of
+the next process adds no evidence: the same package (its sha256) with the same
+weights (their values) on the same device, torch and CUDA (the artifact's key) is
+the same computation. So an artifact that passed records a seal of the two beside
+it (``verified.json``), and a later first call with a seal it holds skips the eager
+call. Another package under the key (rebuilt, planted, replaced) or other weights
+(another checkpoint, an update in place) have another seal and are verified again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+from loguru import logger
+
+from earth2studio_compile.artifacts import store
+from earth2studio_compile.artifacts.aot_key import PACKAGE
+
+__all__ = ["FILE", "known", "record", "seal", "weights_print"]
+
+FILE = "verified.json"
+#: Seals kept per artifact: the weights it was verified with most recently.
+KEEP = 16
+#: Elements summed per kernel: bounds the temporary float64 copy of a tensor.
+_CHUNK = 1 << 24
+#: Integer dtypes of each element size: a tensor's bits are summed, not its values
+#: (a NaN, an infinity or -0.0 counts like any other pattern).
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def weights_print(module: torch.nn.Module) -> str:
+    """A fingerprint of the values of ``module``'s parameters and buffers.
+
+    Per tensor: its name, shape and dtype, and two sums of its elements' bit
+    patterns as integers, one of them weighted by position (a permutation changes
+    it); summed in float64 on the tensor's device, one transfer per device.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        A region's core
+
+    Returns
+    -------
+    str
+        A sha256 in hex; equal for equal tensors on the same device
+    """
+    described: list[str] = []
+    sums: dict[torch.device, list[torch.Tensor]] = {}
+    with torch.no_grad():
+        for name, t in [*module.named_parameters(), *module.named_buffers()]:
+            described.append(f"{name}:{tuple(t.shape)}:{t.dtype}:{t.device}")
+            sums.setdefault(t.device, []).append(_sums(t.detach()))
+    h = hashlib.sha256("|".join(described).encode())
+    for device in sorted(sums, key=str):
+        h.update(torch.stack(sums[device]).cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+def _sums(t: torch.Tensor) -> torch.Tensor:
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    if t.dtype == torch.bool:
+        t = t.to(torch.uint8)
+    flat = t.contiguous().view(-1).view(_BITS[t.element_size()])
+    total = torch.zeros(2, dtype=torch.float64, device=t.device)
+    for start in range(0, flat.numel(), _CHUNK):
+        x = flat[start : start + _CHUNK].to(torch.float64)
+        where = torch.arange(start, start + x.numel(), device=t.device)
+        total[0] += x.sum()
+        total[1] += (x * (where.remainder(251) + 1)).sum()
+    return total
+
+
+def seal(path: Path, weights: str) -> str | None:
+    """The seal of the artifact at ``path`` with weights of ``weights_print``.
+
+    Parameters
+    ----------
+    path : Path
+        The artifact's directory
+    weights : str
+        :func:`weights_print` of the module bound to it
+
+    Returns
+    -------
+    str | None
+        A sha256 of the package's own (from ``meta.json``) and ``weights``; None
+        when ``meta.json`` holds none
+    """
+    try:
+        package = store.read_meta(path)["sha256"][PACKAGE]
+    except Exception:  # no seal: verified as ever
+        return None
+    return hashlib.sha256(f"{package}|{weights}".encode()).hexdigest()
+
+
+def known(path: Path, sealed: str | None) -> bool:
+    """Whether the artifact at ``path`` has given eager's answer with ``sealed``.
+
+    Parameters
+    ----------
+    path : Path
+        The artifact's directory
+    sealed : str | None
+        Its :func:`seal` with the live weights
+
+    Returns
+    -------
+    bool
+        False as well when the record is missing or unreadable
+    """
+    if sealed is None:
+        return False
+    try:
+        return sealed in _read(path)
+    except Exception:  # a damaged record: verify
+        return False
+
+
+def record(path: Path, sealed: str | None) -> None:
+    """Note that the artifact at ``path`` gave eager's answer with ``sealed``.
+
+    Never raises: a cache the process cannot write only means the next process
+    verifies again.
+
+    Parameters
+    ----------
+    path : Path
+        The artifact's directory
+    sealed : str | None
+        Its :func:`seal` with the weights it was verified with
+    """
+    if sealed is None:
+        return
+    try:
+        try:
+            seals = [s for s in _read(path) if s != sealed]
+        except Exception:  # missing or damaged: start again
+            seals = []
+        seals = [*seals, sealed][-KEEP:]
+        store.write_file(path / FILE, json.dumps({"verified": seals}).encode())
+    except OSError as err:
+        logger.debug(f"Could not record the verification of {path}: {err!r}")
+
+
+def _read(path: Path) -> list[str]:
+    seals = json.loads((path / FILE).read_text())["verified"]
+    if not isinstance(seals, list) or not all(isinstance(s, str) for s in seals):
+        raise ValueError(f"{FILE} is not a list of seals")
+    return seals
