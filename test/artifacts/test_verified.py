@@ -43,15 +43,22 @@ def test_the_fingerprint_is_of_the_values_of_every_parameter_and_buffer():
     assert verified.weights_print(half) != base
 
 
-def test_a_tensor_longer_than_a_chunk_is_summed_whole(monkeypatch):
-    """Chunked sums (a bound on the temporary copy) cover every element."""
-    core = torch.nn.Linear(64, 64)
+def test_tensors_in_several_groups_are_all_summed(monkeypatch):
+    """Groups of tensors laid end to end (a bound on the temporary copy) cover
+    every element of every tensor, and a move from one tensor to the next counts."""
+    core = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64))
     base = verified.weights_print(core)
-    monkeypatch.setattr(verified, "_CHUNK", 100)
-    assert verified.weights_print(core) == base
+    kept = core[1].bias[-1].item()
+    monkeypatch.setattr(verified, "_GROUP", 100)  # a group per tensor
+    split = verified.weights_print(core)
     with torch.no_grad():
-        core.weight.view(-1)[-1] += 1  # in the last chunk
+        core[1].bias[-1] += 1  # the last element of the last group
+    assert verified.weights_print(core) != split
+    monkeypatch.undo()
     assert verified.weights_print(core) != base
+    with torch.no_grad():
+        core[1].bias[-1] = kept
+    assert verified.weights_print(core) == base
 
 
 def _artifact(path, package: bytes = b"code"):
