@@ -17,7 +17,8 @@ backend's own ``write`` would have stored those before the failing one).
   stand-in that keeps the storage step (``_write_array``, upstream's seam for it);
   each array is then stored through Zarr's async API on its lane, an event loop of
   its own, one whole chunk at a time where it can (:mod:`.chunks`; a store that
-  keeps views gets copies, made on a pool of the writer's own). Measured
+  keeps views gets copies, made on a pool of the writer's own; a store that writes
+  files does so on a few threads per lane, :data:`FILE_THREADS` in all). Measured
   against one shared loop with a future per array (as Earth2Studio's
   ``AsyncZarrBackend`` does), the lanes were faster on a writing-bound CPU rollout.
 
@@ -58,6 +59,13 @@ __all__ = [
 
 _PREFIX = "OverlappedIO"
 _serial = itertools.count()
+#: Threads that write a store's files (Zarr's local store hands each chunk to its
+#: event loop's executor), shared out over the lanes, unless Zarr's own
+#: ``threading.max_workers`` says. On the H100 host, FCN ensemble steps (9.5 GB)
+#: were stored in 1.7-1.9 s with 8 (4 lanes x 2, 8 x 1) and 2.6-3.6 s with each
+#: lane loop's default executor (20 threads): more threads taking turns at the GIL,
+#: not more writing (docs/bench/2026-11-26-h100-fourth/writes-*.json).
+FILE_THREADS = 8
 
 
 class Writer(Protocol):
@@ -336,9 +344,20 @@ class ZarrWriter(_Lanes):
     """
 
     def __init__(self, io: IOBackend, workers: int) -> None:
+        import zarr
+
         super().__init__(io, workers)
-        # Each used only on its lane's thread, as are the arrays it opened.
-        self._runners = [asyncio.Runner() for _ in range(workers)]
+        total = zarr.config.get("threading.max_workers", None) or FILE_THREADS
+        files = [
+            ThreadPoolExecutor(
+                max(1, math.ceil(total / workers)),
+                thread_name_prefix=f"{self._name} files {i}",
+            )
+            for i in range(workers)
+        ]
+        # Each used only on its lane's thread, as are the arrays it opened; closing
+        # it shuts its loop's executor down.
+        self._runners = [asyncio.Runner(loop_factory=_loop(f)) for f in files]
         self._arrays: dict[str, Any] = {}
         self._members: _Members | None = None
         # Copies for a store that keeps views, several at once: page faults into
@@ -411,6 +430,18 @@ class ZarrWriter(_Lanes):
                 then()
 
         super().close(finish)
+
+
+def _loop(files: ThreadPoolExecutor) -> Callable[[], asyncio.AbstractEventLoop]:
+    """An event loop factory: its default executor (``asyncio.to_thread``) is
+    ``files``."""
+
+    def make() -> asyncio.AbstractEventLoop:
+        loop = asyncio.new_event_loop()
+        loop.set_default_executor(files)
+        return loop
+
+    return make
 
 
 def _owned(arg: Any) -> Any:

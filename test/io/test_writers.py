@@ -460,3 +460,48 @@ def test_zarr_members_found_once_are_not_asked_again_each_step(monkeypatch):
         io.flush()
     assert asked == ["nowhere"]
     io.close()
+
+
+def test_a_local_stores_files_are_written_on_a_few_threads_of_the_writers_own(
+    tmp_path, monkeypatch
+):
+    """Zarr's local store writes each chunk on its event loop's executor: each
+    lane's loop gets a share of FILE_THREADS (or of Zarr's threading.max_workers),
+    not asyncio's default of up to 32 threads per loop, whose turns at the GIL
+    halved the H100's writing rate."""
+    import zarr
+    from earth2studio.io import ZarrBackend
+
+    from earth2studio_compile.io import writers
+
+    coords = OrderedDict(
+        ensemble=np.arange(8),
+        lead_time=np.arange(4).astype("timedelta64[h]"),
+        lat=np.linspace(-90, 90, 5),
+        lon=np.linspace(0, 350, 8),
+    )
+    started: list[str] = []
+    start = threading.Thread.start
+
+    def recorded(self, *args, **kwargs):
+        started.append(self.name)
+        return start(self, *args, **kwargs)
+
+    monkeypatch.setattr(threading.Thread, "start", recorded)
+    for total, workers, most in ((None, 2, writers.FILE_THREADS), (3, 2, 4)):
+        started.clear()
+        backend = ZarrBackend(str(tmp_path / f"s{total}.zarr"))
+        with zarr.config.set({"threading.max_workers": total}):
+            with OverlappedIO(backend, workers=workers) as io:
+                io.add_array(coords, ["a", "b"])
+                for step in range(4):
+                    x = torch.randn(2, 8, 1, 5, 8)
+                    c = {**coords, "lead_time": coords["lead_time"][step : step + 1]}
+                    io.write(list(x), c, ["a", "b"])
+        files = [n for n in started if " files " in n]
+        assert 0 < len(files) <= most, started
+        # Zarr's own loop writes add_array's metadata on its executor: after that,
+        # the lanes' stores start no thread of asyncio's default executor.
+        lanes = started[next(i for i, n in enumerate(started) if " lane " in n) :]
+        assert not [n for n in lanes if n.startswith("asyncio_")], started
+        np.testing.assert_array_equal(backend.root["b"][:, 3], x[1, :, 0].numpy())
