@@ -257,6 +257,24 @@ FIGURES: tuple[Figure, ...] = (
         workflow_phases,
     ),
     Figure(
+        "ensembles-h100-cb00d62",
+        PERF,
+        ("2026-11-26-h100-fourth/fcn-ens-cb00d62.json",),
+        workflow,
+    ),
+    Figure(
+        "ensembles-h100-cb00d62-threads",
+        PERF,
+        ("2026-11-26-h100-fourth/fcn-ens-cb00d62.json",),
+        workflow_threads,
+    ),
+    Figure(
+        "ensembles-h100-cb00d62-phases",
+        PERF,
+        ("2026-11-26-h100-fourth/fcn-ens-cb00d62.json",),
+        workflow_phases,
+    ),
+    Figure(
         "ensembles-ahead-phases",
         PERF,
         ("2026-11-26-h200/dlwp-ens-2a9383c.json",),
