@@ -38,6 +38,7 @@ from earth2studio_compile.executors import (
     Executor,
     Target,
     offers,
+    root_of,
 )
 from earth2studio_compile.metrics import Laps, synchronize
 from earth2studio_compile.report import describe
@@ -268,7 +269,7 @@ class FirstCall:
 
     @property
     def _root(self) -> Path | None:
-        return self.artifacts.parent if self.artifacts is not None else None
+        return root_of(self.artifacts)
 
     def _first_ahead(self) -> bool:
         weights = [*self.module.parameters(), *self.module.buffers()]

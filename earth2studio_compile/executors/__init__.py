@@ -18,6 +18,7 @@ from earth2studio_compile.executors.base import (
     Measured,
     Target,
     recompile_limit,
+    root_of,
 )
 from earth2studio_compile.executors.dynamo import DynamoExecutor
 from earth2studio_compile.executors.eager import EagerExecutor
@@ -57,4 +58,5 @@ __all__ = [
     "Target",
     "offers",
     "recompile_limit",
+    "root_of",
 ]

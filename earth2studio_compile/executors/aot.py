@@ -174,8 +174,9 @@ class AotExecutor:
         See :meth:`~earth2studio_compile.executors.base.Executor.first_call`.
         """
         t = self.target
-        root = t.artifacts.parent if t.artifacts is not None else None
-        runner, out, reason = run_artifact(t, args, kwargs, self.cudagraphs, root, laps)
+        runner, out, reason = run_artifact(
+            t, args, kwargs, self.cudagraphs, t.root, laps
+        )
         if runner is None:
             raise Declined(reason)
         if reason is not None:

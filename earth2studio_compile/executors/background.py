@@ -71,7 +71,7 @@ class BackgroundExecutor:
         self.measured = Measured()
         # The settings without the module: a kept executor holds it weakly.
         self._settings = background.settings_of(target)
-        self._root = target.artifacts.parent if target.artifacts is not None else None
+        self._root = target.root
         self._wants_cudagraphs = target.policy.cudagraphs
 
     @classmethod

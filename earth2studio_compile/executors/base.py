@@ -130,6 +130,23 @@ class Declined(Exception):
     """
 
 
+def root_of(artifacts: Path | None) -> Path | None:
+    """The cache root above a region's artifacts directory, None when the cache is
+    off: where hints, ahead-of-time artifacts and background builds are kept.
+
+    Parameters
+    ----------
+    artifacts : Path | None
+        The region's directory of portable bundles and artifacts
+
+    Returns
+    -------
+    Path | None
+        Its parent
+    """
+    return artifacts.parent if artifacts is not None else None
+
+
 @dataclass(frozen=True, kw_only=True)
 class Target(RegionTarget):
     """What a candidate executor is asked to run: one region, at its first call.
@@ -153,6 +170,11 @@ class Target(RegionTarget):
     _aot_keys: dict[str, tuple[str, dict[str, Any]]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+
+    @property
+    def root(self) -> Path | None:
+        """The cache root the artifacts lie under: :func:`root_of` them."""
+        return root_of(self.artifacts)
 
     def aot_key(
         self, args: tuple[Any, ...], kwargs: Mapping[str, Any]
