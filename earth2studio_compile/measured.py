@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from loguru import logger
 
-from earth2studio_compile.report import RegionReport
+from earth2studio_compile.report import RegionReport, verified_text
 
 __all__ = ["Measured", "record", "warn_fallback"]
 
@@ -125,8 +125,7 @@ def record(report: RegionReport, m: Measured, first: bool) -> None:
         r.phases["switch"] = m.switch_seconds
         r.background = (
             f"{m.background}; compiled from step {r.calls} on (switched in "
-            f"{m.switch_seconds:.2f} s, verified against eager"
-            f"{' in an earlier process, same weights' * m.verified_earlier})"
+            f"{m.switch_seconds:.2f} s, {verified_text(m.verified_earlier)})"
         )
         logger.info(f"{r.label}: {r.background}")
     elif m.background is not None:

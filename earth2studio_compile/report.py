@@ -345,11 +345,7 @@ class CompileReport:
                 if r.compiled_ms is not None and r.eager_ms:
                     text += r.speed_text
             elif r.status == "compiled" and r.executor == "aot":
-                checked = (
-                    "verified against eager"
-                    if "verified_earlier" not in r.phases
-                    else "verified against eager in an earlier process, same weights"
-                )
+                checked = verified_text("verified_earlier" in r.phases)
                 text = (
                     f"{r.label}: ran its ahead-of-time artifact ({r.mode}), ready in "
                     f"{r.compile_seconds:.2f} s ({checked}), {r.calls} calls"
@@ -402,6 +398,25 @@ class CompileReport:
                 )
             parts.append(text)
         return "; ".join(parts) if parts else "nothing to compile"
+
+
+def verified_text(earlier: bool) -> str:
+    """How an ahead-of-time artifact was checked before use, in the summary's words.
+
+    Parameters
+    ----------
+    earlier : bool
+        It had given eager's answer with the same weights in an earlier process,
+        and was not verified again (:mod:`.artifacts.verified`)
+
+    Returns
+    -------
+    str
+        ``"verified against eager"``, with the earlier process named
+    """
+    if earlier:
+        return "verified against eager in an earlier process, same weights"
+    return "verified against eager"
 
 
 def _first_line(err: BaseException) -> str:

@@ -46,8 +46,9 @@ def weights_print(module: torch.nn.Module) -> str:
 
     Their names, shapes, dtypes and devices, and per group of tensors of one
     device and element size (laid end to end): two sums of the elements' bit
-    patterns as integers, one weighted by position (a permutation changes it),
-    summed in float64 on the device, one transfer per device.
+    patterns as integers, one weighted by position modulo 251 (a permutation
+    changes it unless it keeps every element's position modulo 251), summed in
+    float64 on the device, one transfer per device.
 
     Parameters
     ----------

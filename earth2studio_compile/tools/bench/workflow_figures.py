@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from earth2studio_compile.tools.bench.calls import OVERLAPPED
 from earth2studio_compile.tools.bench.tables import markdown, number
 
 _WAYS = {
@@ -180,7 +181,7 @@ def workflow_threads(datas: Sequence[Mapping[str, Any]]) -> str:
                 continue
             if r["run"] == "compiled":
                 run = "compile=True"
-            elif r["io"] in ("overlapped", "overlapped-memory"):
+            elif r["io"] in OVERLAPPED:
                 run = "eager + OverlappedIO"
             else:
                 run = "upstream, eager"
