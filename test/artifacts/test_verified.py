@@ -112,20 +112,18 @@ def test_a_cache_that_cannot_be_written_only_means_verifying_again(
     assert not verified.known(path, "x")
 
 
-def test_the_fingerprint_sums_whole_tensors_only():
-    """A sum over the rows of a (n / 251, 251) view (251 outputs out of tens of
-    millions of elements) took 0.6 s for FCN's weights on an H100, each time: the
-    fingerprint's reductions are over whole, contiguous tensors."""
-    reductions: list[tuple] = []
+def test_the_fingerprint_reads_no_element_on_the_host():
+    """Only its sums leave the device: formatting a tensor (sorting groups by their
+    str()) read 47,000 elements one at a time from FCN's weights on an H100, 0.55 s
+    of a fresh process's first step."""
+    core, seen = _core(), []
 
     class Seen(torch.overrides.TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            if getattr(func, "__name__", "") == "sum":
-                reductions.append((args[1:], kwargs.get("dim")))
-            return func(*args, **kwargs)
+            seen.append(getattr(func, "__name__", str(func)))
+            return func(*args, **(kwargs or {}))
 
     with Seen():
-        verified.weights_print(_core())
-    assert reductions
-    assert all(dims == () and dim is None for dims, dim in reductions), reductions
+        verified.weights_print(core)
+    assert seen
+    assert not {"__repr__", "__format__", "item", "tolist"} & set(seen), set(seen)
