@@ -80,6 +80,9 @@ class FirstCall:
     _kept: resident.Kept | None = None
     #: The first call started ahead of the workflow's (:meth:`ahead`).
     _ahead: Future[bool] | None = None
+    #: Calls before the executor's first: the workflow's calls that ran eager
+    #: beside the first call ahead (:meth:`_beside_ahead`); the next records.
+    _compiled_after = 1
 
     if TYPE_CHECKING:  # what the region (region.py) gives its first call
         module: torch.nn.Module
@@ -244,11 +247,12 @@ class FirstCall:
         """Start the first call on ``pool``, before the workflow reaches the region,
         on made-up inputs shaped like the last first call's (:mod:`.artifacts.hints`)
         and only on an ahead-of-time artifact already on disk for them: load it,
-        run it, verify it against eager. The workflow's first call waits for it
-        (``ahead_wait`` in the report's phases) and finds the region compiled, or
-        still pending if it declined (another shape, no artifact, or another answer
-        than eager on the made-up inputs, logged at DEBUG only: the first call
-        verifies on its own; nothing is compiled there). Only for regions that
+        run it, verify it against eager. The workflow's calls do not wait for it:
+        while it runs they run eager (:meth:`_beside_ahead`); the first call
+        after it ended finds the region compiled, or still pending if it declined
+        (another shape, no artifact, or another answer than eager on the made-up
+        inputs, logged at DEBUG only: that call verifies on its own; nothing is
+        compiled there). Only for regions that
         change no global setting (``precision`` None, no fp32 submodules), since the
         workflow runs beside.
 
@@ -300,6 +304,19 @@ class FirstCall:
         self._compiled(chosen, out, laps)
         return True
 
+    def _beside_ahead(self, call: Call) -> Any:
+        """A call the workflow makes while the first call ahead still runs: eager,
+        as without compiling. Waiting for it cost a fresh FCN process 0.35-1.0 s
+        of its first step on an H100, where its own eager call took less
+        (docs/bench/2026-11-26-h100-fifth)."""
+        start = time.perf_counter()
+        out = self._eager(call)
+        phases = self.report.phases
+        phases["ahead_eager"] = phases.get("ahead_eager", 0.0) + (
+            time.perf_counter() - start
+        )
+        return out
+
     def _join_ahead(self) -> None:
         ahead, self._ahead = self._ahead, None
         if ahead is None:
@@ -312,6 +329,9 @@ class FirstCall:
             )
         elif ahead.result():
             self.report.phases["ahead_wait"] = time.perf_counter() - start
+            self._compiled_after = self.report.calls
+            # Not the steady call its speed probe may time (under CUDA graphs).
+            self.probe.compiled_again(self.report.calls)
 
 
 def _target(region: FirstCall, device: torch.device) -> Target:

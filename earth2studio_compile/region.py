@@ -154,7 +154,8 @@ class CompiledRegion(FirstCall):
 
     # -- the call path -------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._ahead is not None:
+        beside = self._ahead is not None and not self._ahead.done()
+        if self._ahead is not None and not beside:
             self._join_ahead()
         r = self.report
         r.calls += 1
@@ -162,6 +163,13 @@ class CompiledRegion(FirstCall):
         r.interrupted = None
         start = time.perf_counter()
         call = Call.of(args, kwargs)
+        if beside:
+            try:
+                return self._beside_ahead(call)
+            except BaseException as err:
+                # The first call ahead still holds its executor: nothing to drop.
+                r.interrupted = f"at step {r.calls} ({interruption(err)})"
+                raise
         if r.calls == 1 and self._state is RegionState.PENDING:
             self._take_kept(call)
         reference = None
@@ -210,7 +218,11 @@ class CompiledRegion(FirstCall):
         assert self._executor is not None
         r = self.report
         # The second call records the CUDA graph: part of what compiling costs.
-        record = r.calls == 2 and self._executor.cudagraphs and r.reused is None
+        record = (
+            r.calls == self._compiled_after + 1
+            and self._executor.cudagraphs
+            and r.reused is None
+        )
         start = time.perf_counter()
         run = functools.partial(self._run, call)  # timed one of three ways
         try:

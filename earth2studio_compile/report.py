@@ -97,10 +97,11 @@ class RegionReport:
         fp32 eager call that measures a reduced precision's error);
         ``before_fallback`` (time spent before compiling failed); ``switch``
         (the call that loaded, ran and verified a background build's artifact);
-        ``ahead_wait`` (a first call run ahead of the workflow's, on its own thread,
-        by :meth:`~earth2studio_compile.CompileSession.ahead`: how long the
-        workflow's first call waited for it; the first call's own phases are then
-        off the caller's path).
+        ``ahead_eager`` (a first call run ahead of the workflow's, on its own
+        thread, by :meth:`~earth2studio_compile.CompileSession.ahead`: the
+        workflow's calls made while it ran, eager; the first call's own phases
+        are off the caller's path), ``ahead_wait`` (joining it once it ended; the
+        session's close waits for one still running).
         With a background build the first call's phases are ``background_start``
         (copying the core for the build process) and its eager ``first_run``
     reason : str | None

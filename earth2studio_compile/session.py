@@ -262,13 +262,20 @@ class CompileSession:
                     else f"before its first call ({interruption(exc)})"
                 )
 
-    def ahead(self) -> None:
+    def ahead(self, wait: bool = False) -> None:
         """Start each region's first call in the background, before the caller's
         first step reaches it, where an ahead-of-time artifact on disk fits the
         inputs of the region's last first call (:meth:`CompiledRegion.ahead`):
         a fresh process then loads and verifies it while the workflow fetches its
-        data. The workflows of :mod:`earth2studio_compile.run` call it; a region's
-        first call waits for it, and closing the session does too.
+        data. The workflows of :mod:`earth2studio_compile.run` call it. A region's
+        calls while it runs are eager; closing the session waits for it.
+
+        Parameters
+        ----------
+        wait : bool, optional
+            Return once every first call ahead has ended: the next call of each
+            region finds it compiled (or pending, where its first call ahead
+            declined), by default False
         """
         if not self._active or not self._open:
             return
@@ -276,6 +283,9 @@ class CompileSession:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="first call ahead")
         for region in self._open:
             region.ahead(self._pool)
+        if wait:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     def close(self) -> None:
         """Restore every model and log the summary (called by ``__exit__``)."""

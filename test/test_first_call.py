@@ -89,7 +89,7 @@ def test_a_later_session_runs_its_first_call_ahead_on_made_up_inputs(
     seen.clear()
     state = torch.get_rng_state()
     with CompileSession(core, regions=("net",), probe=False) as session:
-        session.ahead()
+        session.ahead(wait=True)
         with torch.no_grad():
             outs = [core.net(x) for _ in range(2)]
     assert torch.equal(torch.get_rng_state(), state)
@@ -101,6 +101,75 @@ def test_a_later_session_runs_its_first_call_ahead_on_made_up_inputs(
     r = session.report.regions[0]
     assert (r.status, r.executor, r.calls) == ("compiled", "aot", 2)
     assert r.phases["ahead_wait"] >= 0.0 and r.first_call_seconds > 0
+
+
+def test_calls_while_the_first_call_ahead_runs_are_eager_and_do_not_wait(
+    monkeypatch, tmp_path
+):
+    """The workflow never waits for the first call ahead: a call made while it
+    still runs is eager (eager's answer, ``ahead_eager`` in the phases), the first
+    call after it ended runs the artifact and, under CUDA graphs, is the one
+    timed as recording; with the first call ahead over before the workflow's, its
+    first call records (regression: the workflow's first call waited, and the
+    second was timed as recording)."""
+    import threading
+
+    from earth2studio_compile import executors, first_call
+
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
+    gate, runs = threading.Event(), []
+
+    class Artifact(executors.EagerExecutor):
+        name, cudagraphs = "aot", True
+
+        def first_call(self, args, kwargs, laps):
+            gate.wait(timeout=30)
+            return super().first_call(args, kwargs, laps)
+
+        def __call__(self, *args, **kwargs):
+            runs.append(threading.current_thread().name)
+            return super().__call__(*args, **kwargs)
+
+    def build(target, made_up=False):
+        return Artifact(target.module)
+
+    monkeypatch.setattr(executors, "CANDIDATES", [build])
+    monkeypatch.setattr(first_call, "AotExecutor", type("Aot", (), {"build": build}))
+    core, x = zoo.ToyCore(4, 8).eval(), torch.randn(2, 4, 8, 8)
+    with torch.no_grad():
+        expected = core.net(x)
+    gate.set()
+    with CompileSession(core, regions=("net",), probe=False):
+        with torch.no_grad():
+            core.net(x)  # leaves the hint
+    gate.clear()
+    with CompileSession(core, regions=("net",), probe=False) as session:
+        session.ahead()
+        with torch.no_grad():
+            start = time.perf_counter()
+            beside = core.net(x)
+            took = time.perf_counter() - start
+            gate.set()
+            session.ahead(wait=True)
+            runs.clear()
+            after = [core.net(x) for _ in range(2)]
+    assert took < 10, took  # the call did not wait for the gate
+    torch.testing.assert_close(beside, expected)
+    for out in after:
+        torch.testing.assert_close(out, expected)
+    assert runs == ["MainThread"] * 2
+    r = session.report.regions[0]
+    assert (r.status, r.executor, r.calls, r.eager_calls) == ("compiled", "aot", 3, 1)
+    assert r.phases["ahead_eager"] > 0 and "cudagraph_record" in r.phases
+    # Over before the workflow's first call: that call records.
+    core = zoo.ToyCore(4, 8).eval()
+    with CompileSession(core, regions=("net",), probe=False) as session:
+        session.ahead(wait=True)
+        with torch.no_grad():
+            core.net(x)
+    r = session.report.regions[0]
+    assert (r.status, r.calls, r.eager_calls) == ("compiled", 1, 0)
+    assert "cudagraph_record" in r.phases and "ahead_eager" not in r.phases
 
 
 @pytest.mark.parametrize("why", ["no hint", "precision", "no cache"])
@@ -187,7 +256,7 @@ def test_made_up_inputs_ahead_that_fail_verification_warn_nobody(
     logs.clear()
     model = _Holder()  # another instance: nothing kept for it, as in a new process
     with CompileSession(model, **settings) as session:
-        session.ahead()
+        session.ahead(wait=True)
         with torch.no_grad():
             out = model.core(x)
     torch.testing.assert_close(out, torch.exp(100 * x))
