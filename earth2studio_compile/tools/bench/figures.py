@@ -275,6 +275,36 @@ FIGURES: tuple[Figure, ...] = (
         workflow_phases,
     ),
     Figure(
+        "ensembles-h100-fifth",
+        PERF,
+        (
+            "2026-11-26-h100-fifth/fcn-ens-ab6ec89.json",
+            "2026-11-26-h100-fifth/fcn-ens-704d25a.json",
+            "2026-11-26-h100-fifth/dlwp-ens-704d25a.json",
+        ),
+        workflow,
+    ),
+    Figure(
+        "ensembles-h100-fifth-threads",
+        PERF,
+        (
+            "2026-11-26-h100-fifth/fcn-ens-ab6ec89.json",
+            "2026-11-26-h100-fifth/fcn-ens-704d25a.json",
+            "2026-11-26-h100-fifth/dlwp-ens-704d25a.json",
+        ),
+        workflow_threads,
+    ),
+    Figure(
+        "ensembles-h100-fifth-phases",
+        PERF,
+        (
+            "2026-11-26-h100-fifth/fcn-ens-ab6ec89.json",
+            "2026-11-26-h100-fifth/fcn-ens-704d25a.json",
+            "2026-11-26-h100-fifth/dlwp-ens-704d25a.json",
+        ),
+        workflow_phases,
+    ),
+    Figure(
         "ensembles-ahead-phases",
         PERF,
         ("2026-11-26-h200/dlwp-ens-2a9383c.json",),
