@@ -351,6 +351,8 @@ class CompileReport:
                     f"{r.label}: ran its ahead-of-time artifact ({r.mode}), ready in "
                     f"{r.compile_seconds:.2f} s ({checked}), {r.calls} calls"
                 )
+                if "ahead_eager" in r.phases:
+                    text += f", the first {r.eager_calls} eager while it loaded"
                 if r.padded_calls:
                     text += f", {r.padded_calls} padded batch(es)"
                 text += r.precision_text

@@ -161,6 +161,7 @@ def test_calls_while_the_first_call_ahead_runs_are_eager_and_do_not_wait(
     r = session.report.regions[0]
     assert (r.status, r.executor, r.calls, r.eager_calls) == ("compiled", "aot", 3, 1)
     assert r.phases["ahead_eager"] > 0 and "cudagraph_record" in r.phases
+    assert "3 calls, the first 1 eager while it loaded" in session.report.summary()
     # Over before the workflow's first call: that call records.
     core = zoo.ToyCore(4, 8).eval()
     with CompileSession(core, regions=("net",), probe=False) as session:
