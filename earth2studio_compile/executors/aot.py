@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
 from loguru import logger
 
 from earth2studio_compile import _torch
@@ -19,25 +18,6 @@ from earth2studio_compile.artifacts.aot_load import (
 from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.executors.base import Declined, Measured, Target
 from earth2studio_compile.metrics import Laps
-
-
-def _loader_safe(device: torch.device) -> None:
-    """Import what the package loader needs in this process before it runs.
-
-    On an H100 with torch 2.11 the AOTInductor package loader crashed the process
-    (SIGSEGV, for any package, a one-layer one included) unless
-    ``earth2studio.models.px`` had been imported first; with it, it loaded FCN's
-    package in 0.15 s (docs/bench/2026-11-24-h100/aot-probe/). The cause is not
-    known; a crash cannot be caught, so the import is made first. Every process
-    with an Earth2Studio model has made it already, so it costs nothing there.
-    """
-    if device.type == "cuda":
-        import importlib
-
-        from earth2studio_compile._imports import quiet_imports
-
-        with quiet_imports():
-            importlib.import_module("earth2studio.models.px")
 
 
 def run_artifact(
@@ -78,14 +58,13 @@ def run_artifact(
         ``(None, None, why)`` when none could be loaded; ``(runner, output, why)``
         when it gives another answer (then neither may be used)
     """
-    _loader_safe(target.device)
     runner = load_runner(
         target, args, kwargs, cudagraphs=cudagraphs, clone=False, root=root
     )
     if isinstance(runner, str):
         return None, None, runner
     if laps is not None:
-        # The loader's import above is part of finding the artifact: "key".
+        # The loader's safe import (in load_runner) is part of finding it: "key".
         loaded = ("checksum", "aot_load", "bind")
         laps.lap("key", **{k: runner.phases[k] for k in loaded})
     out = runner(*args, **kwargs)

@@ -15,7 +15,7 @@ import json
 import torch
 from tiny_cores import TinyCore
 
-from earth2studio_compile.artifacts import build_process
+from earth2studio_compile.artifacts import build_process, verified
 from earth2studio_compile.artifacts.aot_key import aot_root
 from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.artifacts.store import file_lock
@@ -96,3 +96,46 @@ def test_the_build_lock_lies_beside_the_artifact(tmp_path):
     lock = build_process.lock_path(artifact)
     assert lock.parent == artifact.parent and lock != artifact
     assert lock.name.startswith(artifact.name)
+
+
+def test_a_built_artifact_that_gives_eager_s_answer_is_sealed_for_its_weights(
+    tmp_path, monkeypatch
+):
+    """The build process verifies what it built against eager on the forecast's
+    first-call inputs and records the seal of the job's weights: the forecast's
+    next process loads it without an eager call. An artifact that gives another
+    answer, or a region with a precision of its own, is not sealed."""
+    target, args = _target(), (torch.randn(4, 8),)
+    key, _ = target.aot_key(args, {})
+    job, root = tmp_path / "job", tmp_path / "cache"
+    job.mkdir()
+    payload = {
+        "key": key,
+        "tf32": tf32_enabled(),
+        "target": target,
+        "args": args,
+        "kwargs": {},
+        "root": root,
+    }
+    torch.save(payload, job / build_process.INPUT)
+    assert build_process.build_job(job)
+    result = json.loads((job / build_process.RESULT).read_text())
+    assert result["ok"] and result["sealed"] is None, result
+    artifact = aot_root(root) / key
+    weights = verified.weights_print(target.module)
+    assert verified.known(artifact, verified.seal(artifact, weights))
+
+    (artifact / verified.FILE).unlink()
+    monkeypatch.setattr(build_process, "verify", lambda *a: "another answer")
+    assert build_process.seal_built(target, args, {}, root) == "another answer"
+    assert not (artifact / verified.FILE).exists()
+    monkeypatch.undo()
+    own = RegionTarget.resolve(
+        target.module,
+        owner="tiny_cores.TinyModel",
+        region="core",
+        device=torch.device("cpu"),
+        precision="bf16",
+    )
+    assert "precision bf16" in build_process.seal_built(own, args, {}, root)
+    assert not (artifact / verified.FILE).exists()

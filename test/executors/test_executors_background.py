@@ -114,6 +114,9 @@ def test_a_real_build_switches_at_a_step_boundary(background_on, logs):
     [r] = session.report.regions
     assert r.status == "compiled" and r.executor == "background", r
     assert "compiled from step 2" in r.background, r.background
+    # The build process verified its artifact and sealed it: the switch did not
+    # call eager again.
+    assert "in an earlier process" in r.background, r.background
     assert r.phases["switch"] > 0 and r.phases["background_start"] >= 0
     assert rel_l2(second, ref) < 1e-5 and rel_l2(third, ref) < 1e-5
     assert not messages(logs, "WARNING")
