@@ -295,6 +295,8 @@ def test_a_background_build_switches_and_keeps_held_outputs(
     [r] = session.report.regions
     assert r.status == "compiled" and r.executor == "background", r
     assert "compiled from step" in r.background, r.background
+    # Its build process verified and sealed it: the switch called no eager.
+    assert "in an earlier process" in r.background, r.background
     assert not messages(logs, "WARNING")
     with CompileSession(model) as again:
         held = rollout(model, False)
