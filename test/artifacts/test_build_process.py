@@ -32,6 +32,19 @@ def _target() -> RegionTarget:
     )
 
 
+def _save_job(job, key, target, args, root) -> None:
+    """What the forecast's process saves for its build process, in ``job``."""
+    payload = {
+        "key": key,
+        "tf32": tf32_enabled(),  # this process's own: they stay as they are
+        "target": target,
+        "args": args,
+        "kwargs": {},
+        "root": root,
+    }
+    torch.save(payload, job / build_process.INPUT)
+
+
 def test_the_build_process_refuses_a_key_the_forecast_would_not_find(tmp_path):
     """Parent and child must agree on the key (global TF32 flags are part of it
     with precision None): a child that computes another one says so and builds
@@ -62,15 +75,7 @@ def test_a_build_another_process_holds_the_lock_of_is_left_to_it(tmp_path):
     job.mkdir()
     artifact = aot_root(root) / key
     artifact.parent.mkdir(parents=True)
-    payload = {
-        "key": key,
-        "tf32": tf32_enabled(),
-        "target": target,
-        "args": args,
-        "kwargs": {},
-        "root": root,
-    }
-    torch.save(payload, job / build_process.INPUT)
+    _save_job(job, key, target, args, root)
     held = file_lock(build_process.lock_path(artifact))
     held.acquire()
     try:
@@ -109,15 +114,7 @@ def test_a_built_artifact_that_gives_eager_s_answer_is_sealed_for_its_weights(
     key, _ = target.aot_key(args, {})
     job, root = tmp_path / "job", tmp_path / "cache"
     job.mkdir()
-    payload = {
-        "key": key,
-        "tf32": tf32_enabled(),
-        "target": target,
-        "args": args,
-        "kwargs": {},
-        "root": root,
-    }
-    torch.save(payload, job / build_process.INPUT)
+    _save_job(job, key, target, args, root)
     assert build_process.build_job(job)
     result = json.loads((job / build_process.RESULT).read_text())
     assert result["ok"] and result["sealed"] is None, result
