@@ -306,9 +306,11 @@ class FirstCall:
 
     def _beside_ahead(self, call: Call) -> Any:
         """A call the workflow makes while the first call ahead still runs: eager,
-        as without compiling. Waiting for it cost a fresh FCN process 0.35-1.0 s
-        of its first step on an H100, where its own eager call took less
-        (docs/bench/2026-11-26-h100-fifth)."""
+        as without compiling. Waiting for it cost fresh FCN processes 0.2-1.2 s
+        of their first step on an H100 (``ahead_wait``, 6bdb8a0 to ab6ec89:
+        docs/bench/2026-11-26-h100-fifth), however long the first call ahead
+        took; an eager call costs what it does without compiling (with the
+        first call ahead's work beside it)."""
         start = time.perf_counter()
         out = self._eager(call)
         phases = self.report.phases

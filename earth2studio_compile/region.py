@@ -217,7 +217,8 @@ class CompiledRegion(FirstCall):
     def _steady(self, call: Call, timed: bool = False) -> Any:
         assert self._executor is not None
         r = self.report
-        # The second call records the CUDA graph: part of what compiling costs.
+        # The call after the executor's first records the CUDA graph: part of
+        # what compiling costs.
         record = (
             r.calls == self._compiled_after + 1
             and self._executor.cudagraphs
