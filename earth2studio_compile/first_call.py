@@ -268,8 +268,19 @@ class FirstCall:
             and self.precision is None
             and not self.spec.fp32_modules
             and self._root is not None
+            and self._hinted()
         ):
             self._ahead = pool.submit(self._first_ahead)
+
+    def _hinted(self) -> bool:
+        """Whether a hint of the region's inputs is on disk (well under a
+        millisecond): without one there is nothing to load ahead, and the first
+        call compiles on its own, not eagerly beside a first call ahead."""
+        weights = [*self.module.parameters(), *self.module.buffers()]
+        if not weights:
+            return False
+        path = hints.hint_path(_target(self, weights[0].device), self._root)
+        return path is not None and path.is_file()
 
     @property
     def _root(self) -> Path | None:
