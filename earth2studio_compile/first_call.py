@@ -268,30 +268,28 @@ class FirstCall:
             and self.precision is None
             and not self.spec.fp32_modules
             and self._root is not None
-            and self._hinted()
         ):
-            self._ahead = pool.submit(self._first_ahead)
+            target = self._hinted()
+            if target is not None:
+                self._ahead = pool.submit(self._first_ahead, target)
 
-    def _hinted(self) -> bool:
-        """Whether a hint of the region's inputs is on disk (well under a
+    def _hinted(self) -> Target | None:
+        """The region's target where a hint of its inputs is on disk (well under a
         millisecond): without one there is nothing to load ahead, and the first
         call compiles on its own, not eagerly beside a first call ahead."""
         weights = [*self.module.parameters(), *self.module.buffers()]
         if not weights:
-            return False
-        path = hints.hint_path(_target(self, weights[0].device), self._root)
-        return path is not None and path.is_file()
+            return None
+        target = _target(self, weights[0].device)
+        path = hints.hint_path(target, self._root)
+        return target if path is not None and path.is_file() else None
 
     @property
     def _root(self) -> Path | None:
         return root_of(self.artifacts)
 
-    def _first_ahead(self) -> bool:
-        weights = [*self.module.parameters(), *self.module.buffers()]
-        if not weights:
-            return False
-        device = weights[0].device
-        target = _target(self, device)
+    def _first_ahead(self, target: Target) -> bool:
+        device = target.device
         hint = hints.recall(target, self._root)
         if hint is None:
             return False
