@@ -225,6 +225,7 @@ def _eager_artifact(monkeypatch) -> None:
     class Runner:
         path = "stand-in.pt2"
         phases = dict.fromkeys(("checksum", "aot_load", "bind"), 0.0)
+        verified_earlier = False  # as an AotRunner's, until a known seal sets it
 
         def __init__(self, module: torch.nn.Module) -> None:
             self.module = module

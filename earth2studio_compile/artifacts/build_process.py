@@ -21,11 +21,10 @@ import filelock
 import torch
 from loguru import logger
 
-from earth2studio_compile import _torch
 from earth2studio_compile.artifacts import verified
 from earth2studio_compile.artifacts.aot_build import build_region
 from earth2studio_compile.artifacts.aot_key import aot_root
-from earth2studio_compile.artifacts.aot_load import load_runner, verify
+from earth2studio_compile.artifacts.aot_load import load_runner
 from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.artifacts.store import file_lock
 from earth2studio_compile.precision import tf32_enabled
@@ -147,12 +146,9 @@ def seal_built(
             return runner
         with torch.no_grad():
             out = runner(*args, **kwargs)
-            eager = _torch.call_module(target.module, args, kwargs)
-        reason = verify(out, eager, target.precision)
-        if reason is None:
-            weights = verified.weights_print(target.module)
-            verified.record(runner.path, verified.seal(runner.path, weights))
-        return reason
+            return verified.against_eager(
+                runner, target.module, args, kwargs, out, target.precision
+            )
     except Exception as err:  # the forecast's first call verifies instead
         return f"{type(err).__name__}: {err}"
 

@@ -18,14 +18,20 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 from loguru import logger
 
+from earth2studio_compile import _torch
 from earth2studio_compile.artifacts import store
 from earth2studio_compile.artifacts.aot_key import PACKAGE
+from earth2studio_compile.artifacts.aot_load import verify
 
-__all__ = ["FILE", "known", "record", "seal", "weights_print"]
+if TYPE_CHECKING:
+    from earth2studio_compile.artifacts.aot_load import AotRunner
+
+__all__ = ["FILE", "against_eager", "known", "record", "seal", "weights_print"]
 
 FILE = "verified.json"
 #: Seals kept per artifact: the weights it was verified with most recently.
@@ -99,6 +105,51 @@ def _sums(group: list[torch.Tensor]) -> torch.Tensor:
     columns = rows.sum(dim=0, dtype=torch.float64)
     weights = torch.arange(1, _PERIOD + 1, dtype=torch.float64, device=rows.device)
     return torch.stack([columns.sum(), (columns * weights).sum()])
+
+
+def against_eager(
+    runner: AotRunner,
+    module: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    out: Any,
+    precision: str | None,
+) -> str | None:
+    """Whether ``out``, the artifact's output for one call, is eager's answer: at
+    once where the artifact gave it with ``module``'s weights before (its seal is
+    known: ``runner.verified_earlier`` is set), else by one eager call compared
+    with it (:func:`~earth2studio_compile.artifacts.aot_load.verify`), its seal
+    recorded when it is.
+
+    Parameters
+    ----------
+    runner : AotRunner
+        The artifact, loaded and bound to ``module``
+    module : torch.nn.Module
+        The region's core
+    args : tuple[Any, ...]
+        The call's positional arguments
+    kwargs : dict[str, Any]
+        Its keyword arguments
+    out : Any
+        The artifact's output for them
+    precision : str | None
+        The region's precision
+
+    Returns
+    -------
+    str | None
+        Why ``out`` is not eager's answer; None when it is
+    """
+    sealed = seal(runner.path, weights_print(module))
+    if known(runner.path, sealed):
+        runner.verified_earlier = True
+        return None
+    eager = _torch.call_module(module, args, kwargs)
+    reason = verify(out, eager, precision)
+    if reason is None:
+        record(runner.path, sealed)
+    return reason
 
 
 def seal(path: Path, weights: str) -> str | None:

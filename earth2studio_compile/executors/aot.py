@@ -13,7 +13,6 @@ from earth2studio_compile.artifacts.aot_load import (
     AotRunner,
     SignatureMismatch,
     load_runner,
-    verify,
 )
 from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.executors.base import Declined, Measured, Target
@@ -70,18 +69,11 @@ def run_artifact(
     out = runner(*args, **kwargs)
     if laps is not None:
         laps.lap("first_run")
-    sealed = verified.seal(runner.path, verified.weights_print(target.module))
-    if verified.known(runner.path, sealed):
-        runner.verified_earlier = True
-        if laps is not None:
-            laps.lap("verified_earlier")
-        return runner, out, None
-    eager = _torch.call_module(target.module, args, kwargs)
-    reason = verify(out, eager, target.precision)
-    if reason is None:
-        verified.record(runner.path, sealed)
+    reason = verified.against_eager(
+        runner, target.module, args, kwargs, out, target.precision
+    )
     if laps is not None:
-        laps.lap("verify")
+        laps.lap("verified_earlier" if runner.verified_earlier else "verify")
     return runner, out, reason
 
 

@@ -123,7 +123,7 @@ def test_a_built_artifact_that_gives_eager_s_answer_is_sealed_for_its_weights(
     assert verified.known(artifact, verified.seal(artifact, weights))
 
     (artifact / verified.FILE).unlink()
-    monkeypatch.setattr(build_process, "verify", lambda *a: "another answer")
+    monkeypatch.setattr(verified, "verify", lambda *a: "another answer")
     assert build_process.seal_built(target, args, {}, root) == "another answer"
     assert not (artifact / verified.FILE).exists()
     monkeypatch.undo()
