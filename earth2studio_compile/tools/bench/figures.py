@@ -178,6 +178,16 @@ def render(figure: Figure, root: Path = ROOT) -> str:
 
 _H23 = "2026-11-23-h100/"
 PERF = "docs/performance.md"
+# Runs each rendered three ways (the whole calls, the threads, the phases).
+_RUNS_6BDB8A0 = tuple(
+    "2026-11-26-h100-fourth/" + f
+    for f in ("dlwp-ens-6bdb8a0.json", "ens-disk-6bdb8a0.json", "fcn-ens-6bdb8a0.json")
+)
+_RUN_CB00D62 = ("2026-11-26-h100-fourth/fcn-ens-cb00d62.json",)
+_RUNS_FIFTH = tuple(
+    "2026-11-26-h100-fifth/" + f
+    for f in ("fcn-ens-ab6ec89.json", "fcn-ens-704d25a.json", "dlwp-ens-704d25a.json")
+)
 FIGURES: tuple[Figure, ...] = (
     Figure(
         "workflow",
@@ -239,69 +249,49 @@ FIGURES: tuple[Figure, ...] = (
     Figure(
         "ensembles-h100-6bdb8a0-threads",
         PERF,
-        (
-            "2026-11-26-h100-fourth/dlwp-ens-6bdb8a0.json",
-            "2026-11-26-h100-fourth/ens-disk-6bdb8a0.json",
-            "2026-11-26-h100-fourth/fcn-ens-6bdb8a0.json",
-        ),
+        _RUNS_6BDB8A0,
         workflow_threads,
     ),
     Figure(
         "ensembles-h100-6bdb8a0-phases",
         PERF,
-        (
-            "2026-11-26-h100-fourth/dlwp-ens-6bdb8a0.json",
-            "2026-11-26-h100-fourth/ens-disk-6bdb8a0.json",
-            "2026-11-26-h100-fourth/fcn-ens-6bdb8a0.json",
-        ),
+        _RUNS_6BDB8A0,
         workflow_phases,
     ),
     Figure(
         "ensembles-h100-cb00d62",
         PERF,
-        ("2026-11-26-h100-fourth/fcn-ens-cb00d62.json",),
+        _RUN_CB00D62,
         workflow,
     ),
     Figure(
         "ensembles-h100-cb00d62-threads",
         PERF,
-        ("2026-11-26-h100-fourth/fcn-ens-cb00d62.json",),
+        _RUN_CB00D62,
         workflow_threads,
     ),
     Figure(
         "ensembles-h100-cb00d62-phases",
         PERF,
-        ("2026-11-26-h100-fourth/fcn-ens-cb00d62.json",),
+        _RUN_CB00D62,
         workflow_phases,
     ),
     Figure(
         "ensembles-h100-fifth",
         PERF,
-        (
-            "2026-11-26-h100-fifth/fcn-ens-ab6ec89.json",
-            "2026-11-26-h100-fifth/fcn-ens-704d25a.json",
-            "2026-11-26-h100-fifth/dlwp-ens-704d25a.json",
-        ),
+        _RUNS_FIFTH,
         workflow,
     ),
     Figure(
         "ensembles-h100-fifth-threads",
         PERF,
-        (
-            "2026-11-26-h100-fifth/fcn-ens-ab6ec89.json",
-            "2026-11-26-h100-fifth/fcn-ens-704d25a.json",
-            "2026-11-26-h100-fifth/dlwp-ens-704d25a.json",
-        ),
+        _RUNS_FIFTH,
         workflow_threads,
     ),
     Figure(
         "ensembles-h100-fifth-phases",
         PERF,
-        (
-            "2026-11-26-h100-fifth/fcn-ens-ab6ec89.json",
-            "2026-11-26-h100-fifth/fcn-ens-704d25a.json",
-            "2026-11-26-h100-fifth/dlwp-ens-704d25a.json",
-        ),
+        _RUNS_FIFTH,
         workflow_phases,
     ),
     Figure(
