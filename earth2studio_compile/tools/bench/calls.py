@@ -153,40 +153,68 @@ def _report(compiled: bool) -> dict[str, Any] | None:
     return {"summary": report.summary(), "regions": regions}
 
 
+#: What the workflow does before its first forecast step reaches the IO, timed
+#: in the call's ``first_step`` (seconds, first step only): upstream's names.
+FIRST_STEP = (
+    "to",
+    "fetch_data",
+    "add_array",
+    "perturbation",
+    "map_coords",
+    "iterator",
+    "write",
+)
+
+
 @contextlib.contextmanager
 def _thread_phases(
-    model: Any, io: Any
-) -> Iterator[tuple[dict[str, float], list[float]]]:
+    model: Any, io: Any, perturbation: Any
+) -> Iterator[tuple[dict[str, float], dict[str, float], list[float], Any]]:
     """Seconds the workflow's thread spends in the model's iterator (``iterator_s``:
     each step's model work, and whatever it waits for), upstream's ``map_coords``
     and ``split_coords``, and ``io.write`` (``write_s``), summed over one call; with
     ``OverlappedIO``, also ``blocked_s`` (its writes waiting for a free step). What
     the call spends elsewhere (fetching data, setting up) is the wall less these.
-    Also the ``perf_counter`` at which each ``io.write`` call began.
+    Also the ``perf_counter`` at which each ``io.write`` call began, and the
+    first step's seconds by :data:`FIRST_STEP` (until the first forecast step
+    reached the IO: the model's ``to``, upstream's ``fetch_data``, ``io.add_array``,
+    the perturbation, ``map_coords``, the iterator's initial state and first step,
+    the initial state's write), with the perturbation to hand the workflow.
 
-    Upstream's workflows look ``map_coords`` and ``split_coords`` up in their
-    module, ``create_iterator`` on the model, ``write`` on the IO: each is wrapped
-    for the call (an instance attribute over the class's method, on the model and
-    the IO), then put back.
+    Upstream's workflows look ``fetch_data``, ``map_coords`` and ``split_coords``
+    up in their module, ``to`` and ``create_iterator`` on the model, ``write`` and
+    ``add_array`` on the IO: each is wrapped for the call (an instance attribute
+    over the class's method, on the model and the IO), then put back.
     """
     import earth2studio.run as upstream
 
     sums = dict.fromkeys(
         ("iterator_s", "map_coords_s", "split_coords_s", "write_s"), 0.0
     )
-    saved = {n: getattr(upstream, n) for n in ("map_coords", "split_coords")}
+    first = dict.fromkeys(FIRST_STEP, 0.0)
+    names = ("fetch_data", "map_coords", "split_coords")
+    saved = {n: getattr(upstream, n) for n in names}
     writes: list[float] = []
+
+    def add(key: str, t0: float, in_first: bool) -> None:
+        spent = time.perf_counter() - t0
+        if f"{key}_s" in sums:
+            sums[f"{key}_s"] += spent
+        if in_first:
+            first[key] += spent
 
     def timed(key: str, fn: Any, starts: list[float] | None = None) -> Any:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            # Write 1 hands the IO the first forecast step: the first step's end.
+            in_first = key in first and len(writes) < (1 if starts is not None else 2)
             t0 = time.perf_counter()
             if starts is not None:
                 starts.append(t0)
             try:
                 return fn(*args, **kwargs)
             finally:
-                sums[key] += time.perf_counter() - t0
+                add(key, t0, in_first)
 
         return wrapper
 
@@ -201,21 +229,24 @@ def _thread_phases(
             except StopIteration:
                 return
             finally:
-                sums["iterator_s"] += time.perf_counter() - t0
+                add("iterator", t0, len(writes) < 2)
             yield item
 
-    io.write = timed("write_s", io.write, writes)
+    io.write = timed("write", io.write, writes)
+    io.add_array = timed("add_array", io.add_array)
     model.create_iterator = create_iterator
+    model.to = timed("to", model.to)
     for name, fn in saved.items():
-        setattr(upstream, name, timed(f"{name}_s", fn))
+        setattr(upstream, name, timed(name, fn))
     blocked = getattr(io, "blocked_s", None)
     try:
-        yield sums, writes
+        perturb = perturbation and timed("perturbation", perturbation)
+        yield sums, first, writes, perturb
     finally:
         for name, fn in saved.items():
             setattr(upstream, name, fn)
-        del model.create_iterator  # the class's again
-        del io.write
+        del model.create_iterator, model.to  # the class's again
+        del io.write, io.add_array
         if blocked is not None:
             sums["blocked_s"] = io.blocked_s - blocked
 
@@ -247,8 +278,9 @@ def call(
         ``run``, ``wall_s`` (the call until the store is written and the device is
         idle), ``returned_s`` (until the workflow returned), ``first_step_s`` (until
         the first forecast step reached the IO), ``store_bytes`` (on
-        disk), ``thread_s`` (where the workflow's thread spent the call:
-        :func:`_thread_phases`) and, compiled, ``report`` (its summary and regions)
+        disk), ``thread_s`` (where the workflow's thread spent the call) and
+        ``first_step`` (where its first step went: :func:`_thread_phases`) and,
+        compiled, ``report`` (its summary and regions)
     """
     import numpy as np
     import torch
@@ -273,19 +305,19 @@ def call(
     args: list[Any] = [[str(TIME)], spec["steps"]]
     kwargs: dict[str, Any] = {"device": device, "verbose": False}
     kwargs["output_coords"] = output_coords(model, spec.get("outputs", "all"))
+    perturbation = None
     if spec["workflow"] == "ensemble":
         from earth2studio.perturbation import Gaussian
 
         args.append(spec["members"])
         kwargs["batch_size"] = spec["batch_size"]
-        rest = [model, data, io, Gaussian(noise_amplitude=NOISE, seed=0)]
-    else:
-        rest = [model, data, io]
+        perturbation = Gaussian(noise_amplitude=NOISE, seed=0)
     # Eager bf16 scopes autocast to the cores as a session does; tf32 and fp32 are
     # the global switches already set for the whole process.
     scoped = spec["precision"] if spec["precision"] == "bf16" else None
     marks: dict[str, float] = {}
-    with _thread_phases(model, io) as (phases, writes):
+    with _thread_phases(model, io, perturbation) as (phases, first, writes, perturb):
+        rest = [model, data, io] + ([perturb] if perturb is not None else [])
         with eager_precision(model, None if compiled else scoped):
             start = marks["start"] = time.perf_counter()
             workflow(*args, *rest, **kwargs)
@@ -299,6 +331,7 @@ def call(
         "store_bytes": _store_bytes_then_remove(io),
         "report": _report(compiled),
         "thread_s": phases,
+        "first_step": first,
     }
 
 

@@ -7,8 +7,8 @@ precision on the same storage, every row with its floor, and a compiled row on a
 OverlappedIO": our IO path alone, no compile), so that its gain over upstream splits
 into writing (eager / eager + OverlappedIO) and compiling (eager + OverlappedIO /
 compiled). A row run more than once (``--fresh-repeats``) is its samples' median in
-every pair, ratio and table figure. :func:`tables` prints the whole calls, then the
-per-step medians and floors.
+every pair, ratio and table figure. :func:`tables` prints the whole calls, the
+per-step medians and floors, then where each process's first step went.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from earth2studio_compile.tools.bench.calls import IN_MEMORY, OVERLAPPED
+from earth2studio_compile.tools.bench.calls import FIRST_STEP, IN_MEMORY, OVERLAPPED
 from earth2studio_compile.tools.bench.text import format_table
 
 SAME = ("job", "precision")
@@ -250,6 +250,7 @@ def tables(rows: list[dict[str, Any]]) -> str:
         "\n\nPer step (medians of a rollout, compiled after its compile) and floors:\n"
     )
     text += format_table(header, lines)
+    text += first_steps(rows)
     return text + (
         "\n\n"
         "eager = upstream's workflow on the backend (an OverlappedIO's: the one it "
@@ -268,6 +269,34 @@ def tables(rows: list[dict[str, Any]]) -> str:
         " earth2studio_compile are imported. A row run in several processes "
         "(--fresh-repeats) shows the medians of its samples, their range and number"
         " in brackets; every ratio is of medians"
+    )
+
+
+def first_steps(rows: list[dict[str, Any]]) -> str:
+    """Where each process's first step went (seconds), one line per timed row that
+    measured it (``first_step``): upstream's calls before the first forecast step
+    reached the IO, the compiled region's first call among them (in the iterator
+    or beside it, ahead), and the rest of the call (``other``: the workflow's own
+    lines, the progress bars, the logging, and other threads holding the GIL)."""
+    header = ["job", "io", "way", "run", "1st step s", *FIRST_STEP, "other"]
+    header += ["region's 1st call s"]
+    lines = []
+    for r in rows:
+        first = r.get("first_step")
+        if not first or r.get("first_step_s") is None:
+            continue
+        regions = (r.get("report") or {}).get("regions") or [{}]
+        region = sum(x.get("first_call_s") or 0.0 for x in regions)
+        lines.append(
+            [r["job"], str(r["io"]), r["way"], r["run"], _f(r["first_step_s"])]
+            + [_f(first.get(k)) for k in FIRST_STEP]
+            + [_f(r["first_step_s"] - sum(first.values()))]
+            + [_f(region) if r["run"] == "compiled" else "-"]
+        )
+    if not lines:
+        return ""
+    return "\n\nFirst step, where it went (s; one line per process):\n" + (
+        format_table(header, lines)
     )
 
 

@@ -33,6 +33,11 @@ def test_workflow_calls_of_an_ensemble_and_overlapped_writes(tmp_path, monkeypat
         assert set(spent) == {"iterator_s", "map_coords_s", "split_coords_s", "write_s"}
         assert all(v > 0 for v in spent.values())
         assert sum(spent.values()) < row["returned_s"]
+        first = row["first_step"]  # where the first step went, each part timed
+        assert list(first) == list(calls.FIRST_STEP)
+        assert all(v > 0 for v in first.values())
+        assert sum(first.values()) < row["first_step_s"]
+        assert first["iterator"] < spent["iterator_s"]
     assert json.loads((tmp_path / "out.json").read_text())["rows"][1]["call"] == 1
     (floor,) = calls.run(
         ens | {"io": None, "kind": "floor"}, tmp_path / "f.json", tmp_path
@@ -47,6 +52,7 @@ def test_workflow_calls_of_an_ensemble_and_overlapped_writes(tmp_path, monkeypat
     (row,) = calls.run(det, tmp_path / "d.json", tmp_path)
     assert row["store_bytes"] > 0 and row["wall_s"] >= row["returned_s"] > 0
     assert row["thread_s"]["blocked_s"] >= 0  # an OverlappedIO's
+    assert row["first_step"]["perturbation"] == 0  # a deterministic call has none
     assert {x["status"] for x in row["report"]["regions"]} == {"compiled"}
 
 

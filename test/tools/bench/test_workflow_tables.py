@@ -149,3 +149,22 @@ def test_a_row_run_in_several_processes_is_its_medians():
     assert "4.12 (3.28-4.95, n=2)" in lines[0] and "2.50 (2.00-3.00, n=2)" in lines[0]
     assert "1.65" in lines[0] and "0.30/0.40" in lines[0]  # ratio, first steps
     assert "4.12 (3.28-4.95, n=2)" in lines[1] and "  2.50  " in lines[1]
+
+
+def test_first_step_table_names_where_each_process_first_step_went():
+    from earth2studio_compile.tools.bench.calls import FIRST_STEP
+    from earth2studio_compile.tools.bench.workflow_tables import derive, tables
+
+    rows = _rows()
+    parts = dict.fromkeys(FIRST_STEP, 0.1) | {"fetch_data": 0.3}
+    rows[2] |= {"first_step_s": 1.3, "first_step": parts}
+    rows[2] |= {"report": {"regions": [{"first_call_s": 0.25, "status": "compiled"}]}}
+    rows[1] |= {"first_step_s": 1.0, "first_step": parts}
+    derive(rows)
+    assert "First step" not in tables(_rows())  # rows that did not time it
+    text = tables(rows).split("First step, where it went")[1]
+    lines = [line.split() for line in text.splitlines() if "dlwp-ens" in line]
+    assert [x[3] for x in lines] == ["eager", "compiled"]
+    # 1st step, to, fetch_data, ..., other, the region's first call
+    assert lines[1][4:] == ["1.30", "0.10", "0.30", *["0.10"] * 5, "0.40", "0.25"]
+    assert lines[0][-2:] == ["0.10", "-"]
