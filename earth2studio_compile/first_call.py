@@ -40,7 +40,7 @@ from earth2studio_compile.executors import (
     offers,
     root_of,
 )
-from earth2studio_compile.metrics import Laps, synchronize
+from earth2studio_compile.metrics import Laps, synchronize, timed
 from earth2studio_compile.report import describe
 from earth2studio_compile.staging import Call
 
@@ -80,9 +80,11 @@ class FirstCall:
     _kept: resident.Kept | None = None
     #: The first call started ahead of the workflow's (:meth:`ahead`).
     _ahead: Future[bool] | None = None
-    #: Calls before the executor's first: the workflow's calls that ran eager
-    #: beside the first call ahead (:meth:`_beside_ahead`); the next records.
-    _compiled_after = 1
+    #: The call that records the executor's CUDA graph (timed as
+    #: ``cudagraph_record``): the one after its first, which may come after calls
+    #: that ran eager beside the first call ahead (:meth:`_beside_ahead`); None
+    #: where the first call ahead recorded it too.
+    _records_at: int | None = 2
 
     if TYPE_CHECKING:  # what the region (region.py) gives its first call
         module: torch.nn.Module
@@ -121,6 +123,7 @@ class FirstCall:
         """
         # Known before any executor takes the region: a fallback's summary needs it.
         self.report.device = call.device.type
+        self._records_at = self.report.calls + 1
         out = self._choose(call, Laps(), self._compiled)
         if self._executor is not None and self._executor.name in HINTED:
             # Its artifact exists or is being built: a later process's guess.
@@ -247,7 +250,8 @@ class FirstCall:
         """Start the first call on ``pool``, before the workflow reaches the region,
         on made-up inputs shaped like the last first call's (:mod:`.artifacts.hints`)
         and only on an ahead-of-time artifact already on disk for them: load it,
-        run it, verify it against eager. The workflow's calls do not wait for it:
+        run it, verify it against eager, and record its CUDA graph where it runs
+        one (:meth:`_record_ahead`). The workflow's calls do not wait for it:
         while it runs they run eager (:meth:`_beside_ahead`); the first call
         after it ended finds the region compiled, or still pending if it declined
         (another shape, no artifact, or another answer than eager on the made-up
@@ -311,7 +315,28 @@ class FirstCall:
             self._executor = None
             return False
         self._compiled(chosen, out, laps)
+        if chosen.cudagraphs and self._state is RegionState.COMPILED:
+            with on, torch.inference_mode(inference):
+                self._record_ahead(call)
         return True
+
+    def _record_ahead(self, call: Call) -> None:
+        """Record the CUDA graph on the made-up inputs too, so that the workflow's
+        first call replays it: recording took 0.16 s of a fresh FCN process's first
+        step on an H100, beside a data source that kept the device idle for 0.65 s
+        (docs/bench/2026-11-26-h100-sixth). The graph reads its inputs from static
+        buffers each replay fills, so the made-up values do not stay in it. Where
+        it fails (another thread's work broke the capture), the workflow's next
+        call records, as without a first call ahead."""
+        try:
+            _, seconds = timed(call.device, lambda: self._run(call))
+        except Exception as err:
+            logger.debug(
+                f"{self.report.label}: CUDA graph not recorded ahead ({describe(err)})"
+            )
+            return
+        self.report.phases["cudagraph_record"] = seconds
+        self._records_at = None
 
     def _beside_ahead(self, call: Call) -> Any:
         """A call the workflow makes while the first call ahead still runs: eager,
@@ -340,7 +365,8 @@ class FirstCall:
             )
         elif ahead.result():
             self.report.phases["ahead_wait"] = time.perf_counter() - start
-            self._compiled_after = self.report.calls
+            if self._records_at is not None:
+                self._records_at = self.report.calls + 1
             # Not the steady call its speed probe may time (under CUDA graphs).
             self.probe.compiled_again(self.report.calls)
 

@@ -220,7 +220,7 @@ class CompiledRegion(FirstCall):
         # The call after the executor's first records the CUDA graph: part of
         # what compiling costs.
         record = (
-            r.calls == self._compiled_after + 1
+            r.calls == self._records_at
             and self._executor.cudagraphs
             and r.reused is None
         )

@@ -92,7 +92,8 @@ class RegionReport:
         ``key`` (finding it), ``checksum``, ``aot_load``, ``bind``, ``first_run``
         and ``verify``; ``finish`` (leaving the precision scope, casting back,
         writing back to the caller's tensors, cloning). After the first call:
-        ``cudagraph_record`` (the second call, which records the CUDA graph);
+        ``cudagraph_record`` (the second call, which records the CUDA graph; with
+        a first call ahead, its second call on the made-up inputs);
         ``precision_reference`` (copying the first call's inputs and running the
         fp32 eager call that measures a reduced precision's error);
         ``before_fallback`` (time spent before compiling failed); ``switch``

@@ -33,9 +33,10 @@ SIZE = os.environ.get("E2SC_GPU_SIZE", "small")
 REL_L2 = 1e-4
 
 
-def _held_rollouts(model, nsteps=6):
+def _held_rollouts(model, nsteps=6, ahead=False):
     """Eager and compiled rollouts keeping every yielded tensor without copying:
-    with CUDA graphs an uncloned output would be overwritten by the next replay."""
+    with CUDA graphs an uncloned output would be overwritten by the next replay.
+    ``ahead``: the session's first calls run ahead first (``session.ahead``)."""
     x, coords = initial_state(model, torch.device("cuda"))
 
     def rollout():
@@ -49,6 +50,8 @@ def _held_rollouts(model, nsteps=6):
 
     eager = [y.clone() for y in rollout()]
     with CompileSession(model) as session:
+        if ahead:
+            session.ahead(wait=True)
         compiled = rollout()
     for step, (a, b) in enumerate(zip(compiled, eager)):
         assert rel_l2(a, b) <= REL_L2, f"step {step}: rel L2 {rel_l2(a, b):.2e}"
@@ -83,6 +86,38 @@ def test_held_outputs_on_the_ahead_of_time_path(name, logs, tmp_path, monkeypatc
     assert_unchanged(model, before)
     for region in session.report.regions:
         assert region.executor == "aot", session.report.summary()
+    assert not messages(logs, "WARNING")
+
+
+@pytest.mark.parametrize("name", ["fcn", "dlwp"])
+def test_a_first_call_ahead_records_the_cuda_graph(name, logs, tmp_path, monkeypatch):
+    """A later process's first call ahead loads the artifact, runs it and records
+    its CUDA graph on made-up inputs, on its own thread: the rollout's calls
+    replay it, its held outputs intact and eager's."""
+    import threading
+
+    from earth2studio_compile import build
+
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
+    first = zoo.build(name, size=SIZE).cuda()
+    assert all(b.status == "built" for b in build(first)), "build failed"
+    _held_rollouts(first)  # leaves the hint of its first call's inputs
+    model = zoo.build(name, size=SIZE).cuda()  # nothing kept for it: a new process's
+    before = snapshot(model)
+    threads, begin = [], torch.cuda.CUDAGraph.capture_begin
+
+    def capture_begin(self, *args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return begin(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_begin", capture_begin)
+    session = _held_rollouts(model, ahead=True)
+    assert threads and all(t.startswith("first call ahead") for t in threads), threads
+    assert_unchanged(model, before)
+    for r in session.report.regions:
+        assert (r.status, r.executor) == ("compiled", "aot"), session.report.summary()
+        assert r.phases["cudagraph_record"] > 0 and "ahead_wait" in r.phases, r.phases
+        assert r.eager_calls == 0, session.report.summary()
     assert not messages(logs, "WARNING")
 
 
