@@ -108,10 +108,11 @@ def test_calls_while_the_first_call_ahead_runs_are_eager_and_do_not_wait(
 ):
     """The workflow never waits for the first call ahead: a call made while it
     still runs is eager (eager's answer, ``ahead_eager`` in the phases), the first
-    call after it ended runs the artifact (regression: the workflow's first call
-    waited). Under CUDA graphs the first call ahead also records, on its own
-    thread: the workflow's calls only replay (regression: the workflow's first
-    compiled call recorded, 0.16 s of FCN's first step on an H100)."""
+    call after it ended runs the artifact and, under CUDA graphs, records
+    (regression: the workflow's first call waited). A first call ahead over
+    before the workflow's first call also records, on its own thread: the
+    workflow's calls only replay (regression: the workflow's first compiled call
+    recorded, 0.16 s of FCN's first step on an H100)."""
     import threading
 
     from earth2studio_compile import executors, first_call
@@ -163,13 +164,12 @@ def test_calls_while_the_first_call_ahead_runs_are_eager_and_do_not_wait(
     for out in after:
         torch.testing.assert_close(out, expected)
     assert runs == ["MainThread"] * 2
-    # the first call and the recording call, ahead
-    assert len(recorded) == 2 and all(
-        t.startswith("first call ahead") for t in recorded
-    )
+    # the first call ahead; not the recording, with the workflow's calls beside
+    [thread] = recorded
+    assert thread.startswith("first call ahead")
     r = session.report.regions[0]
     assert (r.status, r.executor, r.calls, r.eager_calls) == ("compiled", "aot", 3, 1)
-    assert r.phases["ahead_eager"] > 0 and r.phases["cudagraph_record"] > 0
+    assert r.phases["ahead_eager"] > 0 and "cudagraph_record" in r.phases
     assert "3 calls, the first 1 eager while it loaded" in session.report.summary()
     # Over before the workflow's first call: that call replays.
     core = zoo.ToyCore(4, 8).eval()
