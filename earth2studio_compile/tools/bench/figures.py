@@ -46,6 +46,7 @@ from earth2studio_compile.tools.bench.tables import (
 )
 from earth2studio_compile.tools.bench.workflow_figures import (
     workflow,
+    workflow_first_steps,
     workflow_phases,
     workflow_threads,
 )
@@ -188,6 +189,19 @@ _RUNS_FIFTH = tuple(
     "2026-11-26-h100-fifth/" + f
     for f in ("fcn-ens-ab6ec89.json", "fcn-ens-704d25a.json", "dlwp-ens-704d25a.json")
 )
+_SIXTH = "2026-11-26-h100-sixth/"
+_RUNS_SIXTH = tuple(
+    _SIXTH + f
+    for f in ("fcn-ens-c78a1ea.json", "dlwp-ens-c78a1ea.json", "fcn-ens-dd6e0e2.json")
+)
+_FIRST_SIXTH = tuple(
+    _SIXTH + f
+    for f in (
+        "fcn-ens-first-b2e4024.json",
+        "dlwp-ens-first-b2e4024.json",
+        "fcn-ens-dd6e0e2.json",
+    )
+)
 FIGURES: tuple[Figure, ...] = (
     Figure(
         "workflow",
@@ -282,6 +296,9 @@ FIGURES: tuple[Figure, ...] = (
         _RUNS_FIFTH,
         workflow,
     ),
+    Figure("ensembles-h100-sixth", PERF, _RUNS_SIXTH, workflow),
+    Figure("ensembles-h100-sixth-first", PERF, _FIRST_SIXTH, workflow_first_steps),
+    Figure("ensembles-h100-sixth-phases", PERF, _RUNS_SIXTH, workflow_phases),
     Figure(
         "ensembles-h100-fifth-threads",
         PERF,

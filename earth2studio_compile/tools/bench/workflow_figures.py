@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from earth2studio_compile.tools.bench.calls import OVERLAPPED
+from earth2studio_compile.tools.bench.calls import FIRST_STEP, OVERLAPPED
 from earth2studio_compile.tools.bench.tables import markdown, number
 
 _WAYS = {
@@ -38,7 +38,11 @@ def workflow(datas: Sequence[Mapping[str, Any]]) -> str:
     """Whole workflow calls from the bench's workflow mode: each compiled row
     beside the eager row it is paired with (the same job, IO and precision); a row
     run in several processes once, as its samples' median."""
-    from earth2studio_compile.tools.bench.workflow_tables import median_of, samples
+    from earth2studio_compile.tools.bench.workflow_tables import (
+        larger_floor_s,
+        median_of,
+        samples,
+    )
 
     def wall(r: Mapping[str, Any]) -> str:
         n = len(r.get("walls") or [])
@@ -52,6 +56,12 @@ def workflow(datas: Sequence[Mapping[str, Any]]) -> str:
     for data in datas:
         found = data["rows"]
         groups = samples(found)
+        # Rows saved before the larger floor was derived: from their floor row.
+        floors = {
+            (f.get("job"), f.get("precision")): f
+            for f in found
+            if f.get("run") == "floor" and "compute_floor_s" in f
+        }
         for i, r in enumerate(found):
             if r.get("run") != "compiled" or "wall_s" not in r:
                 continue
@@ -97,6 +107,15 @@ def workflow(datas: Sequence[Mapping[str, Any]]) -> str:
                     f"{first(ref)}/{first(r)}",
                     number(r.get("floor_s"), ".2f"),
                     number(r.get("wall_over_floor"), ".2f"),
+                    number(
+                        r.get("wall_over_larger")
+                        or (
+                            median_of(r, "wall_s") / larger_floor_s(floor, r.get("io"))
+                            if (floor := floors.get((r.get("job"), r.get("precision"))))
+                            else None
+                        ),
+                        ".2f",
+                    ),
                     how,
                 ]
             )
@@ -104,11 +123,11 @@ def workflow(datas: Sequence[Mapping[str, Any]]) -> str:
     header += ["compile=True s", "eager / compiled", "eager + OverlappedIO / compiled"]
     header += ["members x steps / s eager/+OverlappedIO/compiled"]
     header += ["first step s eager/compiled", "floor s", "compiled / floor"]
-    header += ["compile=True ran"]
+    header += ["compiled / larger floor", "compile=True ran"]
     if len(jobs) == 1:  # the caption names it
         header, rows = header[1:], [row[1:] for row in rows]
-    if not any(row[-5] != "-" for row in rows):  # no ensemble
-        header, rows = header[:-5] + header[-4:], [row[:-5] + row[-4:] for row in rows]
+    if not any(row[-6] != "-" for row in rows):  # no ensemble
+        header, rows = header[:-6] + header[-5:], [row[:-6] + row[-5:] for row in rows]
     who = "; ".join(sorted(f"{job}, {precision}" for job, precision in jobs))
     note = (
         f"\n\n{who or '-'}: full-size models (random weights), precision set by "
@@ -122,7 +141,8 @@ def workflow(datas: Sequence[Mapping[str, Any]]) -> str:
         "row compared with on the same IO). floor = the compiled step's time x steps "
         "+ the same bytes written with numpy.save from the writer threads (measured "
         "in the same run; for a store in memory, the bytes copied into fresh host "
-        "memory)."
+        "memory); larger floor = the larger of those two parts, the floor of writes "
+        "that overlap the steps entirely (what the issues' targets are of)."
     )
     return markdown(header, rows) + note
 
@@ -155,7 +175,9 @@ def workflow_phases(datas: Sequence[Mapping[str, Any]]) -> str:
     note = (
         "\n\nPhases run in this order, each timed on the host (a phase that "
         "waits for the device, as verify does, also waits for the kernels queued "
-        "before it); cudagraph_record is the next step's, not the first's."
+        "before it); cudagraph_record is the next step's, not the first's, or "
+        "(from dd6e0e2) the first call ahead's second call where it ended before "
+        "the workflow's first call: off the workflow's path."
     )
     return markdown(header, body) + note
 
@@ -207,5 +229,51 @@ def workflow_threads(datas: Sequence[Mapping[str, Any]]) -> str:
         "model's next step (its compute, or the GIL while other threads hold it), "
         "io.write = in the IO's write (an OverlappedIO's: its host copies queued, "
         "or blocked on the bound of steps pending when the writers are behind)."
+    )
+    return markdown(header, rows) + note
+
+
+def workflow_first_steps(datas: Sequence[Mapping[str, Any]]) -> str:
+    """Where each process's first step went (seconds): the rows of the workflow
+    mode that timed it (``first_step``), one line per process."""
+    rows, jobs = [], []
+    for data in datas:
+        for r in data["rows"]:
+            first = r.get("first_step")
+            if not first or r.get("first_step_s") is None:
+                continue
+            if r["run"] == "compiled":
+                run = "compile=True"
+            elif r["io"] in OVERLAPPED:
+                run = "eager + OverlappedIO"
+            else:
+                run = "upstream, eager"
+            jobs += [_job(r)] * (_job(r) not in jobs)
+            regions = (r.get("report") or {}).get("regions") or []
+            ahead = sum(g.get("phases", {}).get("ahead_eager", 0.0) for g in regions)
+            rows.append(
+                [
+                    _job(r),
+                    _IOS.get(r["io"], str(r["io"])),
+                    run,
+                    _WAYS.get(r["way"], "fresh process"),
+                    number(r["first_step_s"], ".2f"),
+                    *(number(first.get(k), ".2f") for k in FIRST_STEP),
+                    number(r["first_step_s"] - sum(first.values()), ".2f"),
+                    number(ahead, ".2f") if regions else "-",
+                ]
+            )
+    header = ["job", "IO backend", "run", "call", "first step s", *FIRST_STEP]
+    header += ["other", "eager beside the first call ahead (whole call)"]
+    if len(jobs) == 1:  # the caption names it
+        header, rows = header[1:], [row[1:] for row in rows]
+    note = (
+        f"\n\n{'; '.join(jobs) or '-'}: one line per process, seconds from calling "
+        "the workflow until the first forecast step reached the IO, timed around "
+        "upstream's calls on the workflow's thread: the model's to, fetch_data (the "
+        "data source: here Earth2Studio's Random on the host), io.add_array, the "
+        "perturbation, map_coords, the model iterator (the initial state, then the "
+        "first step's model call), io.write (the initial state's); other = the "
+        "rest (the workflow's own lines, other threads holding the GIL)."
     )
     return markdown(header, rows) + note

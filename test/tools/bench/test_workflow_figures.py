@@ -98,3 +98,57 @@ def test_the_phases_table_names_the_job_where_a_figure_has_several():
     assert lines[0].startswith("| job | IO backend |")
     assert lines[2].startswith("| FCN, 10 steps, every variable |")
     assert lines[3].startswith("| DLWP, 20 steps, every variable |")
+
+
+def test_the_workflow_table_shows_the_wall_over_the_larger_floor():
+    """The issues' floor targets are of the larger of the two floors (N x the
+    compiled step, the storage floor), not of their sum: a row saved before the
+    bench derived it gets it from its file's floor row."""
+    from earth2studio_compile.tools.bench import workflow_figures as tables
+
+    base = {"model": "fcn", "steps": 40, "precision": "tf32", "kind": "fresh"}
+    base |= {"job": "fcn"}
+    floor = {**base, "io": None, "way": "floor", "run": "floor", "floor_s": 2.0}
+    floor |= {"compute_floor_s": 1.5, "io_floor_s": 0.5}
+    rows = [
+        {**base, "io": "zarr-disk", "way": "fresh", "run": "eager", "wall_s": 7.5},
+        {**base, "io": "zarr-disk", "way": "warm", "run": "compiled", "wall_s": 3.0}
+        | {"pair": 0, "vs_eager": 2.5, "floor_s": 2.0, "wall_over_floor": 1.5},
+        floor,
+    ]
+    text = tables.workflow([{"rows": rows}])
+    header, _, row = text.splitlines()[:3]
+    names = [c.strip() for c in header.strip("|").split("|")]
+    cells = dict(zip(names, (c.strip() for c in row.strip("|").split("|"))))
+    assert (cells["compiled / floor"], cells["compiled / larger floor"]) == (
+        "1.50",
+        "2.00",
+    )
+
+
+def test_the_first_step_table_splits_each_process_first_step():
+    """One line per process that timed its first step: upstream's calls in the
+    order the workflow makes them, the rest, and the eager calls made beside a
+    first call ahead; a row without the timing is left out."""
+    from earth2studio_compile.tools.bench import workflow_figures as tables
+    from earth2studio_compile.tools.bench.calls import FIRST_STEP
+
+    base = {"model": "fcn", "steps": 10, "members": 8, "batch_size": 4}
+    base |= {"precision": "tf32", "kind": "fresh"}
+    parts = dict.fromkeys(FIRST_STEP, 0.1) | {"fetch_data": 0.7}
+    ahead = {"regions": [{"phases": {"ahead_eager": 0.45}}]}
+    rows = [
+        {**base, "io": "zarr-disk", "way": "fresh", "run": "eager", "wall_s": 9.0},
+        {**base, "io": "overlapped", "way": "fresh", "run": "eager", "wall_s": 3.4}
+        | {"first_step_s": 1.4, "first_step": parts},
+        {**base, "io": "overlapped", "way": "warm", "run": "compiled", "wall_s": 3.3}
+        | {"first_step_s": 1.6, "first_step": parts, "report": ahead},
+    ]
+    text = tables.workflow_first_steps([{"rows": rows}])
+    header, _, eager, compiled = text.splitlines()[:4]
+    names = [c.strip() for c in header.strip("|").split("|")]
+    assert names[:11] == ["IO backend", "run", "call", "first step s", *FIRST_STEP]
+    cells = [c.strip() for c in compiled.strip("|").split("|")]
+    assert cells[1] == "compile=True"  # one job: the caption names it
+    assert cells[3:] == ["1.60", "0.10", "0.70", *["0.10"] * 5, "0.30", "0.45"]
+    assert eager.split("|")[-2].strip() == "-"  # no region: no first call ahead

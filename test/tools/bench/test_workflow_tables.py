@@ -67,6 +67,10 @@ def test_stores_in_memory_are_measured_against_the_in_memory_floor():
     assert compiled["floor_s"] == 0.6  # overlapped-memory: in memory
     assert compiled["wall_over_floor"] == pytest.approx(1.6 / 0.6)
     assert (on_disk["floor_s"], on_disk["wall_over_floor"]) == (0.8, 10.0)
+    # the larger of the two parts: N x step 0.4 over 0.2 in memory, 0.4 on disk
+    assert compiled["larger_floor_s"] == 0.4 and on_disk["larger_floor_s"] == 0.4
+    assert compiled["wall_over_larger"] == pytest.approx(4.0)
+    assert on_disk["wall_over_larger"] == pytest.approx(20.0)
     text = tables(rows)
     per_step = text.split("Per step")[1]
     assert "in memory floor s" in per_step
