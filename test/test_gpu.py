@@ -75,25 +75,11 @@ def test_outputs_held_across_steps_are_not_overwritten(name, logs):
 
 @pytest.mark.parametrize("name", ["fcn", "dlwp"])
 def test_held_outputs_on_the_ahead_of_time_path(name, logs, tmp_path, monkeypatch):
-    """The AOT runner's own CUDA graph: held outputs intact, model restored."""
-    from earth2studio_compile import build
-
-    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
-    model = zoo.build(name, size=SIZE).cuda()
-    assert all(b.status == "built" for b in build(model)), "build failed"
-    before = snapshot(model)
-    session = _held_rollouts(model)
-    assert_unchanged(model, before)
-    for region in session.report.regions:
-        assert region.executor == "aot", session.report.summary()
-    assert not messages(logs, "WARNING")
-
-
-@pytest.mark.parametrize("name", ["fcn", "dlwp"])
-def test_a_first_call_ahead_records_the_cuda_graph(name, logs, tmp_path, monkeypatch):
-    """A later process's first call ahead loads the artifact, runs it and records
-    its CUDA graph on made-up inputs, on its own thread: the rollout's calls
-    replay it, its held outputs intact and eager's."""
+    """The AOT runner's own CUDA graph: held outputs intact, model restored. Then
+    a later process's first call ahead (one artifact built for both: the suite
+    fits one device call) loads it, runs it and records its CUDA graph on made-up
+    inputs, on its own thread: the rollout's calls replay it, held outputs intact
+    and eager's."""
     import threading
 
     from earth2studio_compile import build
@@ -101,7 +87,11 @@ def test_a_first_call_ahead_records_the_cuda_graph(name, logs, tmp_path, monkeyp
     monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
     first = zoo.build(name, size=SIZE).cuda()
     assert all(b.status == "built" for b in build(first)), "build failed"
-    _held_rollouts(first)  # leaves the hint of its first call's inputs
+    before = snapshot(first)
+    session = _held_rollouts(first)  # leaves the hint of its first call's inputs
+    assert_unchanged(first, before)
+    for region in session.report.regions:
+        assert region.executor == "aot", session.report.summary()
     model = zoo.build(name, size=SIZE).cuda()  # nothing kept for it: a new process's
     before = snapshot(model)
     threads, begin = [], torch.cuda.CUDAGraph.capture_begin

@@ -55,6 +55,8 @@ IN_MEMORY = ("memory-zarr", "overlapped-memory")
 #: Precisions of the mode: ``tf32`` and ``fp32`` are PyTorch's global switches for
 #: every row, eager and compiled; ``bf16`` also scopes bf16 autocast to the cores.
 PRECISIONS = ("tf32", "fp32", "bf16")
+#: Data sources of a row (``spec["source"]``, :func:`call_source`).
+SOURCES = ("random", "prefetched")
 NOISE = 0.05
 
 
@@ -65,6 +67,31 @@ def set_precision(precision: str) -> None:
 
     on = precision != "fp32"
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = on
+
+
+def call_source(spec: dict[str, Any], model: Any, time: Any) -> Any:
+    """The row's data source, made before the clock starts.
+
+    ``random`` is the zoo's seeded ``Random``, drawn during the call;
+    ``prefetched`` the same source behind :class:`~.zoo.Prefetched`, asked here
+    for what the workflow will fetch (the model's input variables at ``time``
+    and its input lead times), so that the call's fetch only copies.
+    """
+    from earth2studio.data import fetch_data
+    from earth2studio.utils.time import to_time_array
+
+    from earth2studio_compile.tools import zoo
+
+    source = spec.get("source", "random")
+    if source not in SOURCES:
+        raise ValueError(f"source={source!r} is not one of {', '.join(SOURCES)}")
+    drawn = zoo.random_source(model)
+    if source == "random":
+        return drawn
+    kept = zoo.Prefetched(drawn)
+    ic = model.input_coords()
+    fetch_data(kept, to_time_array([time]), ic["variable"], ic["lead_time"])
+    return kept
 
 
 def make_call_io(spec: dict[str, Any], model: Any, tmp: Path) -> Any:
@@ -285,7 +312,6 @@ def call(
     import numpy as np
     import torch
 
-    from earth2studio_compile.tools import zoo
     from earth2studio_compile.tools.bench.ensemble.upstream import output_coords
     from earth2studio_compile.tools.bench.measure import eager_precision
     from earth2studio_compile.tools.bench.runs import TIME, finish
@@ -300,7 +326,7 @@ def call(
         workflow = getattr(upstream, spec["workflow"])
     np.random.seed(0)  # the Random source draws from numpy's global generator
     torch.manual_seed(0)
-    data = zoo.random_source(model)
+    data = call_source(spec, model, TIME)
     io = make_call_io(spec, model, tmp)
     args: list[Any] = [[str(TIME)], spec["steps"]]
     kwargs: dict[str, Any] = {"device": device, "verbose": False}

@@ -122,7 +122,7 @@ def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
     for job in args.job_list:
         for precision in args.precision_list:
             base = {**job, "precision": precision, "size": args.size}
-            base["device"] = args.device
+            base["device"], base["source"] = args.device, args.source
             key = f"{job['job']}-{precision}".replace(":", "_")
             rows = [{**base, "io": io, "cache": key} for io in args.io_list]
             for n, row in enumerate(rows):

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from earth2studio_compile.tools.bench.calls import IOS, PRECISIONS
+from earth2studio_compile.tools.bench.calls import IOS, PRECISIONS, SOURCES
 from earth2studio_compile.tools.bench.floors import FLOOR_WRITERS
 
 __all__ = ["DEFAULT_IOS", "JOBS", "WAYS", "job_spec", "parse"]
@@ -133,6 +133,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="writer threads of the storage floor: as many as the fastest backend "
         f"uses (default {FLOOR_WRITERS}, AsyncZarrBackend's pool); one writer is "
         "always timed too",
+    )
+    p.add_argument(
+        "--source",
+        choices=SOURCES,
+        default="random",
+        help="the data source: random (Earth2Studio's Random, drawn during the "
+        "call: on an H100 half of FCN's first step) or prefetched (the same fields "
+        "drawn before the clock and kept, as a user whose initial state is on "
+        "hand; the call still fetches through it); default random",
     )
     p.add_argument("--workdir", type=Path, default=None, help="caches and stores")
     args = p.parse_args(argv)

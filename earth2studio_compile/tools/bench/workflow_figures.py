@@ -31,7 +31,9 @@ def _job(r: Mapping[str, Any]) -> str:
         name += f"{r['members']} x {r['steps']} (batch {r.get('batch_size')})"
     else:
         name += f"{r['steps']} steps"
-    return name + (", 3 variables" if r.get("outputs") == "few" else ", every variable")
+    name += ", 3 variables" if r.get("outputs") == "few" else ", every variable"
+    # Rows before --source drew their data during the call (random).
+    return name + (", data prefetched" if r.get("source") == "prefetched" else "")
 
 
 def workflow(datas: Sequence[Mapping[str, Any]]) -> str:

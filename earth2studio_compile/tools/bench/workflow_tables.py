@@ -99,7 +99,7 @@ def derive(rows: list[dict[str, Any]]) -> None:
         floor = floors.get((r["job"], r["precision"]))
         f = _floor_s(floor, r.get("io")) if floor else None
         wall = median_of(r, "wall_s")
-        if f:
+        if f and floor:
             r.update(floor_s=f, wall_over_floor=wall / f)
             larger = larger_floor_s(floor, r.get("io"))
             r.update(larger_floor_s=larger, wall_over_larger=wall / larger)

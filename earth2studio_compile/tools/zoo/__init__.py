@@ -36,7 +36,7 @@ import torch
 from earth2studio_compile._imports import quiet_imports
 from earth2studio_compile.tools.zoo.ace2 import ace2
 from earth2studio_compile.tools.zoo.aurora import aurora
-from earth2studio_compile.tools.zoo.data import SeededRandom, random_source
+from earth2studio_compile.tools.zoo.data import Prefetched, SeededRandom, random_source
 from earth2studio_compile.tools.zoo.grid import Grid
 from earth2studio_compile.tools.zoo.shipped import dlwp, fcn, persistence
 from earth2studio_compile.tools.zoo.stormcast import stormcast
@@ -56,6 +56,7 @@ __all__ = [
     "GridPrognostic",
     "SFNOCore",
     "SFNOPrognostic",
+    "Prefetched",
     "SeededRandom",
     "ToyCore",
     "ace2",

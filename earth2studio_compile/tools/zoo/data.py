@@ -91,3 +91,43 @@ def random_source(model: Any, seed: int = 0) -> SeededRandom:
     coords = model.input_coords()
     dims = ["lat", "lon"] if "lat" in coords else list(coords)[-2:]
     return SeededRandom(OrderedDict({d: coords[d] for d in dims}), seed)
+
+
+class Prefetched:
+    """A data source whose answers are kept: the same request again costs only
+    a copy, as for a user whose initial state was fetched before the forecast
+    (to local disk or memory) rather than drawn or downloaded during it.
+
+    Parameters
+    ----------
+    source : Any
+        The data source whose answers are kept (called once per request)
+    """
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+        self._kept: dict[tuple[tuple[Any, ...], tuple[str, ...]], xr.DataArray] = {}
+
+    def __call__(self, time: Any, variable: Any) -> xr.DataArray:
+        """``source(time, variable)``, kept from the first such request.
+
+        Parameters
+        ----------
+        time : datetime | list[datetime] | TimeArray
+            Timestamps to return data for
+        variable : str | list[str] | VariableArray
+            Variables to return
+
+        Returns
+        -------
+        xr.DataArray
+            A copy of the kept answer (a caller may change it)
+        """
+        times, variables = prep_data_inputs(time, variable)
+        key = (
+            tuple(np.datetime64(t, "ns") for t in times),
+            tuple(str(v) for v in variables),
+        )
+        if key not in self._kept:
+            self._kept[key] = self.source(time, variable)
+        return self._kept[key].copy()

@@ -152,3 +152,8 @@ def test_the_first_step_table_splits_each_process_first_step():
     assert cells[1] == "compile=True"  # one job: the caption names it
     assert cells[3:] == ["1.60", "0.10", "0.70", *["0.10"] * 5, "0.30", "0.45"]
     assert eager.split("|")[-2].strip() == "-"  # no region: no first call ahead
+    assert "every variable:" in text  # the caption names the job, data drawn
+    rows = [r | {"source": "prefetched"} for r in rows]
+    assert "every variable, data prefetched:" in tables.workflow_first_steps(
+        [{"rows": rows}]
+    )
