@@ -193,10 +193,15 @@ FIRST_STEP = (
 )
 
 
+#: ``io.write`` calls timed one by one (``write_seconds``): the initial state's
+#: and the first steps', where an IO's host buffers are still being allocated.
+FIRST_WRITES = 8
+
+
 @contextlib.contextmanager
 def _thread_phases(
     model: Any, io: Any, perturbation: Any
-) -> Iterator[tuple[dict[str, float], dict[str, float], list[float], Any]]:
+) -> Iterator[tuple[dict[str, float], dict[str, float], list[float], list[float], Any]]:
     """Seconds the workflow's thread spends in the model's iterator (``iterator_s``:
     each step's model work, and whatever it waits for), upstream's ``map_coords``
     and ``split_coords``, and ``io.write`` (``write_s``), summed over one call; with
@@ -206,7 +211,9 @@ def _thread_phases(
     first step's seconds by :data:`FIRST_STEP` (until the first forecast step
     reached the IO: the model's ``to``, upstream's ``fetch_data``, ``io.add_array``,
     the perturbation, ``map_coords``, the iterator's initial state and first step,
-    the initial state's write), with the perturbation to hand the workflow.
+    the initial state's write), the seconds of each of the first
+    :data:`FIRST_WRITES` ``io.write`` calls, and the perturbation to hand the
+    workflow.
 
     Upstream's workflows look ``fetch_data``, ``map_coords`` and ``split_coords``
     up in their module, ``to`` and ``create_iterator`` on the model, ``write`` and
@@ -222,6 +229,7 @@ def _thread_phases(
     names = ("fetch_data", "map_coords", "split_coords")
     saved = {n: getattr(upstream, n) for n in names}
     writes: list[float] = []
+    each_write: list[float] = []
 
     def add(key: str, t0: float, in_first: bool) -> None:
         spent = time.perf_counter() - t0
@@ -229,6 +237,8 @@ def _thread_phases(
             sums[f"{key}_s"] += spent
         if in_first:
             first[key] += spent
+        if key == "write" and len(each_write) < FIRST_WRITES:
+            each_write.append(spent)
 
     def timed(key: str, fn: Any, starts: list[float] | None = None) -> Any:
         @functools.wraps(fn)
@@ -268,7 +278,7 @@ def _thread_phases(
     blocked = getattr(io, "blocked_s", None)
     try:
         perturb = perturbation and timed("perturbation", perturbation)
-        yield sums, first, writes, perturb
+        yield sums, first, writes, each_write, perturb
     finally:
         for name, fn in saved.items():
             setattr(upstream, name, fn)
@@ -306,7 +316,8 @@ def call(
         idle), ``returned_s`` (until the workflow returned), ``first_step_s`` (until
         the first forecast step reached the IO), ``store_bytes`` (on
         disk), ``thread_s`` (where the workflow's thread spent the call) and
-        ``first_step`` (where its first step went: :func:`_thread_phases`) and,
+        ``first_step`` (where its first step went: :func:`_thread_phases`),
+        ``write_seconds`` (each of its first :data:`FIRST_WRITES` writes) and,
         compiled, ``report`` (its summary and regions)
     """
     import numpy as np
@@ -342,7 +353,8 @@ def call(
     # the global switches already set for the whole process.
     scoped = spec["precision"] if spec["precision"] == "bf16" else None
     marks: dict[str, float] = {}
-    with _thread_phases(model, io, perturbation) as (phases, first, writes, perturb):
+    timing = _thread_phases(model, io, perturbation)
+    with timing as (phases, first, writes, each_write, perturb):
         rest = [model, data, io] + ([perturb] if perturb is not None else [])
         with eager_precision(model, None if compiled else scoped):
             start = marks["start"] = time.perf_counter()
@@ -358,6 +370,7 @@ def call(
         "report": _report(compiled),
         "thread_s": phases,
         "first_step": first,
+        "write_seconds": each_write,
     }
 
 

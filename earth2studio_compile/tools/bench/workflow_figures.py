@@ -5,7 +5,7 @@ went. The workflow mode's own printed tables are :mod:`.workflow_tables`'.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from earth2studio_compile.tools.bench.calls import FIRST_STEP, OVERLAPPED
@@ -194,14 +194,14 @@ _THREAD = {
 }
 
 
-def workflow_threads(datas: Sequence[Mapping[str, Any]]) -> str:
-    """Where the workflow's own thread spent each process's call (seconds): the
-    rows of the workflow mode that timed it (``thread_s``), one line per process."""
-    rows, jobs = [], []
+def _processes(
+    datas: Sequence[Mapping[str, Any]], key: str
+) -> Iterator[tuple[Mapping[str, Any], list[str]]]:
+    """Each process of the workflow mode that timed ``key``, with the cells that
+    name it: job, IO backend, run, call."""
     for data in datas:
         for r in data["rows"]:
-            spent = r.get("thread_s")
-            if not spent or "wall_s" not in r:
+            if not r.get(key) or "wall_s" not in r:
                 continue
             if r["run"] == "compiled":
                 run = "compile=True"
@@ -209,73 +209,75 @@ def workflow_threads(datas: Sequence[Mapping[str, Any]]) -> str:
                 run = "eager + OverlappedIO"
             else:
                 run = "upstream, eager"
-            jobs += [_job(r)] * (_job(r) not in jobs)
-            rows.append(
-                [
-                    _job(r),
-                    _IOS.get(r["io"], str(r["io"])),
-                    run,
-                    _WAYS.get(r["way"], "fresh process"),
-                    number(r["wall_s"], ".2f"),
-                    number(r.get("first_step_s"), ".2f"),
-                    *(number(spent.get(k), ".2f") for k in _THREAD),
-                ]
-            )
-    header = ["job", "IO backend", "run", "call", "call s", "first step s"]
-    header += list(_THREAD.values())
-    if len(jobs) == 1:  # the caption names it
+            way = _WAYS.get(r["way"], "fresh process")
+            yield r, [_job(r), _IOS.get(r["io"], str(r["io"])), run, way]
+
+
+def _per_process(header: list[str], rows: list[list[str]], note: str) -> str:
+    """A table of one line per process (:func:`_processes`'s cells first); one
+    job's is named in the caption, not in a column."""
+    jobs = list(dict.fromkeys(row[0] for row in rows))
+    header = ["job", "IO backend", "run", "call", *header]
+    if len(jobs) == 1:
         header, rows = header[1:], [row[1:] for row in rows]
-    note = (
-        f"\n\n{'; '.join(jobs) or '-'}: one line per process. The workflow's own "
+    caption = f"\n\n{'; '.join(jobs) or '-'}: one line per process"
+    return markdown(header, rows) + caption + note
+
+
+def workflow_threads(datas: Sequence[Mapping[str, Any]]) -> str:
+    """Where the workflow's own thread spent each process's call (seconds): the
+    rows of the workflow mode that timed it (``thread_s``), one line per process."""
+    rows = [
+        [
+            *cells,
+            number(r["wall_s"], ".2f"),
+            number(r.get("first_step_s"), ".2f"),
+            *(number(r["thread_s"].get(k), ".2f") for k in _THREAD),
+        ]
+        for r, cells in _processes(datas, "thread_s")
+    ]
+    header = ["call s", "first step s", *_THREAD.values()]
+    return _per_process(
+        header,
+        rows,
+        ". The workflow's own "
         "thread, timed around upstream's calls: model iterator = waiting for the "
         "model's next step (its compute, or the GIL while other threads hold it), "
         "io.write = in the IO's write (an OverlappedIO's: its host copies queued, "
-        "or blocked on the bound of steps pending when the writers are behind)."
+        "or blocked on the bound of steps pending when the writers are behind).",
     )
-    return markdown(header, rows) + note
 
 
 def workflow_first_steps(datas: Sequence[Mapping[str, Any]]) -> str:
     """Where each process's first step went (seconds): the rows of the workflow
     mode that timed it (``first_step``), one line per process."""
-    rows, jobs = [], []
-    for data in datas:
-        for r in data["rows"]:
-            first = r.get("first_step")
-            if not first or r.get("first_step_s") is None:
-                continue
-            if r["run"] == "compiled":
-                run = "compile=True"
-            elif r["io"] in OVERLAPPED:
-                run = "eager + OverlappedIO"
-            else:
-                run = "upstream, eager"
-            jobs += [_job(r)] * (_job(r) not in jobs)
-            regions = (r.get("report") or {}).get("regions") or []
-            ahead = sum(g.get("phases", {}).get("ahead_eager", 0.0) for g in regions)
-            rows.append(
-                [
-                    _job(r),
-                    _IOS.get(r["io"], str(r["io"])),
-                    run,
-                    _WAYS.get(r["way"], "fresh process"),
-                    number(r["first_step_s"], ".2f"),
-                    *(number(first.get(k), ".2f") for k in FIRST_STEP),
-                    number(r["first_step_s"] - sum(first.values()), ".2f"),
-                    number(ahead, ".2f") if regions else "-",
-                ]
-            )
-    header = ["job", "IO backend", "run", "call", "first step s", *FIRST_STEP]
-    header += ["other", "eager beside the first call ahead (whole call)"]
-    if len(jobs) == 1:  # the caption names it
-        header, rows = header[1:], [row[1:] for row in rows]
-    note = (
-        f"\n\n{'; '.join(jobs) or '-'}: one line per process, seconds from calling "
+    rows = []
+    for r, cells in _processes(datas, "first_step"):
+        first = r["first_step"]
+        if r.get("first_step_s") is None:
+            continue
+        regions = (r.get("report") or {}).get("regions") or []
+        ahead = sum(g.get("phases", {}).get("ahead_eager", 0.0) for g in regions)
+        rows.append(
+            [
+                *cells,
+                number(r["first_step_s"], ".2f"),
+                *(number(first.get(k), ".2f") for k in FIRST_STEP),
+                number(r["first_step_s"] - sum(first.values()), ".2f"),
+                number(ahead, ".2f") if regions else "-",
+            ]
+        )
+    header = ["first step s", *FIRST_STEP, "other"]
+    header += ["eager beside the first call ahead (whole call)"]
+    return _per_process(
+        header,
+        rows,
+        ", seconds from calling "
         "the workflow until the first forecast step reached the IO, timed around "
         "upstream's calls on the workflow's thread: the model's to, fetch_data (the "
-        "data source: here Earth2Studio's Random on the host), io.add_array, the "
+        "data source: Earth2Studio's Random on the host, drawn in the call unless "
+        "the job says its data was prefetched), io.add_array, the "
         "perturbation, map_coords, the model iterator (the initial state, then the "
         "first step's model call), io.write (the initial state's); other = the "
-        "rest (the workflow's own lines, other threads holding the GIL)."
+        "rest (the workflow's own lines, other threads holding the GIL).",
     )
-    return markdown(header, rows) + note

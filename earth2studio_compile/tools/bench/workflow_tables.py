@@ -294,10 +294,11 @@ def first_steps(rows: list[dict[str, Any]]) -> str:
     """Where each process's first step went (seconds), one line per timed row that
     measured it (``first_step``): upstream's calls before the first forecast step
     reached the IO, the compiled region's first call among them (in the iterator
-    or beside it, ahead), and the rest of the call (``other``: the workflow's own
-    lines, the progress bars, the logging, and other threads holding the GIL)."""
+    or beside it, ahead), the rest of the call (``other``: the workflow's own
+    lines, the progress bars, the logging, and other threads holding the GIL),
+    and each of the first writes (the initial state's, then the steps')."""
     header = ["job", "io", "way", "run", "1st step s", *FIRST_STEP, "other"]
-    header += ["region's 1st call s"]
+    header += ["region's 1st call s", "writes 0-7 s"]
     lines = []
     for r in rows:
         first = r.get("first_step")
@@ -310,6 +311,7 @@ def first_steps(rows: list[dict[str, Any]]) -> str:
             + [_f(first.get(k)) for k in FIRST_STEP]
             + [_f(r["first_step_s"] - sum(first.values()))]
             + [_f(region) if r["run"] == "compiled" else "-"]
+            + ["/".join(_f(w) for w in r.get("write_seconds") or []) or "-"]
         )
     if not lines:
         return ""

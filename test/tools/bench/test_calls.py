@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 
 def test_workflow_calls_of_an_ensemble_and_overlapped_writes(tmp_path, monkeypatch):
     """The child's calls in this process: upstream's ensemble eager then ours
@@ -38,6 +40,10 @@ def test_workflow_calls_of_an_ensemble_and_overlapped_writes(tmp_path, monkeypat
         assert all(v > 0 for v in first.values())
         assert sum(first.values()) < row["first_step_s"]
         assert first["iterator"] < spent["iterator_s"]
+        # the initial state's and each step's write: 3 lead times, 2 batches
+        assert len(row["write_seconds"]) == 6
+        assert row["write_seconds"][0] == first["write"]
+        assert sum(row["write_seconds"]) == pytest.approx(spent["write_s"])
     assert json.loads((tmp_path / "out.json").read_text())["rows"][1]["call"] == 1
     (floor,) = calls.run(
         ens | {"io": None, "kind": "floor"}, tmp_path / "f.json", tmp_path

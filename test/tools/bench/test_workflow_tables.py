@@ -161,7 +161,7 @@ def test_first_step_table_names_where_each_process_first_step_went():
 
     rows = _rows()
     parts = dict.fromkeys(FIRST_STEP, 0.1) | {"fetch_data": 0.3}
-    rows[2] |= {"first_step_s": 1.3, "first_step": parts}
+    rows[2] |= {"first_step_s": 1.3, "first_step": parts, "write_seconds": [0.1, 0.05]}
     rows[2] |= {"report": {"regions": [{"first_call_s": 0.25, "status": "compiled"}]}}
     rows[1] |= {"first_step_s": 1.0, "first_step": parts}
     derive(rows)
@@ -170,5 +170,6 @@ def test_first_step_table_names_where_each_process_first_step_went():
     lines = [line.split() for line in text.splitlines() if "dlwp-ens" in line]
     assert [x[3] for x in lines] == ["eager", "compiled"]
     # 1st step, to, fetch_data, ..., other, the region's first call
-    assert lines[1][4:] == ["1.30", "0.10", "0.30", *["0.10"] * 5, "0.40", "0.25"]
-    assert lines[0][-2:] == ["0.10", "-"]
+    assert lines[1][4:-1] == ["1.30", "0.10", "0.30", *["0.10"] * 5, "0.40", "0.25"]
+    assert lines[1][-1] == "0.10/0.05"  # each write, the initial state's first
+    assert lines[0][-3:] == ["0.10", "-", "-"]
