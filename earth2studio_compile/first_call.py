@@ -322,7 +322,7 @@ class FirstCall:
         if (
             chosen.cudagraphs
             and self._state is RegionState.COMPILED
-            and not (self.report.calls)
+            and not self.report.calls
         ):
             with on, torch.inference_mode(inference):
                 self._record_ahead(call)
