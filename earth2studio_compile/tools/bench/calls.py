@@ -244,7 +244,7 @@ def _thread_phases(
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             # Write 1 hands the IO the first forecast step: the first step's end.
-            in_first = key in first and len(writes) < (1 if starts is not None else 2)
+            in_first = key in first and len(writes) < (1 if key == "write" else 2)
             t0 = time.perf_counter()
             if starts is not None:
                 starts.append(t0)
@@ -277,7 +277,7 @@ def _thread_phases(
         setattr(upstream, name, timed(name, fn))
     blocked = getattr(io, "blocked_s", None)
     try:
-        perturb = perturbation and timed("perturbation", perturbation)
+        perturb = None if perturbation is None else timed("perturbation", perturbation)
         yield sums, first, writes, each_write, perturb
     finally:
         for name, fn in saved.items():

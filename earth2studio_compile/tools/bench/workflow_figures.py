@@ -54,11 +54,20 @@ def workflow(datas: Sequence[Mapping[str, Any]]) -> str:
     def first(r: Mapping[str, Any]) -> str:
         return number(median_of(r, "first_step_s"), ".2f")
 
+    def over_larger(r: Mapping[str, Any], floors: Mapping[Any, Any]) -> Any:
+        """The row's wall over the larger floor; rows saved before the bench
+        derived it: from their file's floor row."""
+        if r.get("wall_over_larger") is not None:
+            return r["wall_over_larger"]
+        floor = floors.get((r.get("job"), r.get("precision")))
+        if floor is None:
+            return None
+        return median_of(r, "wall_s") / larger_floor_s(floor, r.get("io"))
+
     rows, jobs = [], set()
     for data in datas:
         found = data["rows"]
         groups = samples(found)
-        # Rows saved before the larger floor was derived: from their floor row.
         floors = {
             (f.get("job"), f.get("precision")): f
             for f in found
@@ -109,15 +118,7 @@ def workflow(datas: Sequence[Mapping[str, Any]]) -> str:
                     f"{first(ref)}/{first(r)}",
                     number(r.get("floor_s"), ".2f"),
                     number(r.get("wall_over_floor"), ".2f"),
-                    number(
-                        r.get("wall_over_larger")
-                        or (
-                            median_of(r, "wall_s") / larger_floor_s(floor, r.get("io"))
-                            if (floor := floors.get((r.get("job"), r.get("precision"))))
-                            else None
-                        ),
-                        ".2f",
-                    ),
+                    number(over_larger(r, floors), ".2f"),
                     how,
                 ]
             )
@@ -251,9 +252,10 @@ def workflow_threads(datas: Sequence[Mapping[str, Any]]) -> str:
 def workflow_first_steps(datas: Sequence[Mapping[str, Any]]) -> str:
     """Where each process's first step went (seconds): the rows of the workflow
     mode that timed it (``first_step``), one line per process."""
+    from earth2studio_compile.tools.bench.workflow_tables import first_step_parts
+
     rows = []
     for r, cells in _processes(datas, "first_step"):
-        first = r["first_step"]
         if r.get("first_step_s") is None:
             continue
         regions = (r.get("report") or {}).get("regions") or []
@@ -261,9 +263,7 @@ def workflow_first_steps(datas: Sequence[Mapping[str, Any]]) -> str:
         rows.append(
             [
                 *cells,
-                number(r["first_step_s"], ".2f"),
-                *(number(first.get(k), ".2f") for k in FIRST_STEP),
-                number(r["first_step_s"] - sum(first.values()), ".2f"),
+                *(number(v, ".2f") for v in first_step_parts(r)),
                 number(ahead, ".2f") if regions else "-",
             ]
         )

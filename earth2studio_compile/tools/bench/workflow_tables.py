@@ -290,6 +290,19 @@ def tables(rows: list[dict[str, Any]]) -> str:
     )
 
 
+def first_step_parts(r: Mapping[str, Any]) -> list[float]:
+    """A row's first step (``first_step_s``), its parts by :data:`FIRST_STEP`,
+    and the rest of it (``other``), in seconds: the columns of both first-step
+    tables (this module's, and the docs' figure)."""
+    first = r["first_step"]
+    total = r["first_step_s"]
+    return [
+        total,
+        *(first.get(k, 0.0) for k in FIRST_STEP),
+        total - sum(first.values()),
+    ]
+
+
 def first_steps(rows: list[dict[str, Any]]) -> str:
     """Where each process's first step went (seconds), one line per timed row that
     measured it (``first_step``): upstream's calls before the first forecast step
@@ -307,9 +320,8 @@ def first_steps(rows: list[dict[str, Any]]) -> str:
         regions = (r.get("report") or {}).get("regions") or [{}]
         region = sum(x.get("first_call_s") or 0.0 for x in regions)
         lines.append(
-            [r["job"], str(r["io"]), r["way"], r["run"], _f(r["first_step_s"])]
-            + [_f(first.get(k)) for k in FIRST_STEP]
-            + [_f(r["first_step_s"] - sum(first.values()))]
+            [r["job"], str(r["io"]), r["way"], r["run"]]
+            + [_f(v) for v in first_step_parts(r)]
             + [_f(region) if r["run"] == "compiled" else "-"]
             + ["/".join(_f(w) for w in r.get("write_seconds") or []) or "-"]
         )
