@@ -4,6 +4,8 @@
   any Earth2Studio IO backend, and :func:`drain`, which the workflows call on return.
 - :mod:`~earth2studio_compile.io.host`: a step's host copies, one per block of views
   of one storage, into buffers reused across steps (:class:`~.host.HostPool`).
+- :mod:`~earth2studio_compile.io.pinned`: pinned host buffers made by registering
+  ordinary memory with CUDA: quicker, and without stalling other threads.
 - :mod:`~earth2studio_compile.io.writers`: the :class:`Writer` protocol and the
   writers that store each step (one thread for any backend; per-array lanes for
   ``KVBackend`` and ``ZarrBackend``).

@@ -21,10 +21,15 @@ to it; :class:`~earth2studio_compile.io.OverlappedIO` hands a store known to kee
 views copies made by its writer instead, :func:`.writers.keeps_views`).
 With steps alike, buffers exist for at most the steps in flight, which
 ``OverlappedIO`` bounds by ``max_pending + 1``; a step that needs none of the free
-buffers' sizes drops them. Copies from CUDA go into pinned buffers, asynchronously,
-on the caller's current stream: the writer waits for the event recorded after them
-before reading host memory, and the caller's later work on that stream (a model that
-updates its state in place, for one) is ordered after the copy. Not on a side stream:
+buffers' sizes drops them. The first step that needs buffers of a size makes its own,
+and a thread of the pool's makes those of the steps that may follow it in flight
+(``ahead``), so that the next steps find them: a pinned buffer takes a tenth of a
+second per few hundred MB to make (:mod:`.pinned`, which makes them without
+stalling the caller's CUDA work).
+Copies from CUDA go into pinned buffers, asynchronously, on the caller's current
+stream: the writer waits for the event recorded after them before reading host
+memory, and the caller's later work on that stream (a model that updates its state
+in place, for one) is ordered after the copy. Not on a side stream:
 that would overlap the copy with the next step only by letting such an update race
 with it, for a few milliseconds of a step whose host work takes a hundred
 (issue 34's breakdown).
@@ -34,13 +39,16 @@ tensors once ``write`` returns.
 
 from __future__ import annotations
 
+from collections import Counter, deque
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import torch
 from loguru import logger
 
 from earth2studio_compile import _torch
+from earth2studio_compile.io.pinned import pinned_empty
 
 __all__ = ["Block", "HostPool", "Staged", "plan_copies"]
 
@@ -219,15 +227,24 @@ class HostPool:
     pin_memory : bool
         Copy CUDA tensors into pinned buffers, asynchronously (else synchronously
         into plain ones); copies from the CPU never pin
+    ahead : int, optional
+        Steps whose buffers are made ahead, on a thread of the pool's, when a step
+        first needs buffers of a size, by default 0 (none): what is alive stays
+        within ``ahead + 1`` steps like it (``OverlappedIO`` passes
+        ``max_pending``)
     """
 
-    def __init__(self, pin_memory: bool) -> None:
+    def __init__(self, pin_memory: bool, ahead: int = 0) -> None:
         self.pin_memory = pin_memory
+        self.ahead = ahead
         self._free: dict[_Key, list[torch.Tensor]] = {}
+        self._coming: dict[_Key, deque[Future[torch.Tensor]]] = {}
+        self._alive: Counter[_Key] = Counter()  # held, free or coming
         self._returned: list[torch.Tensor] = []  # given back, not yet checked
         self._reuse = _torch.missing("storage_holders") is None
         self.copies = 0  # blocks copied
         self.allocated = 0  # buffers allocated
+        self.allocated_ahead = 0  # of them, on the pool's thread
         # Given back but held by something else when checked: let go, not reused.
         self.kept = 0
         self.held_bytes = 0  # buffers alive that the pool made and has not let go
@@ -253,7 +270,7 @@ class HostPool:
             (b.source.dtype, b.numel, self.pin_memory and b.source.is_cuda)
             for b in blocks
         ]
-        buffers = self._take(keys)
+        buffers = self._take(keys, [b.source.device for b in blocks])
         host: list[torch.Tensor | None] = [None] * len(tensors)
         cuda: dict[torch.device, list[tuple[Block, torch.Tensor]]] = {}
         for block, buffer in zip(blocks, buffers):
@@ -297,19 +314,24 @@ class HostPool:
         self._returned = []
 
     def clear(self) -> None:
-        """Let every free buffer go (the pool stays usable)."""
+        """Let every free buffer go, and those still being made (the pool stays
+        usable)."""
         free = [b for bs in self._free.values() for b in bs] + self._returned
         self._free.clear()
         self._returned = []
         for buffer in free:
             self._let_go(buffer)
+        for key in list(self._coming):
+            self._drop_coming(key)
         if self.allocated:
             logger.debug(
                 f"OverlappedIO: host buffers freed; {self.allocated} allocated, "
                 f"{self.copies} copies, peak {self.peak_bytes / _MB:.1f} MB held."
             )
 
-    def _take(self, keys: Sequence[_Key]) -> list[torch.Tensor]:
+    def _take(
+        self, keys: Sequence[_Key], devices: Sequence[torch.device]
+    ) -> list[torch.Tensor]:
         self._sort_returned()
         # Free buffers of sizes this step does not need would stay unused while new
         # ones are made: let them go, so that what is held stays within the steps
@@ -317,24 +339,79 @@ class HostPool:
         for key in set(self._free) - set(keys):
             for buffer in self._free.pop(key):
                 self._let_go(buffer)
-        out = []
-        for key in keys:
-            free = self._free.get(key)
-            out.append(free.pop() if free else self._allocate(key))
+        for key in set(self._coming) - set(keys):
+            self._drop_coming(key)
+        out, missed = [], {}
+        for key, device in zip(keys, devices):
+            free, coming = self._free.get(key), self._coming.get(key)
+            if free:
+                out.append(free.pop())
+            elif coming:
+                out.append(self._arrived(key, coming.popleft(), device))
+            else:
+                out.append(self._allocate(key, device))
+                missed[key] = device
+        for key, device in missed.items():
+            self._make_ahead(key, device, (self.ahead + 1) * keys.count(key))
         return out
 
-    def _allocate(self, key: _Key) -> torch.Tensor:
+    def _new(self, key: _Key, device: torch.device) -> torch.Tensor:
         dtype, numel, pinned = key
-        buffer = torch.empty(numel, dtype=dtype, pin_memory=pinned)
-        self.allocated += 1
-        self.held_bytes += _nbytes(buffer)
-        self.peak_bytes = max(self.peak_bytes, self.held_bytes)
+        if pinned:
+            return pinned_empty(numel, dtype, device)
+        return torch.empty(numel, dtype=dtype)
+
+    def _allocate(self, key: _Key, device: torch.device) -> torch.Tensor:
+        buffer = self._new(key, device)
+        self._count(key, ahead=False)
         logger.debug(
-            f"OverlappedIO: {'pinned ' * pinned}host buffer of "
+            f"OverlappedIO: {'pinned ' * key[2]}host buffer of "
             f"{_nbytes(buffer) / _MB:.1f} MB allocated ({self.allocated} so far, "
             f"{self.held_bytes / _MB:.1f} MB held, peak {self.peak_bytes / _MB:.1f})."
         )
         return buffer
+
+    def _make_ahead(self, key: _Key, device: torch.device, alive: int) -> None:
+        """Have buffers of ``key`` made on a thread until ``alive`` exist."""
+        n = alive - self._alive[key]
+        if n <= 0:
+            return
+        maker = ThreadPoolExecutor(1, thread_name_prefix="OverlappedIO buffers")
+        queue = self._coming.setdefault(key, deque())
+        for _ in range(n):
+            queue.append(maker.submit(self._new, key, device))
+            self._count(key, ahead=True)
+        maker.shutdown(wait=False)  # its thread ends once they are made
+        logger.debug(
+            f"OverlappedIO: {n} {'pinned ' * key[2]}host buffer(s) of "
+            f"{_key_bytes(key) / _MB:.1f} MB being made ahead."
+        )
+
+    def _arrived(
+        self, key: _Key, coming: Future[torch.Tensor], device: torch.device
+    ) -> torch.Tensor:
+        try:
+            return coming.result()
+        except Exception as err:  # made here instead; nothing is lost
+            logger.debug(f"OverlappedIO: a host buffer made ahead failed: {err!r}")
+            self._uncount(key)
+            return self._allocate(key, device)
+
+    def _drop_coming(self, key: _Key) -> None:
+        for coming in self._coming.pop(key, ()):
+            coming.cancel()  # one being made is dropped once made
+            self._uncount(key)
+
+    def _count(self, key: _Key, ahead: bool) -> None:
+        self.allocated += 1
+        self.allocated_ahead += ahead
+        self._alive[key] += 1
+        self.held_bytes += _key_bytes(key)
+        self.peak_bytes = max(self.peak_bytes, self.held_bytes)
+
+    def _uncount(self, key: _Key) -> None:
+        self._alive[key] -= 1
+        self.held_bytes -= _key_bytes(key)
 
     def _key(self, buffer: torch.Tensor) -> _Key:
         # is_pinned() asks CUDA: only where pinning is asked for.
@@ -342,7 +419,7 @@ class HostPool:
         return buffer.dtype, buffer.numel(), pinned
 
     def _let_go(self, buffer: torch.Tensor) -> None:
-        self.held_bytes -= _nbytes(buffer)
+        self._uncount(self._key(buffer))
 
     def _copy_from(
         self, device: torch.device, pairs: list[tuple[Block, torch.Tensor]]
@@ -361,3 +438,8 @@ class HostPool:
 
 def _nbytes(buffer: torch.Tensor) -> int:
     return buffer.numel() * buffer.element_size()
+
+
+def _key_bytes(key: _Key) -> int:
+    dtype, numel, _ = key
+    return numel * dtype.itemsize

@@ -124,7 +124,7 @@ class OverlappedIO:
         # Waits for the writer if this is dropped unclosed; set while writes pend.
         self._finalizer: weakref.finalize | None = None
         self._steps: deque[list[Future[bool]]] = deque()  # a future per array
-        self._pool = HostPool(self.pin_memory)
+        self._pool = HostPool(self.pin_memory, ahead=self.max_pending)
         self._buffers: deque[list[torch.Tensor]] = deque()  # the pool's, per step
         self._step, self._blocked = 0, 0.0
         self._error: BaseException | None = None

@@ -9,6 +9,7 @@ test_overlap.py run it there).
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 
 import pytest
@@ -211,3 +212,78 @@ def test_cuda_views_are_one_copy_into_reused_pinned_buffers_before_later_work():
         del staged, views
         pool.give(buffers)
     assert pool.copies == 5 and pool.allocated == 1
+
+
+def test_the_buffers_of_the_steps_in_flight_are_made_ahead():
+    """The first step makes its own buffer; a thread makes those of the steps that
+    may follow it in flight, and no more are made after."""
+    pool, x = HostPool(pin_memory=False, ahead=2), _state()
+    step_bytes = x.numel() * x.element_size()
+    pending: deque[list[torch.Tensor]] = deque()
+    for step in range(10):
+        if len(pending) == 3:
+            pool.give(pending.popleft())
+        x.normal_()
+        staged = pool.stage(_split(x))
+        _same(staged.host, _split(x))
+        pending.append(staged.buffers)
+        del staged
+        assert pool.allocated == 3 and pool.allocated_ahead == 2
+        assert pool.held_bytes <= 3 * step_bytes
+    while pending:
+        pool.give(pending.popleft())
+    pool.clear()
+    assert pool.held_bytes == 0
+
+
+def test_a_step_of_several_buffers_of_one_size_has_them_made_ahead_for_each():
+    # A field whose rows are not one run of memory is copied by itself: a block per
+    # variable, all of one size.
+    pool, x = HostPool(pin_memory=False, ahead=1), _state().transpose(-1, -2)
+    for step in range(4):
+        x.normal_()
+        _stage_and_give(pool, _split(x))
+    assert pool.allocated == 2 * NVAR and pool.allocated_ahead == NVAR
+    pool.clear()
+    assert pool.held_bytes == 0
+
+
+def test_buffers_being_made_for_a_size_no_longer_needed_are_dropped():
+    pool = HostPool(pin_memory=False, ahead=2)
+    _stage_and_give(pool, _split(_state(batch=2)))
+    big = _state(batch=3)
+    _stage_and_give(pool, _split(big))
+    assert pool.held_bytes == 3 * big.numel() * big.element_size()
+    pool.clear()
+    assert pool.held_bytes == 0
+
+
+def test_a_buffer_that_fails_to_be_made_ahead_is_made_by_the_step(monkeypatch):
+    made = HostPool._new
+
+    def fails_on_its_thread(self, key, device):
+        if threading.current_thread() is not threading.main_thread():
+            raise MemoryError("no host memory")
+        return made(self, key, device)
+
+    monkeypatch.setattr(HostPool, "_new", fails_on_its_thread)
+    pool, x = HostPool(pin_memory=False, ahead=2), _state()
+    for step in range(5):
+        x.normal_()
+        _stage_and_give(pool, _split(x))
+    assert pool.allocated_ahead == 2 and pool.held_bytes <= 3 * x.numel() * 4
+
+
+@pytest.mark.gpu
+def test_pinned_buffers_made_ahead_take_the_copies_of_the_steps_in_flight():
+    pool, x = HostPool(pin_memory=True, ahead=2), torch.randn(2, 1, 1, NVAR, 64, 128)
+    x = x.cuda()
+    staged = []
+    for step in range(3):  # none given back: three steps in flight
+        x.add_(1.0)
+        expected = [v.cpu() for v in _split(x)]
+        staged.append(pool.stage(_split(x)))
+        staged[-1].ready[0].synchronize()
+        _same(staged[-1].host, expected)
+        assert staged[-1].buffers[0].is_pinned()
+    assert pool.allocated == 3 and pool.allocated_ahead == 2

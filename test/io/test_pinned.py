@@ -1,0 +1,52 @@
+"""Pinned host buffers by registration (earth2studio_compile.io.pinned): pinned,
+copied into asynchronously and bitwise, unregistered once the last view is freed;
+without CUDA, a clear error."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+
+from earth2studio_compile.io.pinned import pinned_empty, registered_bytes
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the machine has CUDA")
+def test_without_cuda_it_says_so():
+    with pytest.raises(RuntimeError, match="needs CUDA"):
+        pinned_empty(4, torch.float32)
+
+
+@pytest.mark.gpu
+def test_a_registered_buffer_takes_async_copies_and_is_unregistered_when_freed():
+    before = registered_bytes()
+    x = torch.randn(1 << 22, device="cuda")
+    buffer = pinned_empty(x.numel(), x.dtype, x.device)
+    assert buffer.is_pinned() and buffer.dtype == x.dtype
+    assert registered_bytes() == before + x.numel() * x.element_size()
+    torch.cuda._sleep(10_000_000)  # finished late on the stream: the copy waits
+    x.add_(1.0)
+    expected = x.cpu()
+    buffer.copy_(x, non_blocking=True)
+    x.mul_(-1.0)  # ordered after the copy
+    torch.cuda.synchronize()
+    assert torch.equal(buffer.view(torch.int32), expected.view(torch.int32))
+    view = buffer[10:]
+    del buffer
+    gc.collect()
+    assert registered_bytes() > before  # a view still holds the memory
+    del view
+    gc.collect()
+    assert registered_bytes() == before
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
+def test_empty_and_other_types(dtype):
+    assert pinned_empty(0, dtype).numel() == 0
+    buffer = pinned_empty(1000, dtype, torch.device("cuda"))
+    x = torch.arange(1000, device="cuda").to(dtype)
+    buffer.copy_(x, non_blocking=True)
+    torch.cuda.synchronize()
+    assert torch.equal(buffer, x.cpu())
