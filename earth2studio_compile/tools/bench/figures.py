@@ -202,6 +202,15 @@ _FIRST_SIXTH = tuple(
         "fcn-ens-dd6e0e2.json",
     )
 )
+_SEVENTH = "2026-11-26-h100-seventh/"
+_RUNS_SEVENTH = tuple(
+    _SEVENTH + f
+    for f in (
+        "fcn-ens-prefetched-9a6e592.json",
+        "fcn-ens-pinned-9192b86.json",
+        "fcn-ens-pinned-async-9192b86.json",
+    )
+)
 FIGURES: tuple[Figure, ...] = (
     Figure(
         "workflow",
@@ -295,6 +304,10 @@ FIGURES: tuple[Figure, ...] = (
         PERF,
         _RUNS_FIFTH,
         workflow,
+    ),
+    Figure("ensembles-h100-seventh", PERF, _RUNS_SEVENTH, workflow),
+    Figure(
+        "ensembles-h100-seventh-first", PERF, _RUNS_SEVENTH, workflow_first_steps
     ),
     Figure("ensembles-h100-sixth", PERF, _RUNS_SIXTH, workflow),
     Figure("ensembles-h100-sixth-first", PERF, _FIRST_SIXTH, workflow_first_steps),
