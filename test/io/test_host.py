@@ -142,10 +142,14 @@ def test_buffers_are_reused_across_steps():
 
 
 @pytest.mark.parametrize("in_flight", [1, 2, 3])
-def test_buffers_alive_never_exceed_the_steps_in_flight(in_flight):
+@pytest.mark.parametrize("ahead", [False, True])
+def test_buffers_alive_never_exceed_the_steps_in_flight(in_flight, ahead):
     """OverlappedIO gives a step back once stored, with at most max_pending + 1 in
-    flight: the pool then holds no more than that many steps."""
-    pool, x = HostPool(pin_memory=False), _state()
+    flight: the pool then holds no more than that many steps. Made ahead (as
+    OverlappedIO has them, ``ahead=max_pending``), the first step makes its own
+    buffer and a thread makes those of the steps that may follow it in flight."""
+    pool = HostPool(pin_memory=False, ahead=in_flight - 1 if ahead else 0)
+    x = _state()
     step_bytes = x.numel() * x.element_size()
     pending: deque[list[torch.Tensor]] = deque()
     for step in range(10):
@@ -157,6 +161,9 @@ def test_buffers_alive_never_exceed_the_steps_in_flight(in_flight):
         pending.append(staged.buffers)
         del staged
         assert pool.held_bytes <= in_flight * step_bytes
+        if ahead:
+            assert pool.allocated == in_flight
+            assert pool.allocated_ahead == in_flight - 1
     assert pool.allocated == in_flight and pool.peak_bytes == in_flight * step_bytes
     while pending:
         pool.give(pending.popleft())
@@ -212,28 +219,6 @@ def test_cuda_views_are_one_copy_into_reused_pinned_buffers_before_later_work():
         del staged, views
         pool.give(buffers)
     assert pool.copies == 5 and pool.allocated == 1
-
-
-def test_the_buffers_of_the_steps_in_flight_are_made_ahead():
-    """The first step makes its own buffer; a thread makes those of the steps that
-    may follow it in flight, and no more are made after."""
-    pool, x = HostPool(pin_memory=False, ahead=2), _state()
-    step_bytes = x.numel() * x.element_size()
-    pending: deque[list[torch.Tensor]] = deque()
-    for step in range(10):
-        if len(pending) == 3:
-            pool.give(pending.popleft())
-        x.normal_()
-        staged = pool.stage(_split(x))
-        _same(staged.host, _split(x))
-        pending.append(staged.buffers)
-        del staged
-        assert pool.allocated == 3 and pool.allocated_ahead == 2
-        assert pool.held_bytes <= 3 * step_bytes
-    while pending:
-        pool.give(pending.popleft())
-    pool.clear()
-    assert pool.held_bytes == 0
 
 
 def test_a_step_of_several_buffers_of_one_size_has_them_made_ahead_for_each():
