@@ -307,6 +307,7 @@ FIGURES: tuple[Figure, ...] = (
     ),
     Figure("ensembles-h100-seventh", PERF, _RUNS_SEVENTH, workflow),
     Figure("ensembles-h100-seventh-first", PERF, _RUNS_SEVENTH, workflow_first_steps),
+    Figure("ensembles-h100-seventh-threads", PERF, _RUNS_SEVENTH, workflow_threads),
     Figure("ensembles-h100-sixth", PERF, _RUNS_SIXTH, workflow),
     Figure("ensembles-h100-sixth-first", PERF, _FIRST_SIXTH, workflow_first_steps),
     Figure("ensembles-h100-sixth-phases", PERF, _RUNS_SIXTH, workflow_phases),
