@@ -395,6 +395,8 @@ class HostPool:
         except Exception as err:  # made here instead; nothing is lost
             logger.debug(f"OverlappedIO: a host buffer made ahead failed: {err!r}")
             self._uncount(key)
+            self.allocated -= 1
+            self.allocated_ahead -= 1
             return self._allocate(key, device)
 
     def _drop_coming(self, key: _Key) -> None:
