@@ -247,8 +247,13 @@ class HostPool:
         self.allocated_ahead = 0  # of them, on the pool's thread
         # Given back but held by something else when checked: let go, not reused.
         self.kept = 0
-        self.held_bytes = 0  # buffers alive that the pool made and has not let go
         self.peak_bytes = 0
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the buffers alive that the pool made and has not let go (held
+        by a step, free, or being made)."""
+        return sum(n * _key_bytes(key) for key, n in self._alive.items())
 
     def stage(self, tensors: Sequence[torch.Tensor]) -> Staged:
         """Copy one step's tensors to the host: one copy per :class:`Block`.
@@ -366,7 +371,7 @@ class HostPool:
         self._count(key, ahead=False)
         logger.debug(
             f"OverlappedIO: {'pinned ' * key[2]}host buffer of "
-            f"{_nbytes(buffer) / _MB:.1f} MB allocated ({self.allocated} so far, "
+            f"{_key_bytes(key) / _MB:.1f} MB allocated ({self.allocated} so far, "
             f"{self.held_bytes / _MB:.1f} MB held, peak {self.peak_bytes / _MB:.1f})."
         )
         return buffer
@@ -408,12 +413,10 @@ class HostPool:
         self.allocated += 1
         self.allocated_ahead += ahead
         self._alive[key] += 1
-        self.held_bytes += _key_bytes(key)
         self.peak_bytes = max(self.peak_bytes, self.held_bytes)
 
     def _uncount(self, key: _Key) -> None:
         self._alive[key] -= 1
-        self.held_bytes -= _key_bytes(key)
 
     def _key(self, buffer: torch.Tensor) -> _Key:
         # is_pinned() asks CUDA: only where pinning is asked for.
@@ -436,10 +439,6 @@ class HostPool:
         ready = torch.cuda.Event()
         ready.record(torch.cuda.current_stream(device))
         return ready
-
-
-def _nbytes(buffer: torch.Tensor) -> int:
-    return buffer.numel() * buffer.element_size()
 
 
 def _key_bytes(key: _Key) -> int:

@@ -85,7 +85,9 @@ def pinned_empty(
     # cudaHostRegister would otherwise do, more slowly, inside the driver.
     memory[:: mmap.PAGESIZE] = 0
     pointer = memory.ctypes.data
-    error = _on_cuda_thread(_register, pointer, nbytes, index)
+    error = _on_cuda_thread(
+        _runtime, "cudaHostRegister", index, pointer, nbytes, _PORTABLE
+    )
     if error is not None:
         _debug_once(f"cudaHostRegister returned {error}")
         return torch.empty(numel, dtype=dtype, pin_memory=True)
@@ -111,17 +113,12 @@ def _on_cuda_thread(job: Callable[..., str | None], *args: Any) -> str | None:
     return thread.submit(job, *args).result()
 
 
-def _register(pointer: int, nbytes: int, index: int) -> str | None:
+def _runtime(function: str, index: int, *args: int) -> str | None:
+    """``cudart.<function>(*args)`` with device ``index`` current: None where it
+    succeeded, else its error."""
     cudart = torch.cuda.cudart()
     with torch.cuda.device(index):
-        error = cudart.cudaHostRegister(pointer, nbytes, _PORTABLE)
-    return None if error == cudart.cudaError.success else str(error)
-
-
-def _deregister(pointer: int, index: int) -> str | None:
-    cudart = torch.cuda.cudart()
-    with torch.cuda.device(index):
-        error = cudart.cudaHostUnregister(pointer)
+        error = getattr(cudart, function)(*args)
     return None if error == cudart.cudaError.success else str(error)
 
 
@@ -129,7 +126,7 @@ def _unregister(pointer: int, nbytes: int, index: int) -> None:
     """Before numpy frees the memory (a finalizer: never raises)."""
     _count(-nbytes)
     try:
-        error = _on_cuda_thread(_deregister, pointer, index)
+        error = _on_cuda_thread(_runtime, "cudaHostUnregister", index, pointer)
     except Exception as err:  # e.g. the interpreter is stopping its threads
         error = repr(err)
     if error is not None:
