@@ -28,7 +28,9 @@ pin() {  # the version constraints.txt pins (the CPU tests' too), else the defau
   found=$(grep -E "^$1==" constraints.txt || true)
   echo "${found:-$1==$2}"
 }
-reqs=("$(pin microsoft-aurora 2.0.1)" "$(pin pyproj 3.7.2)")
+# cloudpickle: a dependency of this package (Aurora's background builds need it),
+# which the device's base image may lack.
+reqs=("$(pin microsoft-aurora 2.0.1)" "$(pin pyproj 3.7.2)" "$(pin cloudpickle 3.1.2)")
 
 # Ignored through git's own exclude file (a worktree's .git is a file, not a folder).
 exclude=$(git rev-parse --git-path info/exclude)

@@ -4,6 +4,8 @@ never by importing one another."""
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 
@@ -54,3 +56,37 @@ class Blocks(torch.nn.Module):
     def run_each(self) -> list[torch.Tensor]:
         with torch.no_grad():
             return [b(torch.ones(2, b.in_features)) for b in self.blocks]
+
+
+@functools.lru_cache
+def window_mask(n: int, device: torch.device) -> torch.Tensor:
+    """A mask made once per shape and cached, in place (Aurora's shifted-window
+    masks are made so)."""
+    mask = torch.zeros(n, device=device)
+    mask[::3] = -100.0
+    return mask
+
+
+class MaskedCore(torch.nn.Module):
+    """Adds a cached mask made while it runs: ``torch.export`` lifts it as a
+    constant with no name in the module."""
+
+    def __init__(self, width: int = 8) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self.lin(x) + window_mask(x.shape[-1], x.device), -1)
+
+
+class HeldTensorCore(torch.nn.Module):
+    """Holds a tensor that is neither a parameter nor a buffer: the model's own
+    data, which no artifact may keep."""
+
+    def __init__(self, width: int = 8) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(width, width)
+        self.offset = torch.randn(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x) + self.offset

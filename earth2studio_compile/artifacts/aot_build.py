@@ -11,6 +11,8 @@ sees half of one.
 from __future__ import annotations
 
 import contextlib
+import functools
+import gc
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -24,9 +26,11 @@ from earth2studio_compile import precision as _precision
 from earth2studio_compile._torch import tree_map
 from earth2studio_compile.artifacts import store
 from earth2studio_compile.artifacts.aot_key import (
+    CONSTANTS,
     PACKAGE,
     aot_root,
     live_tensors,
+    made_in_forward,
     strip_core,
 )
 from earth2studio_compile.artifacts.key import RegionTarget
@@ -74,6 +78,38 @@ def _inductor_configs(
     # Weights stay out of the package: bound from the live module at load.
     configs["aot_inductor.package_constants_in_so"] = False
     return configs
+
+
+_LRU = type(functools.lru_cache(lambda: None))
+
+
+@contextlib.contextmanager
+def _caches_emptied() -> Iterator[None]:
+    """Empty, after the block, the ``functools.lru_cache`` of model code that
+    missed inside it (not PyTorch's own).
+
+    Export traces the model's code with fake tensors: a tensor made once per
+    shape and cached (Aurora's shifted-window masks) is cached fake, and every
+    later eager call of the model in this process computes with it (a
+    ``FakeTensor`` out, or ``DataDependentOutputException``), as after a
+    ``build()`` before a forecast. Emptied, the cache makes real ones again.
+    """
+    before = {id(w): w.cache_info().misses for w in _lru_caches()}
+    try:
+        yield
+    finally:
+        for wrapper in _lru_caches():
+            if wrapper.cache_info().misses != before.get(id(wrapper), 0):
+                wrapper.cache_clear()
+
+
+def _lru_caches() -> list[Any]:
+    return [
+        o
+        for o in gc.get_objects()
+        if type(o) is _LRU
+        and not str(getattr(o, "__module__", "")).startswith("torch")
+    ]
 
 
 @contextlib.contextmanager
@@ -133,7 +169,8 @@ def build_region(
     RuntimeError
         The cache is off, this PyTorch cannot build, or the core cannot be built
         ahead of time (it mutates its inputs or buffers, or holds tensors that are
-        neither parameters nor buffers); the Dynamo path still works for it
+        neither parameters nor buffers; tensors it makes while it runs are kept
+        in the artifact); the Dynamo path still works for it
     """
     reason = _torch.missing("aoti_compile")
     if reason is not None:
@@ -153,7 +190,11 @@ def build_region(
     # Outside the precision scope: export reads cuDNN's legacy TF32 flag, which
     # raises while the scope holds conv and rnn apart; TF32 does not change the
     # exported graph (bf16's autocast is inside it), only the compile below.
-    with torch.no_grad(), _fp32_kept(module, precision, target.fp32_modules):
+    with (
+        torch.no_grad(),
+        _fp32_kept(module, precision, target.fp32_modules),
+        _caches_emptied(),
+    ):
         program = torch.export.export(
             _Scoped(module, precision), tuple(args), kwargs, strict=False
         )
@@ -165,8 +206,16 @@ def build_region(
             "artifacts bind buffers read-only. It stays on the Dynamo path."
         )
     live = live_tensors(module)
+    # Made by the core's code, the same in every process for these shapes: kept
+    # with the artifact. A tensor held outside the parameters and buffers is the
+    # model's own data, which an artifact must not keep: refused below.
+    made = {
+        n: t.detach().cpu()
+        for n, t in program.constants.items()
+        if made_in_forward(n) and isinstance(t, torch.Tensor)
+    }
     constants = [*program.state_dict, *program.constants]
-    strays = [n for n in constants if strip_core(n) not in live]
+    strays = [n for n in constants if strip_core(n) not in live and n not in made]
     if strays:
         raise RuntimeError(
             f"{label} computes with tensors that are neither parameters nor "
@@ -182,7 +231,11 @@ def build_region(
                 _inductor_configs(policy.mode, policy.options, target.device),
             )
         timings["compile"] = time.perf_counter() - start
-        store.write_meta(tmp, fields, [PACKAGE], build_seconds=timings)
+        members = [PACKAGE]
+        if made:
+            torch.save(made, tmp / CONSTANTS)
+            members.append(CONSTANTS)
+        store.write_meta(tmp, fields, members, build_seconds=timings)
         path = store.install(tmp, directory / key)
     logger.info(
         f"Built {label} ahead of time ({precision or 'global precision'}, "

@@ -26,6 +26,10 @@ from earth2studio_compile.cache import cache_root
 # changes, and every older artifact stops matching.
 AOT_FORMAT = 1
 PACKAGE = "model.pt2"
+#: Tensors the core makes from its code while it runs (a mask cached by shape),
+#: which export lifts as constants with no name in the module: kept in the
+#: artifact, as the build traced them (:func:`made_in_forward`).
+CONSTANTS = "constants.pt"
 # The core is exported inside a wrapper (to scope autocast in the graph), so the
 # package names constants ``core.<name>``.
 CORE = "core"
@@ -146,6 +150,14 @@ def live_tensors(module: torch.nn.Module) -> dict[str, torch.Tensor]:
         **dict(module.named_parameters(remove_duplicate=False)),
         **dict(module.named_buffers(remove_duplicate=False)),
     }
+
+
+def made_in_forward(name: str) -> bool:
+    """Whether the exported constant ``name`` is a tensor the core made while it
+    ran, not one it holds: ``torch.export`` names a tensor found on no module
+    attribute ``lifted_tensor_<n>`` (Aurora's shifted-window masks, made once per
+    shape by an ``lru_cache``), one held as an attribute by its path."""
+    return name.rsplit(".", 1)[-1].startswith("lifted_tensor_")
 
 
 def strip_core(name: str) -> str:

@@ -2,7 +2,8 @@
 
 :func:`load_runner` finds the artifact of a call's key, checks it (:mod:`.store`:
 trust, fields, checksum), loads it through AOTInductor's package loader and binds
-the live module's parameters and buffers (no copy) into an :class:`AotRunner`,
+the live module's parameters and buffers (no copy), and the tensors the core made
+while it was built (kept in the artifact), into an :class:`AotRunner`,
 which captures its own CUDA graph on CUDA. :func:`verify` compares a first output
 with one eager call.
 """
@@ -26,6 +27,7 @@ from earth2studio_compile._torch import tree_flatten
 from earth2studio_compile.artifacts import store
 from earth2studio_compile.artifacts.aot_build import compile_flags
 from earth2studio_compile.artifacts.aot_key import (
+    CONSTANTS,
     PACKAGE,
     aot_root,
     effective_precision,
@@ -76,6 +78,9 @@ class AotRunner:
         Its key
     phases : dict[str, float]
         Seconds of the load's phases so far
+    made : Mapping[str, torch.Tensor] | None
+        The artifact's own constants by name, on ``device``: tensors the core
+        made while it was built (:data:`.aot_key.CONSTANTS`), by default none
 
     Attributes
     ----------
@@ -104,8 +109,10 @@ class AotRunner:
         path: Path,
         key: str,
         phases: dict[str, float],
+        made: Mapping[str, torch.Tensor] | None = None,
     ) -> None:
         self.loader = loader
+        self._made = dict(made or {})
         # Weakly: a runner kept between sessions must not keep the model alive.
         self._module = weakref.ref(module)
         self.names = list(names)
@@ -144,7 +151,8 @@ class AotRunner:
         )
 
     def bind(self) -> None:
-        """Bind the live module's parameters and buffers (no copy).
+        """Bind the live module's parameters and buffers (no copy), and the
+        artifact's own constants.
 
         Raises
         ------
@@ -156,7 +164,7 @@ class AotRunner:
         tensors: dict[str, torch.Tensor] = {}
         for name in self.names:
             short = strip_core(name)
-            t = live.get(short)
+            t = live.get(short, self._made.get(name))
             if t is None:
                 raise RuntimeError(f"the model has no tensor {short!r}")
             expected = want.get(short)
@@ -341,7 +349,8 @@ def load_runner(
     if not found:
         return f"no artifact for its key {key}" + _differences(fields, directory)
     reason = store.distrust(directory.parent, directory.name, key, PACKAGE)
-    reason = reason or store.check_dir(path, fields, [PACKAGE])
+    members = [PACKAGE] + ([CONSTANTS] if (path / CONSTANTS).exists() else [])
+    reason = reason or store.check_dir(path, fields, members)
     if reason is not None:
         return f"artifact {path} not used: {reason}"
     phases["checksum"], start = _lap(start)
@@ -349,6 +358,11 @@ def load_runner(
         index = device.index if device.type == "cuda" and device.index else -1
         loader = _torch.aoti_loader(str(path / PACKAGE), index)
         names = list(loader.get_constant_fqns())
+        made = (
+            torch.load(path / CONSTANTS, map_location=device, weights_only=True)
+            if CONSTANTS in members
+            else {}
+        )
     except Exception as err:  # a damaged or foreign library
         return (
             f"damaged artifact {path}: could not load it ({type(err).__name__}: {err})"
@@ -380,6 +394,7 @@ def load_runner(
             path,
             key,
             phases,
+            made,
         )
     except Exception as err:  # binding failed: the model is not what was built
         return f"could not bind the model to {path} ({type(err).__name__}: {err})"

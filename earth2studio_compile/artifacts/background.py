@@ -15,9 +15,10 @@ Why a child process and not a thread: the build changes process-wide torch state
 Inductor reads the global TF32 flags while it lowers), which a thread would change
 under the forecast's own eager steps; a thread would also hold the GIL for most of
 the build's Python work (tracing, lowering) that the steps need. The child runs at
-a lower CPU priority (``nice`` 10), with two cores fewer than the machine has for
-its compile workers, and holds its own CUDA context plus a copy of the core's
-weights while it builds (:mod:`.build_process`). It outlives the process that
+a lower CPU priority (``nice`` 10), with half the machine's cores for its compile
+workers, one build of a cache at a time (the others wait), and holds its own
+CUDA context plus a copy of the core's weights while it builds
+(:mod:`.build_process`). It outlives the process that
 started it (its own session), so a short forecast still leaves the artifact for the
 next run; :func:`wait` waits for the ones this process started and
 :func:`cancel` stops them. A job's own life (launch, poll, cancel) is
@@ -197,14 +198,14 @@ def start(
             "kwargs": kwargs,
             "root": root,
         }
-        check_picklable(payload, installed(target.module))
+        pickler = check_picklable(payload, installed(target.module))
     except Exception as err:  # an unpicklable model: compile it in this process
         why = f"{type(err).__name__}: {err}"
         return f"its core cannot be handed to a build process ({why})"
     jobs = directory / _JOBS
     make_private_dir(jobs)
     sweep(jobs)
-    job = BuildJob(label, artifact, Path(_mkdtemp(jobs, key)))
+    job = BuildJob(label, artifact, Path(_mkdtemp(jobs, key)), pickler)
     job._payload = payload
     if launch:
         job.launch()

@@ -4,8 +4,9 @@ A :class:`BuildJob` is made by :func:`.background.start` with its input (the fir
 call's arguments, the region's settings), waits or is launched at once; launching
 copies the live module (:func:`.snapshot.snapshot_module`) and saves it on a thread,
 then starts the build process (:mod:`.build_process`) in a session of its own, at
-a lower CPU priority, with two cores fewer than the machine for its compile
-workers. The job is polled without blocking, waited for, or cancelled.
+a lower CPU priority, with half the machine's cores for its compile workers (the
+builds of a cache compile one at a time). The job is polled without blocking,
+waited for, or cancelled.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import filelock
@@ -56,7 +59,7 @@ class BuildJob:
 
     Parameters
     ----------
-    label, artifact, directory
+    label, artifact, directory, pickler
         As the attributes of those names
 
     Attributes
@@ -70,12 +73,23 @@ class BuildJob:
         the same key and this job only watches for its artifact
     started : float
         ``time.monotonic()`` when the job was launched (or made, until then)
+    pickler : ModuleType
+        What saves the job for the build process (``torch.save``'s
+        ``pickle_module``): :mod:`pickle` unless the module needs ``cloudpickle``
+        (:func:`.snapshot.check_picklable`)
     """
 
-    def __init__(self, label: str, artifact: Path, directory: Path | None) -> None:
+    def __init__(
+        self,
+        label: str,
+        artifact: Path,
+        directory: Path | None,
+        pickler: ModuleType = pickle,
+    ) -> None:
         self.label = label
         self.artifact = artifact
         self.directory = directory
+        self.pickler = pickler
         self.started = time.monotonic()
         self.finished: float | None = None
         self.pid: int | None = None
@@ -243,8 +257,9 @@ def _child_env() -> dict[str, str]:
         paths.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(paths)
     cores = os.cpu_count() or 2
-    # Two cores stay with the forecast (its steps, its writers).
-    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(max(1, cores - 2)))
+    # Half stay with the forecast (its steps, its writers, the copies' threads):
+    # with all but two taken by builds, its eager calls slowed (.build_process).
+    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(max(1, cores // 2)))
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -259,7 +274,7 @@ def _launch(job: BuildJob, payload: dict[str, Any]) -> None:
             snapshot = snapshot_module(target.module)
         payload["target"] = RegionTarget(module=snapshot, **settings_of(target))
         del target, snapshot
-        torch.save(payload, job.directory / INPUT)
+        torch.save(payload, job.directory / INPUT, pickle_module=job.pickler)
         del payload  # the copy's device memory goes back now
         with open(job.directory / _LOG, "wb") as log:
             proc = subprocess.Popen(

@@ -5,7 +5,9 @@ its inputs, its settings, the forecast's TF32 flags and the key the forecast wil
 look for) into a directory and starts this module's :func:`main` on it in a new
 process. The artifact goes into the persistent cache through
 :func:`~earth2studio_compile.artifacts.aot_build.build_region`; ``result.json`` says
-how it went. One build per key at a time (a file lock beside the artifact).
+how it went. One build per key at a time (a file lock beside the artifact), and
+one build at a time in a cache (:func:`slot_path`): the others wait for it, so that
+the forecasts beside them keep the machine's other cores.
 """
 
 from __future__ import annotations
@@ -29,7 +31,15 @@ from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.artifacts.store import file_lock
 from earth2studio_compile.precision import tf32_enabled
 
-__all__ = ["INPUT", "RESULT", "build_job", "lock_path", "main", "seal_built"]
+__all__ = [
+    "INPUT",
+    "RESULT",
+    "build_job",
+    "lock_path",
+    "main",
+    "seal_built",
+    "slot_path",
+]
 
 #: The job a build process is given, and what it leaves, in its directory.
 INPUT = "job.pt"
@@ -39,6 +49,19 @@ RESULT = "result.json"
 def lock_path(artifact: Path) -> Path:
     """The file lock held while ``artifact`` is built."""
     return artifact.parent / f"{artifact.name}.build.lock"
+
+
+def slot_path(directory: Path) -> Path:
+    """The file lock a build holds while it compiles, in the artifact directory
+    ``directory``: one build at a time per cache.
+
+    A StormCast forecast starts two builds at its first step (its two networks),
+    an Aurora one four; each compiling beside the others on every core but two
+    made the forecast's own eager calls up to a quarter slower while they ran (H100
+    and H200, 2026-11-26), with ``nice`` 10. One at a time, each with half the
+    machine's cores (:mod:`.build_job`), the forecast keeps the rest.
+    """
+    return directory / ".build.slot.lock"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,7 +110,13 @@ def build_job(directory: Path) -> bool:
         except filelock.Timeout:
             result["reason"] = "another process builds the same artifact"
         else:
+            slot = file_lock(slot_path(directory_root))
             try:
+                try:
+                    slot.acquire(timeout=0)
+                except filelock.Timeout:
+                    logger.info(f"{label}: waiting for another build to end")
+                    slot.acquire()
                 path = build_region(
                     target, payload["args"], payload["kwargs"], root=payload["root"]
                 )
@@ -96,6 +125,8 @@ def build_job(directory: Path) -> bool:
                     target, payload["args"], payload["kwargs"], payload["root"]
                 )
             finally:
+                if slot.is_locked:
+                    slot.release()
                 lock.release()
         logger.info(f"{label}: background build ended: {result}")
     except Exception as err:

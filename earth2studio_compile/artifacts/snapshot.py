@@ -2,9 +2,13 @@
 
 A background build (:mod:`.background`) hands the child process a deep copy of the
 live module, made on a thread, and checks first, on the caller's step, that the
-module's structure can be pickled at all. Both leave out what a region installed
-on the module (its compiled-call slot, wrapped ``forward`` methods): those hold
-locks and the report, and the child builds the bare module.
+module's structure can be pickled at all, and with which pickler: Python's own, or
+cloudpickle where only it can (a function held as an attribute: Aurora's Swin
+attention keeps ``lambda *args, **kwargs: 0`` in place of its LoRA layers, and a
+forecast of it compiled all six stages on its first call, minutes, for want of a
+build process). Both leave out what a region installed on the module (its
+compiled-call slot, wrapped ``forward`` methods): those hold locks and the report,
+and the child builds the bare module.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import copy
 import io
 import pickle
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -79,25 +84,30 @@ def snapshot_module(module: torch.nn.Module) -> torch.nn.Module:
     return clone
 
 
-class _NoData(pickle.Pickler):
-    """Pickles structure only: tensors, and the objects in ``skip``, stand for
-    themselves by id."""
+def _dump_structure(pickler: ModuleType, payload: Any, skip: set[int]) -> None:
+    """Pickle ``payload`` with ``pickler``'s ``Pickler`` into nothing: tensors, and
+    the objects in ``skip``, stand for themselves by id (no tensor data written)."""
 
-    def __init__(self, file: Any, skip: set[int]) -> None:
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self.skip = skip
+    class NoData(pickler.Pickler):  # type: ignore[name-defined,misc]
+        def persistent_id(self, obj: Any) -> Any:
+            if isinstance(
+                obj, (torch.Tensor, torch.UntypedStorage, torch.TypedStorage)
+            ):
+                return id(obj)
+            return id(obj) if id(obj) in skip else None
 
-    def persistent_id(self, obj: Any) -> Any:
-        if isinstance(obj, (torch.Tensor, torch.UntypedStorage, torch.TypedStorage)):
-            return id(obj)
-        return id(obj) if id(obj) in self.skip else None
+    NoData(io.BytesIO(), protocol=pickle.HIGHEST_PROTOCOL).dump(payload)
 
 
-def check_picklable(payload: Any, skip: set[int]) -> None:
-    """Raise where ``payload`` cannot be pickled, writing no tensor data.
+def check_picklable(payload: Any, skip: set[int]) -> ModuleType:
+    """The pickler that can hand ``payload`` to a build process: :mod:`pickle`, or
+    ``cloudpickle`` (installed with PhysicsNeMo's tensordict) where only it can;
+    raises where neither can. Writes no tensor data.
 
-    Milliseconds: a class defined in a function, a lambda or an open file fails
-    here, on the caller's step, not in the child.
+    Milliseconds, on the caller's step, not in the child. Python's pickle fails on
+    a lambda or a function defined in a function (cloudpickle stores those by
+    value, for the child's interpreter, which runs the same code), both on an open
+    file or a lock.
 
     Parameters
     ----------
@@ -105,5 +115,23 @@ def check_picklable(payload: Any, skip: set[int]) -> None:
         What the build process will be given
     skip : set[int]
         Ids of objects to leave out (:func:`installed`)
+
+    Returns
+    -------
+    ModuleType
+        The module to pass to ``torch.save`` as ``pickle_module`` (``torch.load``
+        reads either with Python's own)
     """
-    _NoData(io.BytesIO(), skip).dump(payload)
+    try:
+        _dump_structure(pickle, payload, skip)
+        return pickle
+    except Exception as err:
+        try:
+            import cloudpickle
+        except ImportError:
+            raise err from None
+        try:
+            _dump_structure(cloudpickle, payload, skip)
+        except Exception:
+            raise err from None  # Python's reason: what to change in the model
+        return cloudpickle

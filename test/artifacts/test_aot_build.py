@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import json
 
+import pytest
+import torch
 from aot_helpers import eager, load
+from tiny_cores import HeldTensorCore, MaskedCore, window_mask
 
+from earth2studio_compile.artifacts.aot_build import build_region
 from earth2studio_compile.artifacts.aot_load import (
     AotRunner,
+    load_runner,
     verify,
 )
+from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.metrics import rel_l2
 
 
@@ -27,3 +33,42 @@ def test_build_writes_an_artifact_that_matches_eager(built):
     # Each phase measured, none a remainder.
     for phase in ("key", "checksum", "aot_load", "bind", "first_run"):
         assert runner.phases[phase] >= 0.0, phase
+
+
+def _target(core: torch.nn.Module) -> RegionTarget:
+    return RegionTarget.resolve(
+        core,
+        owner=f"tiny_cores.{type(core).__name__}",
+        region="core",
+        device=torch.device("cpu"),
+        precision=None,
+    )
+
+
+def test_a_tensor_the_core_makes_while_it_runs_is_kept_in_the_artifact(tmp_path):
+    """Aurora's shifted-window masks: made by its code once per shape (cached),
+    lifted by export as constants without a name in the module. The artifact
+    keeps them (they are not the model's data), and the build leaves the cache
+    with real tensors: eager calls in the same process still compute (before,
+    after a ``build()`` they computed with the fake tensors export had cached)."""
+    window_mask.cache_clear()
+    core, x = MaskedCore(), torch.randn(4, 8)
+    path = build_region(_target(core), (x,), {}, root=tmp_path)
+    meta = json.loads((path / "meta.json").read_text())
+    assert set(meta["sha256"]) == {"model.pt2", "constants.pt"}
+    out = core(x)
+    assert type(out) is torch.Tensor and type(window_mask(8, x.device)) is torch.Tensor
+    mask = torch.zeros(8)
+    mask[::3] = -100.0
+    assert torch.allclose(out, torch.softmax(core.lin(x) + mask, -1))
+    runner = load_runner(_target(core), (x,), {}, root=tmp_path)
+    assert isinstance(runner, AotRunner), runner
+    assert rel_l2(runner(x), out) <= 1e-5
+
+
+def test_a_tensor_the_model_holds_beside_its_weights_is_refused(tmp_path):
+    """A tensor held as a plain attribute is the model's own data (it may differ
+    between processes with the same weights): an artifact must not keep it."""
+    core = HeldTensorCore()
+    with pytest.raises(RuntimeError, match="neither parameters nor buffers"):
+        build_region(_target(core), (torch.randn(4, 8),), {}, root=tmp_path)

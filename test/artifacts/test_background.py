@@ -11,6 +11,8 @@ process itself in test_build_process.py.
 
 from __future__ import annotations
 
+import threading
+
 import torch
 from tiny_cores import TinyModel
 
@@ -36,7 +38,7 @@ def test_enabled_reads_the_environment(monkeypatch):
 
 def test_an_unpicklable_core_compiles_on_its_first_call(background_on):
     model = TinyModel()
-    model.core.scale = lambda t: t  # a lambda: no build process can unpickle it
+    model.core.guard = threading.Lock()  # no build process can be given it
     x = torch.randn(4, 8)
     with CompileSession(model, regions=["core"], probe=False) as session:
         with torch.no_grad():

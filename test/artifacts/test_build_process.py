@@ -11,6 +11,7 @@ hands it this process's own).
 from __future__ import annotations
 
 import json
+import threading
 
 import torch
 from tiny_cores import TinyCore
@@ -88,6 +89,42 @@ def test_a_build_another_process_holds_the_lock_of_is_left_to_it(tmp_path):
     assert result["seconds"] >= 0
     assert not (job / build_process.INPUT).exists()
     assert not artifact.exists()
+
+
+def test_the_builds_of_one_cache_compile_one_at_a_time(tmp_path, monkeypatch):
+    """A build waits while another build of the same cache holds the slot (a
+    StormCast forecast starts two, an Aurora one four: compiling side by side
+    they slowed the forecast's eager calls), builds once it is free, and frees
+    it."""
+    target, args = _target(), (torch.randn(4, 8),)
+    key, _ = target.aot_key(args, {})
+    job, root = tmp_path / "job", tmp_path / "cache"
+    job.mkdir()
+    directory = aot_root(root)
+    directory.mkdir(parents=True)
+    _save_job(job, key, target, args, root)
+    building = threading.Event()
+
+    def build_region(*args, **kwargs):
+        building.set()
+        return directory / key
+
+    monkeypatch.setattr(build_process, "build_region", build_region)
+    monkeypatch.setattr(build_process, "seal_built", lambda *args: None)
+    other = file_lock(build_process.slot_path(directory))
+    other.acquire()
+    thread = threading.Thread(target=build_process.build_job, args=(job,))
+    thread.start()
+    try:
+        assert not building.wait(1.0), "it built while another build held the slot"
+    finally:
+        other.release()
+    thread.join(60)
+    assert building.is_set() and not thread.is_alive()
+    result = json.loads((job / build_process.RESULT).read_text())
+    assert result["ok"], result
+    other.acquire(timeout=0)  # the build let go of it
+    other.release()
 
 
 def test_a_job_that_cannot_be_read_leaves_a_result_saying_why(tmp_path):

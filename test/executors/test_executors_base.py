@@ -3,6 +3,8 @@ of one first call, whose artifact key its candidates share."""
 
 from __future__ import annotations
 
+import threading
+
 import torch
 from tiny_cores import TinyCore, TinyModel
 
@@ -64,7 +66,7 @@ def test_a_cold_first_call_computes_the_artifact_key_once(monkeypatch, tmp_path)
     monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
     computed = _counted(monkeypatch)
     model = TinyModel()
-    model.core.scale = lambda t: t  # a lambda: no build process can unpickle it
+    model.core.guard = threading.Lock()  # no build process can be given it
     with CompileSession(model, regions=["core"], probe=False) as session:
         with torch.no_grad():
             model.core(torch.randn(4, 8))
