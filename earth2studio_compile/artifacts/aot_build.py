@@ -107,8 +107,7 @@ def _lru_caches() -> list[Any]:
     return [
         o
         for o in gc.get_objects()
-        if type(o) is _LRU
-        and not str(getattr(o, "__module__", "")).startswith("torch")
+        if type(o) is _LRU and not str(getattr(o, "__module__", "")).startswith("torch")
     ]
 
 

@@ -101,8 +101,8 @@ def _dump_structure(pickler: ModuleType, payload: Any, skip: set[int]) -> None:
 
 def check_picklable(payload: Any, skip: set[int]) -> ModuleType:
     """The pickler that can hand ``payload`` to a build process: :mod:`pickle`, or
-    ``cloudpickle`` (installed with PhysicsNeMo's tensordict) where only it can;
-    raises where neither can. Writes no tensor data.
+    ``cloudpickle`` (a dependency of this package; ImportError aside) where only
+    it can; raises where neither can. Writes no tensor data.
 
     Milliseconds, on the caller's step, not in the child. Python's pickle fails on
     a lambda or a function defined in a function (cloudpickle stores those by
