@@ -56,10 +56,10 @@ def slot_path(directory: Path) -> Path:
     ``directory``: one build at a time per cache.
 
     A StormCast forecast starts two builds at its first step (its two networks),
-    an Aurora one four; each compiling beside the others on every core but two
-    made the forecast's own eager calls up to a quarter slower while they ran (H100
-    and H200, 2026-11-26), with ``nice`` 10. One at a time, each with half the
-    machine's cores (:mod:`.build_job`), the forecast keeps the rest.
+    an Aurora one six (its Swin stages). StormCast's two, compiling side by side on
+    every core but two, made the forecast's own eager calls up to a quarter slower
+    while they ran (H100 and H200, 2026-11-26), at ``nice`` 10. One at a time, each
+    with half the machine's cores (:mod:`.build_job`), the forecast keeps the rest.
     """
     return directory / ".build.slot.lock"
 
