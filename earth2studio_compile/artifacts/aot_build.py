@@ -107,8 +107,13 @@ def _lru_caches() -> list[Any]:
     return [
         o
         for o in gc.get_objects()
-        if type(o) is _LRU and not str(getattr(o, "__module__", "")).startswith("torch")
+        if type(o) is _LRU and not _in_torch(str(getattr(o, "__module__", "")))
     ]
+
+
+def _in_torch(module: str) -> bool:
+    # PyTorch's own package only: torch_harmonics' caches are model code's.
+    return module == "torch" or module.startswith("torch.")
 
 
 @contextlib.contextmanager

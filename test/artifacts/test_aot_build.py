@@ -45,12 +45,19 @@ def _target(core: torch.nn.Module) -> RegionTarget:
     )
 
 
-def test_a_tensor_the_core_makes_while_it_runs_is_kept_in_the_artifact(tmp_path):
+# The mask maker as if in a package whose name starts like PyTorch's (the SFNO's
+# torch_harmonics caches its tensors so): model code all the same.
+@pytest.mark.parametrize("home", [None, "torch_harmonics.masks"])
+def test_a_tensor_the_core_makes_while_it_runs_is_kept_in_the_artifact(
+    tmp_path, monkeypatch, home
+):
     """Aurora's shifted-window masks: made by its code once per shape (cached),
     lifted by export as constants without a name in the module. The artifact
     keeps them (they are not the model's data), and the build leaves the cache
     with real tensors: eager calls in the same process still compute (before,
     after a ``build()`` they computed with the fake tensors export had cached)."""
+    if home is not None:
+        monkeypatch.setattr(window_mask, "__module__", home)
     window_mask.cache_clear()
     core, x = MaskedCore(), torch.randn(4, 8)
     path = build_region(_target(core), (x,), {}, root=tmp_path)
