@@ -12,7 +12,8 @@ cancels its background builds (:func:`builds_cancelled_on_sigterm`). A ``kind`` 
 ``second``
     ``repeats`` rounds of an eager call then a compiled call, in this process: call 1
     of ``compile=True`` compiles or loads, the later ones find the compiled core kept
-    (:mod:`earth2studio_compile.resident`);
+    (:mod:`earth2studio_compile.resident`); background builds the calls started
+    (no cold row filled the cache) are cancelled after the last call;
 ``floor``
     the floors a call is measured against: per-step medians of the eager and compiled
     model (``N x`` the compiled step) and the store's bytes copied to the host and
@@ -487,6 +488,10 @@ def run(spec: dict[str, Any], out: Path, tmp: Path) -> list[dict[str, Any]]:
                     {**call(spec, model, device, tmp, compiled), "call": repeat}
                 )
                 save()
+        # Builds its calls started (no cold row filled the cache) would go on
+        # beside the next rows' timed calls and write into caches the parent
+        # removes (Aurora's six, 2026-11-27): cancelled, and said so.
+        rows[-1].update(background_builds(cancel=True))
     else:
         raise ValueError(f"kind={spec['kind']!r}; use fresh, second or floor")
     save()

@@ -5,7 +5,10 @@ the session's speed probe) with :mod:`torch.profiler`, eager and compiled, and s
 the device time by kernel family: GEMM, FFT, convolution, Inductor's fused Triton
 kernels, copies, other. ``host ms`` is wall time minus device busy time: a step that
 is mostly host time is bound by Python, numpy or synchronizations, which compiling
-the core cannot shorten.
+the core cannot shorten. ``--precision`` runs the cores as a session would in it
+(eager: :func:`.measure.eager_precision`); ``--runs eager`` profiles eager steps only:
+their GEMM, attention and convolution time is what compiling in the default modes
+cannot shorten (Inductor calls the same cuBLAS, cuDNN and attention kernels).
 
 Examples
 --------
@@ -13,6 +16,8 @@ Examples
 
     python -m earth2studio_compile.tools.bench.kernels --models fcn,dlwp \\
         --json kernels.json
+    python -m earth2studio_compile.tools.bench.kernels --models aurora \\
+        --precision tf32 --runs eager
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import json
 import re
 import sys
 import time
-from contextlib import nullcontext
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +39,8 @@ from earth2studio_compile.tools.bench.text import format_table
 
 # First match wins; names are CUDA kernel names as the profiler reports them.
 FAMILIES = (
+    # Before GEMM: fused attention kernels carry CUTLASS in their names.
+    ("attention", re.compile(r"flash|fmha|attention|sdpa", re.I)),
     ("fft", re.compile(r"fft|regular_fft|vector_fft", re.I)),
     (
         "gemm",
@@ -44,6 +51,8 @@ FAMILIES = (
     ("copy", re.compile(r"memcpy|memset|copy", re.I)),
 )
 WARM_STEPS = 16  # past compilation, CUDA-graph recording and probe calls 3-8
+SWITCH_STEPS = 4  # after background builds: the switch, its verification, the capture
+TOP = 12
 
 
 def _family(name: str) -> str:
@@ -52,21 +61,37 @@ def _family(name: str) -> str:
 
 
 def profile_steps(
-    model: Any, device: torch.device, steps: int, compiled: bool
+    model: Any,
+    device: torch.device,
+    steps: int,
+    compiled: bool,
+    precision: str | None = None,
 ) -> dict[str, float]:
-    """Milliseconds per step: wall, device busy, host, and device time per family."""
+    """Milliseconds per step: wall, device busy, host, and device time per family.
+
+    ``precision`` (``fp32``, ``tf32``, ``bf16`` or None: PyTorch's settings) is the
+    cores', compiled or eager alike. Compiled, a region whose artifact is building
+    in the background runs eagerly meanwhile: the profile waits for the builds and
+    for the switch to them, and ``statuses`` says what the regions ran as. ``top``
+    lists the :data:`TOP` kernels that took the most device time, ms per step.
+    """
     from torch.profiler import ProfilerActivity, profile
 
-    from earth2studio_compile import CompileSession
+    from earth2studio_compile import CompileSession, wait_for_builds
+    from earth2studio_compile.tools.bench.measure import eager_precision
 
     x, coords = initial_state(model, device)
     activities = [ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    with CompileSession(model) if compiled else nullcontext():
+    session = CompileSession(model, precision=precision) if compiled else None
+    with session or eager_precision(model, precision):
         iterator = model.create_iterator(x, coords)
         for _ in range(1 + WARM_STEPS):
             next(iterator)
+        if compiled and any(j.poll() == "built" for j in wait_for_builds()):
+            for _ in range(SWITCH_STEPS):
+                next(iterator)
         synchronize(device)
         with profile(activities=activities) as prof:
             start = time.perf_counter()
@@ -76,13 +101,19 @@ def profile_steps(
             wall = time.perf_counter() - start
         iterator.close()
     totals = {family: 0.0 for family, _ in FAMILIES} | {"other": 0.0}
+    kernels: Counter[str] = Counter()
     for event in prof.events():
         if event.device_type == torch.autograd.DeviceType.CUDA:
-            totals[_family(event.name)] += event.device_time_total / 1e3  # us -> ms
+            ms = event.device_time_total / 1e3  # us -> ms
+            totals[_family(event.name)] += ms
+            kernels[event.name] += ms
     busy = sum(totals.values())
-    out = {"wall_ms": 1e3 * wall / steps, "device_ms": busy / steps}
+    out: dict[str, Any] = {"wall_ms": 1e3 * wall / steps, "device_ms": busy / steps}
     out["host_ms"] = out["wall_ms"] - out["device_ms"]
     out |= {f"{family}_ms": value / steps for family, value in totals.items()}
+    out["top"] = [[name, ms / steps] for name, ms in kernels.most_common(TOP)]
+    if session is not None:
+        out["statuses"] = sorted({r.status for r in session.report.regions})
     return out
 
 
@@ -99,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: profile each model eager then compiled, in this process."""
     from loguru import logger
 
+    from earth2studio_compile.precision import PRECISIONS
     from earth2studio_compile.tools import zoo
 
     p = argparse.ArgumentParser(
@@ -117,10 +149,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--device", default=None, help="cuda or cpu (default: cuda if available)"
     )
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default=None,
+        help="the cores' precision, eager and compiled (default: PyTorch's settings)",
+    )
+    p.add_argument(
+        "--runs",
+        default="eager,compiled",
+        help="comma-separated: eager, compiled (default both)",
+    )
     p.add_argument("--json", type=Path, default=None, help="write the rows here")
     args = p.parse_args(argv)
     if args.steps < 1:
         p.error("--steps must be >= 1")
+    runs = [r for r in args.runs.split(",") if r]
+    if not runs or not set(runs) <= {"eager", "compiled"}:
+        p.error(f"--runs takes eager, compiled or both, not {args.runs!r}")
     cuda = torch.cuda.is_available()
     device = torch.device(args.device or ("cuda" if cuda else "cpu"))
     logger.remove()
@@ -128,13 +174,20 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in [m for m in args.models.split(",") if m]:
         model = zoo.build(name, size="small" if args.small else "full").to(device)
-        for compiled in (False, True):
-            row = {"model": name, "run": "compiled" if compiled else "eager"}
-            rows.append(row | profile_steps(model, device, args.steps, compiled))
+        for run in runs:
+            row = {"model": name, "run": run, "precision": args.precision}
+            profiled = profile_steps(
+                model, device, args.steps, run == "compiled", args.precision
+            )
+            rows.append(row | profiled)
+            if args.json:  # after every row: a call cut short keeps the rest
+                payload = {"argv": sys.argv, "device": str(device), "rows": rows}
+                args.json.write_text(json.dumps(payload, indent=2))
     print(table(rows))
-    if args.json:
-        payload = {"argv": sys.argv, "device": str(device), "rows": rows}
-        args.json.write_text(json.dumps(payload, indent=2))
+    for row in rows:
+        print(f"\n{row['model']} {row['run']}: {', '.join(row.get('statuses', []))}")
+        for name, ms in row["top"]:
+            print(f"  {ms:9.2f} ms  {_family(name):9s} {name[:110]}")
     return 0
 
 

@@ -334,7 +334,11 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.workdir is not None:
         args.workdir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+    # A build a child left behind may still be writing there: the rows are saved,
+    # and a leftover file must not cost the tables.
+    with tempfile.TemporaryDirectory(
+        dir=args.workdir, ignore_cleanup_errors=True
+    ) as tmp:
         for spec in plan(args):
             why = deadline.skip(spec, rows)
             if why is not None:

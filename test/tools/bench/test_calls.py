@@ -97,6 +97,27 @@ def test_a_cold_row_with_caches_of_its_own_cancels_its_build(tmp_path, monkeypat
     assert row["background_wait_s"] < 30
 
 
+def test_second_calls_cancel_the_builds_they_started(tmp_path, monkeypatch):
+    """Second calls on empty caches start background builds; the child cancels them
+    after its last call (else they compile beside the next rows and write into
+    caches the parent removes)."""
+    from earth2studio_compile.artifacts import background, build_job
+    from earth2studio_compile.tools.bench import calls
+
+    monkeypatch.setenv(background.ENV, "on")
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(build_job, "CHILD", "import time; time.sleep(120)")
+    monkeypatch.delenv("EARTH2STUDIO_COMPILE_PRECISION", raising=False)
+    spec = {"model": "fcn", "size": "small", "device": "cpu", "precision": "tf32"}
+    spec |= {"workflow": "deterministic", "steps": 1, "members": 1, "batch_size": 1}
+    spec |= {"io": "memory-zarr", "kind": "second", "repeats": 1}
+    eager, compiled = calls.run(spec, tmp_path / "out.json", tmp_path)
+    assert compiled["report"]["regions"][0]["status"] == "building"
+    said = compiled["background"][-1]
+    assert "cancelled" in said, said
+    assert "background" not in eager
+
+
 def test_a_child_stopped_by_sigterm_cancels_its_background_build(
     background_on, monkeypatch, tmp_path
 ):
