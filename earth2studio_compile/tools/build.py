@@ -18,9 +18,25 @@ Examples
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from typing import Any
 
 from earth2studio_compile.precision import PRECISIONS
+
+
+def inductor_options(text: str) -> dict[str, Any]:
+    """``--options``: Inductor options as a JSON object, e.g.
+    ``'{"layout_optimization": false}'`` (an argparse type)."""
+    try:
+        options = json.loads(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"not JSON ({err})") from err
+    if not isinstance(options, dict):
+        raise argparse.ArgumentTypeError(
+            "a JSON object of Inductor options, e.g. '{\"layout_optimization\": false}'"
+        )
+    return options
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,6 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--mode", default=None, help="Inductor mode (default: as compile=True)"
     )
+    p.add_argument(
+        "--options",
+        type=inductor_options,
+        default=None,
+        help="Inductor options, a JSON object (part of the artifacts' key)",
+    )
     p.add_argument("--force", action="store_true", help="rebuild existing artifacts")
     a = p.parse_args(argv)
     if (a.model is None) == (a.module is None):
@@ -58,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         precision=a.precision,
         batch_size=a.batch_size,
         mode=a.mode,
+        options=a.options,
         force=a.force,
     )
     for b in built:

@@ -66,12 +66,14 @@ def profile_steps(
     steps: int,
     compiled: bool,
     precision: str | None = None,
-) -> dict[str, float]:
+    options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Milliseconds per step: wall, device busy, host, and device time per family.
 
     ``precision`` (``fp32``, ``tf32``, ``bf16`` or None: PyTorch's settings) is the
-    cores', compiled or eager alike. Compiled, a region whose artifact is building
-    in the background runs eagerly meanwhile: the profile waits for the builds and
+    cores', compiled or eager alike; ``options`` are Inductor's (compiled only).
+    Compiled, a region whose artifact is building in the background runs eagerly
+    meanwhile: the profile waits for the builds and
     for the switch to them, and ``statuses`` says what the regions ran as. ``top``
     lists the :data:`TOP` kernels that took the most device time, ms per step.
     """
@@ -84,7 +86,11 @@ def profile_steps(
     activities = [ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    session = CompileSession(model, precision=precision) if compiled else None
+    session = (
+        CompileSession(model, precision=precision, options=options)
+        if compiled
+        else None
+    )
     with session or eager_precision(model, precision):
         iterator = model.create_iterator(x, coords)
         for _ in range(1 + WARM_STEPS):
@@ -132,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from earth2studio_compile.precision import PRECISIONS
     from earth2studio_compile.tools import zoo
+    from earth2studio_compile.tools.build import inductor_options
 
     p = argparse.ArgumentParser(
         prog="python -m earth2studio_compile.tools.bench.kernels",
@@ -156,6 +163,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the cores' precision, eager and compiled (default: PyTorch's settings)",
     )
     p.add_argument(
+        "--options",
+        type=inductor_options,
+        default=None,
+        help="Inductor options of the compiled runs, a JSON object",
+    )
+    p.add_argument(
         "--runs",
         default="eager,compiled",
         help="comma-separated: eager, compiled (default both)",
@@ -176,8 +189,14 @@ def main(argv: list[str] | None = None) -> int:
         model = zoo.build(name, size="small" if args.small else "full").to(device)
         for run in runs:
             row = {"model": name, "run": run, "precision": args.precision}
+            row["options"] = args.options if run == "compiled" else None
             profiled = profile_steps(
-                model, device, args.steps, run == "compiled", args.precision
+                model,
+                device,
+                args.steps,
+                run == "compiled",
+                args.precision,
+                args.options,
             )
             rows.append(row | profiled)
             if args.json:  # after every row: a call cut short keeps the rest

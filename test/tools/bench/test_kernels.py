@@ -36,11 +36,14 @@ def test_kernel_families(kernel, family):
 def test_eager_run_only_in_a_precision(tmp_path):
     out = tmp_path / "k.json"
     argv = ["--models", "toy", "--small", "--device", "cpu", "--steps", "1"]
+    argv += ["--options", '{"layout_optimization": false}']  # compiled runs only
     assert (
         main([*argv, "--runs", "eager", "--precision", "fp32", "--json", str(out)]) == 0
     )
     rows = json.loads(out.read_text())["rows"]
-    assert [(r["run"], r["precision"]) for r in rows] == [("eager", "fp32")]
+    assert [(r["run"], r["precision"], r["options"]) for r in rows] == [
+        ("eager", "fp32", None)
+    ]
     assert rows[0]["wall_ms"] > 0 and "attention_ms" in rows[0]
 
 
