@@ -211,6 +211,8 @@ _RUNS_SEVENTH = tuple(
         "fcn-ens-pinned-async-9192b86.json",
     )
 )
+_NINTH = "2026-11-27-h100-ninth/"
+MODELS = "docs/models.md"
 FIGURES: tuple[Figure, ...] = (
     Figure(
         "workflow",
@@ -401,6 +403,27 @@ FIGURES: tuple[Figure, ...] = (
             _H23 + f"bench-precision-{m}.json" for m in ("fcn-tf32", "fcn-bf16", "dlwp")
         ),
         rollouts(),
+    ),
+    Figure(
+        "models-published",
+        MODELS,
+        (_NINTH + "aurora-rollout-b3a8d58.json", _NINTH + "stormcast-aot-b3a8d58.json"),
+        rollouts(forecast=20),
+    ),
+    Figure(
+        "models-kernels",
+        MODELS,
+        tuple(
+            _NINTH + f"kernels-{m}-tf32-b3a8d58.json"
+            for m in ("aurora-eager", "stormcast-eager", "stormcast-compiled")
+        ),
+        kernels,
+    ),
+    Figure(
+        "models-aurora-calls",
+        MODELS,
+        (_NINTH + "aurora-second-b3a8d58.json",),
+        workflow,
     ),
 )
 

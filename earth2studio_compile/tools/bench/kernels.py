@@ -138,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from earth2studio_compile.precision import PRECISIONS
     from earth2studio_compile.tools import zoo
+    from earth2studio_compile.tools.bench.env import environment
     from earth2studio_compile.tools.build import inductor_options
 
     p = argparse.ArgumentParser(
@@ -184,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device or ("cuda" if cuda else "cpu"))
     logger.remove()
     logger.add(sys.stderr, level="WARNING")
+    env = environment(device.type)  # the docs' figures name GPU, torch and date
     rows = []
     for name in [m for m in args.models.split(",") if m]:
         model = zoo.build(name, size="small" if args.small else "full").to(device)
@@ -200,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             rows.append(row | profiled)
             if args.json:  # after every row: a call cut short keeps the rest
-                payload = {"argv": sys.argv, "device": str(device), "rows": rows}
+                payload: dict[str, Any] = {"argv": sys.argv, "device": str(device)}
+                payload |= {"environment": env, "rows": rows}
                 args.json.write_text(json.dumps(payload, indent=2))
     print(table(rows))
     for row in rows:

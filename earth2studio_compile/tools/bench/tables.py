@@ -60,6 +60,25 @@ def _mode(r: Mapping[str, Any]) -> str:
     return regions[0]["mode"] if regions else str(r["mode"])
 
 
+def _same_precision(
+    results: Sequence[Mapping[str, Any]], r: Mapping[str, Any]
+) -> float | None:
+    """A compiled row's speedup over the eager row of its model in its own reduced
+    precision (``speedup`` is over fp32 eager, TF32 off, under ``--precision``)."""
+    if r["mode"] == "eager" or r.get("precision") in (None, "fp32"):
+        return None
+    same = [
+        e
+        for e in results
+        if e["mode"] == "eager"
+        and (e["model"], e.get("precision")) == (r["model"], r["precision"])
+        and e.get("steady_ms")
+    ]
+    if not same or not r.get("steady_ms"):
+        return None
+    return float(same[0]["steady_ms"]) / float(r["steady_ms"])
+
+
 def rollouts(forecast: int | None = None) -> Renderer:
     """The bench CLI's rollout rows (``results``): one line per fresh process.
 
@@ -83,6 +102,13 @@ def rollouts(forecast: int | None = None) -> Renderer:
                 "speedup",
                 lambda r: (
                     number(r.get("speedup"), ".2f") + "x" * bool(r.get("speedup"))
+                ),
+            ),
+            (
+                "over eager, same precision",
+                lambda r: (
+                    number(_same_precision(results, r), ".2f")
+                    + "x" * bool(_same_precision(results, r))
                 ),
             ),
             ("break-even steps", lambda r: number(r.get("break_even_steps"), ",.0f")),
@@ -187,11 +213,18 @@ def second_call(datas: Sequence[Mapping[str, Any]]) -> str:
 
 def kernels(datas: Sequence[Mapping[str, Any]]) -> str:
     """``tools.bench.kernels``: ms per step by kernel family, from the profiler."""
-    keys = ("wall", "device", "host", "fft", "gemm", "conv", "triton", "copy", "other")
+    keys: tuple[str, ...] = ("wall", "device", "host", "fft", "gemm", "conv")
+    keys += ("triton", "copy", "other")
+    found = [r for d in datas for r in d["rows"]]
+    if any("attention_ms" in r for r in found):  # a family since 2026-11-27
+        keys = ("wall", "device", "host", "attention", *keys[3:])
     rows = [
-        [r["model"], r["run"], *(f"{r[f'{k}_ms']:.2f}" for k in keys)]
-        for d in datas
-        for r in d["rows"]
+        [
+            r["model"] + (f" {r['precision']}" if r.get("precision") else ""),
+            r["run"],
+            *(f"{r[f'{k}_ms']:.2f}" for k in keys),
+        ]
+        for r in found
     ]
     note = (
         "\n\nms per step over steps 17-22 of a rollout (past compiling, CUDA-graph "

@@ -85,10 +85,12 @@ def workflow(datas: Sequence[Mapping[str, Any]]) -> str:
             jobs.add((_job(r), r["precision"]))
             ensemble = r.get("members", 1) > 1
             regions = (r.get("report") or {}).get("regions", [])
-            if any(g.get("reused") for g in regions):
-                how = "compiled code kept in the process"
-            elif any(g["status"] == "building" for g in regions):
+            # A region kept from an earlier call may still run eagerly while its
+            # build goes on (Aurora's second calls): that is what the call ran.
+            if any(g["status"] == "building" for g in regions):
                 how = "eager while its artifact builds in the background"
+            elif any(g.get("reused") for g in regions):
+                how = "compiled code kept in the process"
             elif any(g.get("executor") == "aot" for g in regions):
                 how = "the artifact a background build left"
             else:

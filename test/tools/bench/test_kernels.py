@@ -45,6 +45,7 @@ def test_eager_run_only_in_a_precision(tmp_path):
         ("eager", "fp32", None)
     ]
     assert rows[0]["wall_ms"] > 0 and "attention_ms" in rows[0]
+    assert json.loads(out.read_text())["environment"]["torch"]  # the docs name it
 
 
 def test_unknown_run_is_refused(capsys):

@@ -23,6 +23,25 @@ def test_the_workflow_table_pairs_a_compiled_row_with_eager_on_the_same_io():
     assert cells[2:8] == ["7.50", "3.30", "3.60", "2.08x", "0.92x", "0.90/1.10"]
 
 
+def test_a_kept_region_still_building_ran_eagerly():
+    """A second call keeps the first call's region, still building in the
+    background: the call ran eagerly, not compiled code kept in the process."""
+    from earth2studio_compile.tools.bench import workflow_figures as tables
+
+    base = {"model": "aurora", "steps": 20, "precision": "tf32", "kind": "second"}
+    base |= {"io": "memory-zarr", "way": "second", "call": 2}
+    building = {"status": "building", "reused": "the region of call 1"}
+    rows = [
+        {**base, "run": "eager", "wall_s": 28.3},
+        {**base, "run": "compiled", "wall_s": 29.0, "pair": 0}
+        | {"report": {"regions": [building]}},
+    ]
+    row = tables.workflow([{"rows": rows}]).splitlines()[2]
+    assert row.rstrip(" |").endswith(
+        "eager while its artifact builds in the background"
+    )
+
+
 def test_the_workflow_table_names_each_job_and_an_ensembles_rate():
     """Several jobs in one figure: a job column (the caption named only the first
     job, for every row); ensembles also show members x steps per second."""

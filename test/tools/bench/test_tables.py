@@ -1,0 +1,42 @@
+"""The docs' rendered tables (tools.bench.tables): what each column compares."""
+
+from __future__ import annotations
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+def test_a_compiled_row_is_compared_with_eager_in_its_own_precision():
+    """``speedup`` is over fp32 eager with TF32 off; the issues' targets compare
+    with eager in the same precision, a column of its own."""
+    from earth2studio_compile.tools.bench.tables import rollouts
+
+    base = {"model": "aurora", "steps": 11, "first_step_s": 1.0}
+    results = [
+        base | {"mode": "eager", "precision": "fp32", "steady_ms": 2400.0},
+        base
+        | {"mode": "eager", "precision": "tf32", "steady_ms": 1000.0}
+        | {"speedup": 2.4},
+        base
+        | {"mode": "auto", "precision": "tf32", "steady_ms": 800.0}
+        | {"speedup": 3.0, "cache": "cold"},
+    ]
+    lines = rollouts()([{"results": results}]).splitlines()
+    header = _cells(lines[0])
+    column = header.index("over eager, same precision")
+    assert [_cells(line)[column] for line in lines[2:5]] == ["-", "-", "1.25x"]
+
+
+def test_the_kernel_table_shows_attention_where_a_profile_has_it():
+    from earth2studio_compile.tools.bench.tables import kernels
+
+    families = ("fft", "gemm", "conv", "triton", "copy", "other")
+    row = {"model": "aurora", "run": "eager", "wall_ms": 3.0, "device_ms": 2.0}
+    row |= {"host_ms": 1.0} | {f"{f}_ms": 0.25 for f in families}
+    old = kernels([{"rows": [row]}]).splitlines()[0]
+    assert "attention ms" not in old  # the JSONs before 2026-11-27 have none
+    new = kernels([{"rows": [row | {"attention_ms": 0.5, "precision": "tf32"}]}])
+    header, _, line = new.splitlines()[:3]
+    assert _cells(header)[5] == "attention ms"
+    assert _cells(line)[:2] == ["aurora tf32", "eager"] and _cells(line)[5] == "0.50"
