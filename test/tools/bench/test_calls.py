@@ -77,17 +77,25 @@ def test_workflow_store_bytes_count_the_variables_written():
     assert calls.store_bytes(spec, _small_fcn()) == 4 * 8 * 11 * 26 * 16 * 32
 
 
-def test_a_cold_row_with_caches_of_its_own_cancels_its_build(tmp_path, monkeypatch):
-    """Nothing reads a cold repeat's caches after it: its background build (a minute
-    on an H100) is cancelled after the timed call, not waited for."""
+@pytest.fixture
+def slow_builds(tmp_path, monkeypatch):
+    """Background builds on, in a cache of the test's own, each a process that
+    sleeps (so it is still running when the row ends); a small FCN's spec."""
     from earth2studio_compile.artifacts import background, build_job
-    from earth2studio_compile.tools.bench import calls
 
     monkeypatch.setenv(background.ENV, "on")
     monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(build_job, "CHILD", "import time; time.sleep(120)")
     monkeypatch.delenv("EARTH2STUDIO_COMPILE_PRECISION", raising=False)
-    spec = {"model": "fcn", "size": "small", "device": "cpu", "precision": "tf32"}
+    return {"model": "fcn", "size": "small", "device": "cpu", "precision": "tf32"}
+
+
+def test_a_cold_row_with_caches_of_its_own_cancels_its_build(tmp_path, slow_builds):
+    """Nothing reads a cold repeat's caches after it: its background build (a minute
+    on an H100) is cancelled after the timed call, not waited for."""
+    from earth2studio_compile.tools.bench import calls
+
+    spec = dict(slow_builds)
     spec |= {"workflow": "deterministic", "steps": 2, "members": 1, "batch_size": 1}
     spec |= {"io": "zarr-disk", "kind": "fresh", "run": "compiled", "build": "cancel"}
     (row,) = calls.run(spec, tmp_path / "out.json", tmp_path)
@@ -97,18 +105,13 @@ def test_a_cold_row_with_caches_of_its_own_cancels_its_build(tmp_path, monkeypat
     assert row["background_wait_s"] < 30
 
 
-def test_second_calls_cancel_the_builds_they_started(tmp_path, monkeypatch):
+def test_second_calls_cancel_the_builds_they_started(tmp_path, slow_builds):
     """Second calls on empty caches start background builds; the child cancels them
     after its last call (else they compile beside the next rows and write into
     caches the parent removes)."""
-    from earth2studio_compile.artifacts import background, build_job
     from earth2studio_compile.tools.bench import calls
 
-    monkeypatch.setenv(background.ENV, "on")
-    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(build_job, "CHILD", "import time; time.sleep(120)")
-    monkeypatch.delenv("EARTH2STUDIO_COMPILE_PRECISION", raising=False)
-    spec = {"model": "fcn", "size": "small", "device": "cpu", "precision": "tf32"}
+    spec = dict(slow_builds)
     spec |= {"workflow": "deterministic", "steps": 1, "members": 1, "batch_size": 1}
     spec |= {"io": "memory-zarr", "kind": "second", "repeats": 1}
     eager, compiled = calls.run(spec, tmp_path / "out.json", tmp_path)
