@@ -73,9 +73,9 @@ def profile_steps(
     ``precision`` (``fp32``, ``tf32``, ``bf16`` or None: PyTorch's settings) is the
     cores', compiled or eager alike; ``options`` are Inductor's (compiled only).
     Compiled, a region whose artifact is building in the background runs eagerly
-    meanwhile: the profile waits for the builds and
-    for the switch to them, and ``statuses`` says what the regions ran as. ``top``
-    lists the :data:`TOP` kernels that took the most device time, ms per step.
+    meanwhile: the profile waits for the builds and for the switch to them, and
+    ``statuses`` says what the regions ran as. ``top`` lists the :data:`TOP`
+    kernels that took the most device time, ms per step.
     """
     from torch.profiler import ProfilerActivity, profile
 
