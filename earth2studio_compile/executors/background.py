@@ -35,7 +35,8 @@ from earth2studio_compile.metrics import Laps
 #: Seconds of eager calls before a waiting build is launched. A run shorter than
 #: this (or than the build itself: FCN's took 134 s on an H100) gains nothing from it
 #: while it runs, so its build starts when the session closes: the forecast does
-#: not share the machine's cores and GPU with a compile it cannot use.
+#: not share the machine's cores and GPU with a compile it cannot use. Past it, a
+#: build launches only while no other of this process runs.
 LAUNCH_AFTER_S = 10.0
 
 
@@ -143,7 +144,12 @@ class BackgroundExecutor:
                 ) from err
         job = self.job
         if job is not None and job.waiting:
-            if time.monotonic() - self._since > LAUNCH_AFTER_S:
+            # One build of this process at a time while the forecast runs; the
+            # others launch when it ends, or as the session closes.
+            if (
+                time.monotonic() - self._since > LAUNCH_AFTER_S
+                and not background.building_here()
+            ):
                 job.launch()
             m.background = job.describe()
         elif job is not None and job.poll() == "running":

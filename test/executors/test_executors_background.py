@@ -188,3 +188,33 @@ def test_a_short_run_launches_its_build_when_the_session_closes(
             assert job.waiting
             model.core(torch.randn(4, 8))
             assert not job.waiting
+
+
+def test_a_running_forecast_launches_one_build_at_a_time(background_on, monkeypatch):
+    """Two regions past LAUNCH_AFTER_S: the second build waits while the first runs
+    (each launch copies a core and starts a process: Aurora's six at once slowed
+    its call), and launches as the session closes."""
+    from tiny_cores import Blocks
+
+    from earth2studio_compile.artifacts import build_job
+    from earth2studio_compile.executors import background as executor
+
+    background.cancel()  # no build of an earlier test counts as running here
+    monkeypatch.setattr(build_job, "CHILD", "import time; time.sleep(120)")
+    monkeypatch.setattr(executor, "LAUNCH_AFTER_S", 0.0)
+    made = []
+    start = background.start
+    monkeypatch.setattr(
+        background, "start", lambda *a, **k: made.append(start(*a, **k)) or made[-1]
+    )
+    model = Blocks(n=2)
+    try:
+        with CompileSession(model, regions=["blocks.0", "blocks.1"], probe=False):
+            for _ in range(3):
+                model.run_each()
+            assert [j.waiting for j in made] == [False, True]
+            assert background.building_here()
+        assert [j.waiting for j in made] == [False, False]
+    finally:
+        background.cancel()
+    assert not background.building_here()
