@@ -231,12 +231,17 @@ def wait(timeout: float | None = None) -> list[BuildJob]:
         state
     """
     deadline = None if timeout is None else time.monotonic() + timeout
-    with _started_lock:
-        jobs = list(_started)
+    jobs = _jobs()
     for job in jobs:
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         job.wait(left)
     return jobs
+
+
+def _jobs() -> list[BuildJob]:
+    """The jobs this process started, copied (regions start them from any thread)."""
+    with _started_lock:
+        return list(_started)
 
 
 def building_here() -> bool:
@@ -253,8 +258,7 @@ def building_here() -> bool:
     bool
         True while one is running (launched, neither ended nor cancelled)
     """
-    with _started_lock:
-        jobs = list(_started)
+    jobs = _jobs()
     return any(
         j.directory is not None and not j.waiting and j.poll() == "running"
         for j in jobs
@@ -270,8 +274,7 @@ def cancel() -> list[BuildJob]:
     list[BuildJob]
         Every job started, each in its final state
     """
-    with _started_lock:
-        jobs = list(_started)
+    jobs = _jobs()
     for job in jobs:
         job.cancel()
     return jobs

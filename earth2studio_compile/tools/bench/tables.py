@@ -25,6 +25,11 @@ def number(v: Any, fmt: str) -> str:
     return "-" if v is None else format(v, fmt)
 
 
+def _times(v: float | None) -> str:
+    """A ratio as ``1.25x``, or ``-`` for None."""
+    return number(v, ".2f") + "x" * bool(v)
+
+
 def _label(r: Mapping[str, Any]) -> str:
     name = str(r["model"])
     if r.get("size") == "small":
@@ -98,18 +103,10 @@ def rollouts(forecast: int | None = None) -> Renderer:
             ("status", _status),
             ("first step s", lambda r: number(r.get("first_step_s"), ".2f")),
             ("ms/step", lambda r: number(r.get("steady_ms"), ".2f")),
-            (
-                "speedup",
-                lambda r: (
-                    number(r.get("speedup"), ".2f") + "x" * bool(r.get("speedup"))
-                ),
-            ),
+            ("speedup", lambda r: _times(r.get("speedup"))),
             (
                 "over eager, same precision",
-                lambda r: (
-                    number(_same_precision(results, r), ".2f")
-                    + "x" * bool(_same_precision(results, r))
-                ),
+                lambda r: _times(_same_precision(results, r)),
             ),
             ("break-even steps", lambda r: number(r.get("break_even_steps"), ",.0f")),
             ("warm / cold", lambda r: number(r.get("warm_over_cold"), ".0%")),
