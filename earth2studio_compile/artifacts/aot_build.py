@@ -116,6 +116,39 @@ def _in_torch(module: str) -> bool:
     return module == "torch" or module.startswith("torch.")
 
 
+def _as_packaged(
+    made: dict[str, torch.Tensor],
+    package: Path,
+    live: Mapping[str, torch.Tensor],
+    device: torch.device,
+    label: str,
+) -> dict[str, torch.Tensor]:
+    """``made`` under the names the compiled package asks for them by.
+
+    A tensor the core makes while it runs is traced by export when the model
+    has not made it yet, and the package computes it. Made before (a mask an
+    earlier call cached, as ``build()``'s own call of the model does), it is a
+    constant, which AOTInductor names anew in the package
+    (``_tensor_constant<n>``): kept under that name where the pairing is
+    unambiguous (one such), refused otherwise. The first call of a loaded
+    artifact is verified against eager all the same.
+    """
+    index = device.index if device.type == "cuda" and device.index else -1
+    names = list(_torch.aoti_loader(str(package), index).get_constant_fqns())
+    wanted = [n for n in names if strip_core(n) not in live and n not in made]
+    if not wanted:
+        return made
+    spare = [n for n in made if n not in names]
+    if len(wanted) == len(spare) == 1:
+        kept = {n: t for n, t in made.items() if n != spare[0]}
+        return kept | {wanted[0]: made[spare[0]]}
+    raise RuntimeError(
+        f"{label}'s compiled package needs tensors it cannot be given "
+        f"({', '.join(wanted[:3])}): neither parameters, buffers nor one tensor "
+        "its code made. It stays on the Dynamo path."
+    )
+
+
 @contextlib.contextmanager
 def _fp32_kept(
     module: torch.nn.Module, precision: str | None, fp32_modules: Sequence[str]
@@ -235,6 +268,7 @@ def build_region(
                 _inductor_configs(policy.mode, policy.options, target.device),
             )
         timings["compile"] = time.perf_counter() - start
+        made = _as_packaged(made, tmp / PACKAGE, live, target.device, label)
         members = [PACKAGE]
         if made:
             torch.save(made, tmp / CONSTANTS)

@@ -219,8 +219,9 @@ class RegionTarget:
                 "aot_format": AOT_FORMAT,
                 "constants": constants_text(module),
                 "source": source_hash(module),
-                "precision": self.precision
-                or f"global:{effective_precision(None, device)}",
+                # What the region computes in, however it was asked for: a build
+                # for "tf32" serves a call under PyTorch's TF32 flags, and back.
+                "precision": effective_precision(self.precision, device),
                 "training": any(m.training for m in module.modules()),
                 "cuda": torch.version.cuda if device.type == "cuda" else None,
                 "arguments": [

@@ -7,7 +7,13 @@ import json
 import pytest
 import torch
 from aot_helpers import eager, load
-from tiny_cores import HeldTensorCore, MaskedCore, window_mask
+from tiny_cores import (
+    HeldTensorCore,
+    MaskedCore,
+    WindowMaskedCore,
+    window_mask,
+    window_masks,
+)
 
 from earth2studio_compile.artifacts.aot_build import build_region
 from earth2studio_compile.artifacts.aot_load import (
@@ -68,6 +74,21 @@ def test_a_tensor_the_core_makes_while_it_runs_is_kept_in_the_artifact(
     mask = torch.zeros(8)
     mask[::3] = -100.0
     assert torch.allclose(out, torch.softmax(core.lin(x) + mask, -1))
+    runner = load_runner(_target(core), (x,), {}, root=tmp_path)
+    assert isinstance(runner, AotRunner), runner
+    assert rel_l2(runner(x), out) <= 1e-5
+
+
+def test_a_mask_made_before_the_build_is_kept_under_the_packages_name(tmp_path):
+    """``build()`` calls the model before it exports a region, so a mask the
+    model caches is already real: export lifts it, and AOTInductor names it anew
+    in the package (``_tensor_constant0``). The artifact keeps it under that name:
+    before, every load of such an artifact failed ("the model has no tensor
+    '_tensor_constant0'"; Aurora's, built by ``tools.build``)."""
+    window_masks.cache_clear()
+    core, x = WindowMaskedCore(), torch.randn(4, 8)
+    out = core(x)
+    build_region(_target(core), (x,), {}, root=tmp_path)
     runner = load_runner(_target(core), (x,), {}, root=tmp_path)
     assert isinstance(runner, AotRunner), runner
     assert rel_l2(runner(x), out) <= 1e-5

@@ -14,6 +14,7 @@ import dataclasses
 import torch
 from tiny_cores import TinyCore
 
+from earth2studio_compile import precision
 from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.cache import artifact_key
 from earth2studio_compile.models import ModelSpec
@@ -25,10 +26,9 @@ ARGS = (torch.randn(4, 8),)
 
 def _target(module: torch.nn.Module | None = None, **settings) -> RegionTarget:
     fields = {"owner": "tiny_cores.TinyModel", "region": "core", "precision": None}
+    fields["device"] = CPU
     return RegionTarget.resolve(
-        module if module is not None else TinyCore(),
-        device=CPU,
-        **{**fields, **settings},
+        module if module is not None else TinyCore(), **{**fields, **settings}
     )
 
 
@@ -124,8 +124,23 @@ def test_two_backends_of_one_name_are_two_kept_executors():
     assert first.resident_key() != second.resident_key()
 
 
-def test_the_global_flags_stand_for_no_precision_in_the_artifacts_key():
-    _, fields = _target().aot_key(ARGS, {})
-    assert fields["precision"] == "global:fp32"  # TF32 applies on CUDA only
-    _, fields = _target(precision="bf16").aot_key(ARGS, {})
-    assert fields["precision"] == "bf16"
+def test_one_artifact_serves_a_precision_however_it_was_asked_for(monkeypatch):
+    # tools.build --precision tf32 and a workflow under PyTorch's TF32 flags compute
+    # alike: the artifact one builds must be the one the other finds (an Aurora
+    # build went unused by compile=True calls on an H100 when the two keys differed).
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "H100")
+    cuda = torch.device("cuda")
+    flags = {"tf32": (True, True)}
+    monkeypatch.setattr(precision, "tf32_enabled", lambda: flags["tf32"])
+
+    def key(asked: str | None) -> str:
+        return _target(device=cuda, precision=asked).aot_key(ARGS, {})[0]
+
+    assert key(None) == key("tf32") != key("fp32")
+    flags["tf32"] = (False, False)
+    assert key(None) == key("fp32") != key("tf32")
+    assert key("bf16") not in {key(None), key("tf32")}
+    # On the CPU, TF32 does not apply: PyTorch's flags mean fp32.
+    flags["tf32"] = (True, True)
+    assert _keys(_target(precision=None))[1] == _keys(_target(precision="fp32"))[1]

@@ -15,6 +15,7 @@ import torch
 from conftest import messages
 from zoo_helpers import compiled_workflow_matches_eager, held_outputs_match_eager
 
+import earth2studio_compile
 from earth2studio_compile.planning import plan
 from earth2studio_compile.tools import zoo
 
@@ -59,6 +60,25 @@ def test_held_aurora_outputs_are_not_overwritten():
     held_outputs_match_eager(
         zoo.build("aurora"), nsteps=3, tolerance=REL_L2, restart=_restart
     )
+
+
+def test_a_built_aurora_serves_compile_true(monkeypatch, tmp_path):
+    """``build()`` (what ``tools.build aurora`` runs), then ``compile=True``: every
+    stage runs its artifact. Before, none did: the build's key said ``fp32`` and
+    the call's ``global:fp32`` (the same computation), and the two stages with a
+    shifted-window mask could not bind it (the build's own call of the model had
+    cached it: AOTInductor names it anew)."""
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
+    model = zoo.build("aurora")
+    start = {"state": {k: v.clone() for k, v in model.state_dict().items()}}
+    built = earth2studio_compile.build(model, device="cpu", precision="fp32")
+    assert [b.status for b in built] == ["built"] * 4, built
+    _restart(model, start)
+    report, _ = compiled_workflow_matches_eager(
+        model, nsteps=2, tolerance=REL_L2, restart=_restart
+    )
+    ran = {(r.status, r.executor) for r in report.regions}
+    assert ran == {("compiled", "aot")}, report.summary()
 
 
 @pytest.mark.gpu
