@@ -355,6 +355,13 @@ MODEL_TABLE: dict[str, ModelSpec] = {
     ),
     _PX + "stormcast.StormCast": ModelSpec(
         regions=("regression_model", "diffusion_model"),
+        # Inductor lays the UNets out channels-last: its weighing counts their
+        # depthwise up/down-sampling convolutions as ordinary ones, and cuDNN's
+        # channels-last depthwise transposed convolution is slow. Measured on an
+        # H100 (TF32, tenth session): convolutions 1332 ms a step channels-last,
+        # 954 ms kept as they are; the step 2693 ms against 2344 (without CUDA
+        # graphs) and eager's 3947.
+        inductor_options={"layout_optimization": False},
         note="physicsnemo UNets; the EDM sampler loop stays eager",
     ),
     _PX + "stormcastconus.StormCastCONUS": ModelSpec(

@@ -11,6 +11,7 @@ import torch
 
 from earth2studio_compile import MODEL_TABLE, ModelSpec, plan, register_model
 from earth2studio_compile.models import TORCH_HARMONICS_SFNO, lookup
+from earth2studio_compile.options import CompileOptions, CompilePolicy
 from earth2studio_compile.tools import zoo
 
 
@@ -65,6 +66,21 @@ def test_sfno_compiles_whole_with_spectral_convolutions_opaque():
     p = plan(zoo.build("sfno"))
     assert [path for path, _ in p.targets] == ["model"]
     assert p.spec.opaque == ("SpectralConvS2",)
+
+
+def test_stormcast_unets_keep_their_layout_and_their_cuda_graphs():
+    import earth2studio.models.px as px
+
+    spec = lookup(px.StormCast)[1]
+    policy = CompilePolicy.resolve(CompileOptions(), torch.device("cuda"), spec)
+    options = policy.torch_kwargs()["options"]
+    assert options["layout_optimization"] is False
+    assert options["triton.cudagraphs"] is True
+    # The user's own choice still replaces the table's.
+    mine = CompilePolicy.resolve(
+        CompileOptions(mode="default"), torch.device("cuda"), spec
+    )
+    assert "options" not in mine.torch_kwargs()
 
 
 def test_register_and_override():

@@ -4,7 +4,8 @@ stride 2), contiguous (NCHW) against channels-last (NHWC, Inductor's layout
 optimization), TF32 on: does cuDNN's channels-last depthwise kernel explain the
 compiled StormCast's convolutions (eager 530 ms a step, compiled 1351 ms)?
 
-Written after the ninth session's device time: not run yet.
+Written after the ninth session's device time; run in the tenth:
+../2026-11-27-h100-tenth/resample-layout-12b5754.json.
 
     python3 resample_layout.py OUT.json
 """

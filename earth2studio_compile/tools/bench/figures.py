@@ -212,6 +212,7 @@ _RUNS_SEVENTH = tuple(
     )
 )
 _NINTH = "2026-11-27-h100-ninth/"
+_TENTH = "2026-11-27-h100-tenth/"
 MODELS = "docs/models.md"
 FIGURES: tuple[Figure, ...] = (
     Figure(
@@ -424,6 +425,15 @@ FIGURES: tuple[Figure, ...] = (
         MODELS,
         (_NINTH + "aurora-second-b3a8d58.json",),
         workflow,
+    ),
+    Figure(
+        "models-stormcast-layout",
+        MODELS,
+        tuple(
+            _TENTH + f"kernels-stormcast-compiled-tf32{tail}-12b5754.json"
+            for tail in ("", "-layout-off")
+        ),
+        kernels,
     ),
 )
 

@@ -218,15 +218,17 @@ def kernels(datas: Sequence[Mapping[str, Any]]) -> str:
     rows = [
         [
             r["model"] + (f" {r['precision']}" if r.get("precision") else ""),
-            r["run"],
+            r["run"]
+            + "".join(f", {k}={v}" for k, v in (r.get("options") or {}).items()),
             *(f"{r[f'{k}_ms']:.2f}" for k in keys),
         ]
         for r in found
     ]
     note = (
-        "\n\nms per step over steps 17-22 of a rollout (past compiling, CUDA-graph "
-        "recording and the speed probe); device = summed kernel time, host = wall - "
-        "device."
+        "\n\nms per step over the profiled steps of a rollout (its `--steps`, after "
+        "16 past compiling, CUDA-graph recording and the speed probe, and 4 more "
+        "where background builds switched in); device = summed kernel time, host = "
+        "wall - device."
     )
     return markdown(["model", "run", *(f"{k} ms" for k in keys)], rows) + note
 

@@ -40,3 +40,17 @@ def test_the_kernel_table_shows_attention_where_a_profile_has_it():
     header, _, line = new.splitlines()[:3]
     assert _cells(header)[5] == "attention ms"
     assert _cells(line)[:2] == ["aurora tf32", "eager"] and _cells(line)[5] == "0.50"
+
+
+def test_the_kernel_table_names_a_compiled_rows_inductor_options():
+    from earth2studio_compile.tools.bench.tables import kernels
+
+    families = ("fft", "gemm", "conv", "triton", "copy", "other")
+    row = {"model": "stormcast", "run": "compiled", "wall_ms": 3.0, "device_ms": 2.0}
+    row |= {"host_ms": 1.0} | {f"{f}_ms": 0.25 for f in families}
+    rows = [row | {"options": None}, row | {"options": {"layout_optimization": False}}]
+    lines = kernels([{"rows": rows}]).splitlines()
+    assert [_cells(line)[1] for line in lines[2:4]] == [
+        "compiled",
+        "compiled, layout_optimization=False",
+    ]
