@@ -62,7 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         "--options",
         type=inductor_options,
         default=None,
-        help="Inductor options, a JSON object (part of the artifacts' key)",
+        help="Inductor options, a JSON object (part of the artifacts' key); they "
+        "replace the mode's and the model table's, so add "
+        "'\"triton.cudagraphs\": true' to keep CUDA graphs",
     )
     p.add_argument("--force", action="store_true", help="rebuild existing artifacts")
     a = p.parse_args(argv)

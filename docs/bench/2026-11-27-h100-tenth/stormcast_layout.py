@@ -6,6 +6,12 @@ process; every row with the same seed, its step-1 output compared with eager's.
     python3 -m earth2studio_compile.tools.build stormcast --precision tf32 \
         --options '{"layout_optimization": false}'
     python3 stormcast_layout.py OUT.json
+
+An optional second argument lists the compiled rows' Inductor options as JSON
+(default, as run: '[null, {"layout_optimization": false}]'; null is the model
+table's), each built first with ``tools.build ... --options``. Since the table
+turned StormCast's layout optimization off (fada6b4), its channels-last build with
+CUDA graphs is '{"triton.cudagraphs": true}'.
 """
 
 import json
@@ -26,11 +32,12 @@ model = zoo.build("stormcast", size="full").to(device)
 x, coords = initial_state(model, device)
 out = {"argv": sys.argv, "environment": environment("cuda"), "rows": []}
 first = None
-for name, options in (
-    ("eager", None),
-    ("compiled", None),
-    ("compiled", {"layout_optimization": False}),
-):
+compiled = (
+    json.loads(sys.argv[2])
+    if len(sys.argv) > 2
+    else [None, {"layout_optimization": False}]
+)
+for name, options in [("eager", None)] + [("compiled", o) for o in compiled]:
     session = (
         CompileSession(model, precision="tf32", options=options)
         if name == "compiled"

@@ -15,6 +15,10 @@ and the device is idle, three ways:
     calls 1, 2, 3 in one process, eager and compiled interleaved (the compiled call 1
     finds the cold row's caches where that row ran).
 
+``--cache-from DIR`` starts the job's caches as a copy of ``DIR`` (a compile cache
+``tools.build`` filled), for the warm and second rows without a cold one: a user
+who built before forecasting.
+
 Each fresh compiled row is paired with a fresh eager process of upstream's workflow
 on the same job, storage and precision (run just before the cold row); each compiled
 call of ``second`` with the eager call before it (:mod:`.workflow_tables`). Rows per
@@ -176,6 +180,13 @@ def _round(
     return specs
 
 
+def seed_caches(specs: list[dict[str, Any]], source: Path, caches: Path) -> None:
+    """Start each job's shared caches (``cache``) as a copy of ``source``
+    (``--cache-from``): the compile cache root, ``bundles`` of a child's."""
+    for key in dict.fromkeys(s["cache"] for s in specs if s.get("cache")):
+        shutil.copytree(source, caches / key / "bundles", dirs_exist_ok=True)
+
+
 def run_child(
     spec: dict[str, Any],
     caches: Path,
@@ -322,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         "precision": args.precision_list,
         "git_commit": git_commit(),
         "environment": env,
+        "cache_from": None if args.cache_from is None else str(args.cache_from),
     }
     rows: list[dict[str, Any]] = []
     deadline = Deadline(args.deadline, KIND)
@@ -339,7 +351,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(
         dir=args.workdir, ignore_cleanup_errors=True
     ) as tmp:
-        for spec in plan(args):
+        specs = plan(args)
+        if args.cache_from is not None:
+            seed_caches(specs, args.cache_from, Path(tmp))
+        for spec in specs:
             why = deadline.skip(spec, rows)
             if why is not None:
                 rows.append({**_base(spec, False), "skipped": why})

@@ -144,12 +144,32 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "hand; the call still fetches through it); default random",
     )
     p.add_argument("--workdir", type=Path, default=None, help="caches and stores")
+    p.add_argument(
+        "--cache-from",
+        type=Path,
+        default=None,
+        help="a compile cache (an EARTH2STUDIO_COMPILE_CACHE directory, e.g. the "
+        "one `tools.build` filled) each job's caches start from: its warm and "
+        "second-call rows find what was built there (a user who built before "
+        "forecasting); takes --ways warm, second or both",
+    )
     args = p.parse_args(argv)
     args.io_list = _listed(p, "--io", args.io, IOS)
     args.way_list = _listed(p, "--ways", args.ways, WAYS)
     args.precision_list = _listed(p, "--precision", args.precision, PRECISIONS)
-    if "warm" in args.way_list and "cold" not in args.way_list:
-        p.error("--ways warm reuses the cold row's caches; add cold (--ways cold,warm)")
+    if args.cache_from is not None:
+        if not args.cache_from.is_dir():
+            p.error(f"--cache-from: {args.cache_from} is not a directory")
+        if "cold" in args.way_list:
+            p.error(
+                "--cache-from fills the caches a cold row would start without; "
+                "use --ways warm, second or both"
+            )
+    elif "warm" in args.way_list and "cold" not in args.way_list:
+        p.error(
+            "--ways warm reuses the cold row's caches; add cold (--ways cold,warm) "
+            "or give --cache-from"
+        )
     for name in ("steps", "members", "batch_size", "repeats", "writers"):
         value = getattr(args, name)
         if value is not None and value < 1:

@@ -61,6 +61,11 @@ def test_workflow_plan_pairs_and_shares_caches():
         (["--steps", "0"], "--steps must be >= 1, not 0"),
         (["--device", "tpu"], "--device must be cuda or cpu"),
         (["--writers", "0"], "--writers must be >= 1, not 0"),
+        (["--cache-from", "/no/such/dir"], "--cache-from: /no/such/dir is not a"),
+        (
+            ["--cache-from", ".", "--ways", "cold,warm"],
+            "--cache-from fills the caches a cold row would start without",
+        ),
     ],
 )
 def test_workflow_bad_arguments_name_the_fix(argv, message, capsys):
@@ -173,6 +178,45 @@ def test_a_failed_childs_row_names_its_exception_and_keeps_its_log(
         "assertions."
     )
     assert rows[-1]["log_tail"][0] == "a warning before it"  # this child's only
+
+
+# Notes whether its compile cache holds the artifact a build left in --cache-from.
+_SEEDED_CHILD = r"""
+import json, os, sys
+spec, out = json.loads(sys.argv[1]), sys.argv[2]
+root = os.environ["EARTH2STUDIO_COMPILE_CACHE"]
+found = os.path.exists(os.path.join(root, "aot", "k", "meta.json"))
+runs = ["eager", "compiled"] if spec["kind"] == "second" else [spec["run"]]
+rows = [{"run": r, "call": 1, "wall_s": 1.0, "found": found} for r in runs]
+json.dump({"import_s": 0.1, "setup_s": 0.0, "rows": rows}, open(out, "w"))
+"""
+
+
+def test_cache_from_gives_warm_and_second_rows_what_a_build_left(monkeypatch, tmp_path):
+    """A user who ran ``tools.build`` before forecasting: the warm and second-call
+    processes start from that cache, the eager one from none; nothing of the
+    source is changed."""
+    from earth2studio_compile.tools.bench import workflow
+
+    built = tmp_path / "built"
+    (built / "aot" / "k").mkdir(parents=True)
+    (built / "aot" / "k" / "meta.json").write_text("{}")
+    monkeypatch.setattr(workflow, "CHILD", ("-c", _SEEDED_CHILD))
+    out = tmp_path / "wf.json"
+    argv = ["--jobs", "fcn", "--device", "cpu", "--io", "zarr-disk", "--no-floor"]
+    argv += ["--ways", "warm,second", "--cache-from", str(built)]
+    assert workflow.main([*argv, "--json", str(out)]) == 0
+    payload = json.loads(out.read_text())
+    found = [(r["way"], r["run"], r["found"]) for r in payload["rows"]]
+    assert found == [
+        ("fresh", "eager", False),
+        ("warm", "compiled", True),
+        ("second", "eager", True),
+        ("second", "compiled", True),
+    ]
+    assert payload["rows"][1]["cache"] == "warm"
+    assert payload["meta"]["cache_from"] == str(built)
+    assert [p.name for p in built.rglob("*")] == ["aot", "k", "meta.json"]
 
 
 def test_workflow_deadline_starts_nothing(monkeypatch, tmp_path, capsys):
