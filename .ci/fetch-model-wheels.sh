@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The GPU machine's extra wheels for the zoo's Aurora and StormCast (issue 33).
+# The GPU machine's extra wheels for the zoo's Aurora and StormCast, and a Python-only
+# torch-harmonics 0.9.3 for SFNO with its transforms compiled (issue 33).
 #
 # That machine has no network: packages travel as cp312 manylinux wheels in
 # git-ignored folders named in a call's `carry`, 64 MiB per call for the whole tree.
@@ -43,6 +44,17 @@ for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 \
 done
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
   --implementation cp "${plat[@]}" -d "$dest" "${reqs[@]}"
+
+# torch-harmonics 0.9.3 without its compiled parts (built for torch 2.14), in a
+# folder of its own that the usual install leaves alone: a call measuring SFNO with
+# its transforms compiled installs it ahead of 0.9.2 on the path,
+#   pip install --no-deps --target /tmp/th093 $dest/th/*.whl
+#   export PYTHONPATH=/tmp/th093:$PYTHONPATH
+rm -rf "$dest/th" "$dest/th-src"
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+  --implementation cp "${plat[@]}" -d "$dest/th-src" torch-harmonics==0.9.3
+python3 .ci/python-only-wheel.py "$dest"/th-src/*.whl "$dest/th" >/dev/null
+rm -rf "$dest/th-src"
 
 bytes() { du -sb "$@" 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
 # What a call sends: tracked and untracked-not-ignored files, plus the carried folders.
