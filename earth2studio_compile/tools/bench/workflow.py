@@ -181,8 +181,9 @@ def _round(
 
 
 def seed_caches(specs: list[dict[str, Any]], source: Path, caches: Path) -> None:
-    """Start each job's shared caches (``cache``) as a copy of ``source``
-    (``--cache-from``): the compile cache root, ``bundles`` of a child's."""
+    """Start each job's shared caches (``cache``) from ``source``
+    (``--cache-from``, a compile cache root), copied to where a child's compile
+    cache root is (``bundles``)."""
     for key in dict.fromkeys(s["cache"] for s in specs if s.get("cache")):
         shutil.copytree(source, caches / key / "bundles", dirs_exist_ok=True)
 
