@@ -19,17 +19,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest="${1:-.whl-ace2}"
-limit=$((64 * 1024 * 1024))
-
-pin() { # the version constraints.txt pins (the CPU tests' too), else the default
-  local found
-  found=$(grep -E "^$1==" constraints.txt || true)
-  echo "${found:-$1==$2}"
-}
-exclude=$(git rev-parse --git-path info/exclude)
+. .ci/carry.sh
 rm -rf "$dest"
-mkdir -p "$dest" "$(dirname "$exclude")"
-grep -qxF "/$dest/" "$exclude" 2>/dev/null || echo "/$dest/" >>"$exclude"
+ignored_folder "$dest"
 # The versions .ci/run installs for the CPU tests.
 python3 -m pip download -q --no-deps --only-binary=:all: -d "$dest" fme==2026.10.0 \
   "$(pin dacite 1.9.2)" "$(pin tensorly 0.10.0)" "$(pin tensorly-torch 0.5.0)"
@@ -41,20 +33,5 @@ if unzip -l "$dest"/torch_harmonics-0.8.0-*.whl | grep -q '\.so$'; then
 fi
 python3 .ci/stand-in-wheel.py wandb "$dest" >/dev/null
 
-bytes() { du -sb "$@" 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
-# What a call sends: tracked and untracked-not-ignored files, plus the carried folders.
-tree=$(git ls-files -z -co --exclude-standard | xargs -0 du -cb 2>/dev/null |
-  awk '$2 == "total" {s += $1} END {print s + 0}')
-extra=$(bytes "$dest")
-base=$(bytes .whl .shim)
-total=$((tree + base + extra))
-mib() { awk -v b="$1" 'BEGIN {printf "%.1f MiB", b / 1048576}'; }
-echo "$dest: $(ls "$dest" | tr '\n' ' ')"
-echo "$dest $(mib "$extra"), .whl + .shim $(mib "$base"), tree $(mib "$tree"):" \
-  "$(mib "$total") of 64 MiB"
-if [ "$total" -gt "$limit" ]; then
-  echo "error: a call carrying .whl, .shim and $dest would send $(mib "$total")," \
-    "over the 64 MiB limit" >&2
-  exit 1
-fi
+check_carry "$dest"
 echo "carry [\".whl\", \".shim\", \"$dest\"]"

@@ -22,21 +22,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest="${1:-.whl-models}"
-limit=$((64 * 1024 * 1024))
-
-pin() {  # the version constraints.txt pins (the CPU tests' too), else the default
-  local found
-  found=$(grep -E "^$1==" constraints.txt || true)
-  echo "${found:-$1==$2}"
-}
+. .ci/carry.sh
 # cloudpickle: a dependency of this package (Aurora's background builds need it),
 # which the device's base image may lack.
 reqs=("$(pin microsoft-aurora 2.0.1)" "$(pin pyproj 3.7.2)" "$(pin cloudpickle 3.1.2)")
 
-# Ignored through git's own exclude file (a worktree's .git is a file, not a folder).
-exclude=$(git rev-parse --git-path info/exclude)
-mkdir -p "$dest" "$(dirname "$exclude")"
-grep -qxF "/$dest/" "$exclude" 2>/dev/null || echo "/$dest/" >>"$exclude"
+ignored_folder "$dest"
 plat=()
 for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 \
   manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64 manylinux_2_5_x86_64; do
@@ -56,21 +47,5 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
 python3 .ci/python-only-wheel.py "$dest"/th-src/*.whl "$dest/th" >/dev/null
 rm -rf "$dest/th-src"
 
-bytes() { du -sb "$@" 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
-# What a call sends: tracked and untracked-not-ignored files, plus the carried folders.
-tree=$(git ls-files -z -co --exclude-standard | xargs -0 du -cb 2>/dev/null |
-  awk '$2 == "total" {s += $1} END {print s + 0}')
-extra=$(bytes "$dest")
-base=$(bytes .whl .shim)
-total=$((tree + base + extra))
-mib() { awk -v b="$1" 'BEGIN {printf "%.1f MiB", b / 1048576}'; }
-echo "$dest: $(ls "$dest" | tr '\n' ' ')"
-echo "$dest $(mib "$extra"), .whl + .shim $(mib "$base"), tree $(mib "$tree"):" \
-  "$(mib "$total") of 64 MiB"
-[ -d .whl ] || echo "note: no .whl/ yet; fetch the base set too (docs/user-guide.md)"
-if [ "$total" -gt "$limit" ]; then
-  echo "error: a call carrying .whl, .shim and $dest would send $(mib "$total")," \
-    "over the 64 MiB limit" >&2
-  exit 1
-fi
+check_carry "$dest"
 echo "carry [\".whl\", \".shim\", \"$dest\"]; install both: pip install --no-deps --target /tmp/site .whl/*.whl $dest/*.whl"
