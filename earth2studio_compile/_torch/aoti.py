@@ -32,7 +32,7 @@ def aoti_compile(program: Any, path: str, configs: Mapping[str, Any]) -> str:
     )
 
 
-def aoti_loader(path: str, device_index: int) -> Any:
+def aoti_loader(path: str, device: torch.device) -> Any:
     """AOTInductor's package loader for ``path``, without ``aoti_load_package``.
 
     ``torch._inductor.aoti_load_package`` goes through ``load_pt2``, which imports
@@ -47,12 +47,13 @@ def aoti_loader(path: str, device_index: int) -> Any:
     ----------
     path : str
         The ``.pt2`` package
-    device_index : int
-        CUDA device index (-1: the current device)
+    device : torch.device
+        Where the model computes (a CUDA device without an index: the current one)
 
     Returns
     -------
     torch._C._aoti.AOTIModelPackageLoader
         The loaded model
     """
-    return torch._C._aoti.AOTIModelPackageLoader(path, "model", True, 1, device_index)
+    index = device.index if device.type == "cuda" and device.index else -1
+    return torch._C._aoti.AOTIModelPackageLoader(path, "model", True, 1, index)

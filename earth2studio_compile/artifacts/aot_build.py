@@ -133,8 +133,7 @@ def _as_packaged(
     unambiguous (one such), refused otherwise. The first call of a loaded
     artifact is verified against eager all the same.
     """
-    index = device.index if device.type == "cuda" and device.index else -1
-    names = list(_torch.aoti_loader(str(package), index).get_constant_fqns())
+    names = list(_torch.aoti_loader(str(package), device).get_constant_fqns())
     wanted = [n for n in names if strip_core(n) not in live and n not in made]
     if not wanted:
         return made

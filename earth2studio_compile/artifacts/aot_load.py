@@ -355,8 +355,7 @@ def load_runner(
         return f"artifact {path} not used: {reason}"
     phases["checksum"], start = _lap(start)
     try:
-        index = device.index if device.type == "cuda" and device.index else -1
-        loader = _torch.aoti_loader(str(path / PACKAGE), index)
+        loader = _torch.aoti_loader(str(path / PACKAGE), device)
         names = list(loader.get_constant_fqns())
         made = (
             torch.load(path / CONSTANTS, map_location=device, weights_only=True)
