@@ -12,12 +12,12 @@ with torch-harmonics 0.9.3 on the GPU machine.
     python3 .ci/python-only-wheel.py WHEEL OUT_DIR
 """
 
-import base64
-import hashlib
 import re
 import sys
 import zipfile
 from pathlib import Path
+
+from wheelfile import write_wheel
 
 _NO_KERNELS = '''"""Stand-in for torch-harmonics' compiled {name}
 (.ci/python-only-wheel.py)."""
@@ -73,35 +73,17 @@ STAND_INS = {
 }
 
 
-def _record_line(name: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
-    return f"{name},sha256={digest.decode()},{len(data)}"
-
-
 def main(wheel: Path, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
-    out = out_dir / wheel.name
-    with (
-        zipfile.ZipFile(wheel) as src,
-        zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst,
-    ):
-        files = {
-            i.filename: src.read(i)
-            for i in src.infolist()
-            if not i.filename.endswith(".so") and not i.filename.endswith("RECORD")
-        }
-        files |= {n: text.encode() for n, text in STAND_INS.items()}
-        for name in (f"torch_harmonics/{m}" for m in _OPTIMIZED):
-            text = _KERNELS_IMPORT.sub(r"\1 = None", files[name].decode())
-            files[name] = (text + _MISSING).encode()
-        record = next(
-            i.filename for i in src.infolist() if i.filename.endswith("RECORD")
-        )
-        lines = [_record_line(n, data) for n, data in files.items()]
-        files[record] = ("\n".join([*lines, f"{record},,"]) + "\n").encode()
-        for name, data in files.items():
-            dst.writestr(name, data)
-    return out
+    with zipfile.ZipFile(wheel) as src:
+        names = [i.filename for i in src.infolist()]
+        record = next(n for n in names if n.endswith("RECORD"))
+        files = {n: src.read(n) for n in names if not n.endswith((".so", "RECORD"))}
+    files |= {n: text.encode() for n, text in STAND_INS.items()}
+    for name in (f"torch_harmonics/{m}" for m in _OPTIMIZED):
+        text = _KERNELS_IMPORT.sub(r"\1 = None", files[name].decode())
+        files[name] = (text + _MISSING).encode()
+    return write_wheel(out_dir / wheel.name, files, record)
 
 
 if __name__ == "__main__":

@@ -8,11 +8,10 @@ replaced by a module whose every attribute is an empty class. Never ship it.
     python3 .ci/stand-in-wheel.py NAME OUT_DIR
 """
 
-import base64
-import hashlib
 import sys
-import zipfile
 from pathlib import Path
+
+from wheelfile import write_wheel
 
 VERSION = "0.0.0+stand.in"
 MODULE = '''"""Stand-in for {name} (.ci/stand-in-wheel.py): every attribute is an empty
@@ -26,11 +25,6 @@ def __getattr__(attr):
         raise AttributeError(attr)
     return type(attr, (), {{"__module__": __name__}})
 '''
-
-
-def _record_line(name: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
-    return f"{name},sha256={digest.decode()},{len(data)}"
 
 
 def main(name: str, out_dir: Path) -> Path:
@@ -48,13 +42,8 @@ def main(name: str, out_dir: Path) -> Path:
         ),
     }
     data = {n: text.encode() for n, text in files.items()}
-    record = [_record_line(n, d) for n, d in data.items()] + [f"{info}/RECORD,,"]
-    data[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
     out = out_dir / f"{name}-{VERSION}-py3-none-any.whl"
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as wheel:
-        for n, d in data.items():
-            wheel.writestr(n, d)
-    return out
+    return write_wheel(out, data, f"{info}/RECORD")
 
 
 if __name__ == "__main__":
