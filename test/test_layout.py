@@ -166,7 +166,6 @@ TESTS = PACKAGE.parent / "test"
 UNMIRRORED = {
     # The adaptor's modules: their features are tested through _torch/test_probes.py
     # (each one missing) and through every compile the suite runs.
-    "_torch/aoti.py": "artifacts/test_aot_build.py, artifacts/test_aot_load.py",
     "_torch/caches.py": "test_cache.py",
     "_torch/cudagraphs.py": "test_gpu.py",
     "_torch/dynamo.py": "executors/test_executors_dynamo.py, test_options.py",

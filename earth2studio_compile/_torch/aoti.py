@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from typing import Any
 
 import torch
+
+from earth2studio_compile._imports import quiet_imports
 
 
 def aoti_compile(program: Any, path: str, configs: Mapping[str, Any]) -> str:
@@ -43,6 +46,14 @@ def aoti_loader(path: str, device: torch.device) -> Any:
     skips its own thread synchronisation, which CUDA-graph capture needs; a region
     calls it from one thread.
 
+    On an H100 with torch 2.11 the loader crashed the process (SIGSEGV, for any
+    package, a one-layer one included) unless ``earth2studio.models.px`` had been
+    imported first; with it, it loaded FCN's package in 0.15 s
+    (docs/bench/2026-11-24-h100/aot-probe/). The cause is not known and a crash
+    cannot be caught, so every load on CUDA makes that import first: a process
+    with an Earth2Studio model has made it already, a background build's process
+    had not (its package check crashed, 2026-11-27).
+
     Parameters
     ----------
     path : str
@@ -55,5 +66,8 @@ def aoti_loader(path: str, device: torch.device) -> Any:
     torch._C._aoti.AOTIModelPackageLoader
         The loaded model
     """
+    if device.type == "cuda":
+        with quiet_imports():
+            importlib.import_module("earth2studio.models.px")
     index = device.index if device.type == "cuda" and device.index else -1
     return torch._C._aoti.AOTIModelPackageLoader(path, "model", True, 1, index)

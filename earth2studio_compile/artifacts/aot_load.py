@@ -272,25 +272,6 @@ def _differences(fields: Mapping[str, Any], directory: Path) -> str:
     return f"; the artifacts built for this region differ in {', '.join(sorted(diffs))}"
 
 
-def _loader_safe(device: torch.device) -> None:
-    """Import what the package loader needs in this process before it runs.
-
-    On an H100 with torch 2.11 the AOTInductor package loader crashed the process
-    (SIGSEGV, for any package, a one-layer one included) unless
-    ``earth2studio.models.px`` had been imported first; with it, it loaded FCN's
-    package in 0.15 s (docs/bench/2026-11-24-h100/aot-probe/). The cause is not
-    known; a crash cannot be caught, so the import is made first. Every process
-    with an Earth2Studio model has made it already, so it costs nothing there.
-    """
-    if device.type == "cuda":
-        import importlib
-
-        from earth2studio_compile._imports import quiet_imports
-
-        with quiet_imports():
-            importlib.import_module("earth2studio.models.px")
-
-
 def load_runner(
     target: RegionTarget,
     args: tuple[Any, ...],
@@ -332,7 +313,6 @@ def load_runner(
     reason = _torch.missing("aoti_loader")
     if reason is not None:
         return reason
-    _loader_safe(target.device)
     directory = aot_root(root)
     if directory is None:
         return "the compile cache is off"
