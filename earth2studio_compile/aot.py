@@ -30,7 +30,7 @@ from earth2studio_compile.cache import (
     cache_root,
     use_local_cache,
 )
-from earth2studio_compile.models import check_paths
+from earth2studio_compile.models import check_paths, unused_arguments
 from earth2studio_compile.options import CompileOptions
 from earth2studio_compile.planning import plan
 from earth2studio_compile.session import example_input
@@ -211,6 +211,7 @@ def build(
             options=CompileOptions(mode=mode, options=options),
             table=p.spec,
             fp32_modules=p.spec.fp32_modules,
+            unused_arguments=unused_arguments(p.spec, module),
         )
         if not force:
             runner = load_runner(target, args, kwargs)

@@ -41,6 +41,7 @@ from earth2studio_compile.executors import (
     root_of,
 )
 from earth2studio_compile.metrics import Laps, synchronize, timed
+from earth2studio_compile.models import unused_arguments
 from earth2studio_compile.report import describe
 from earth2studio_compile.staging import Call
 
@@ -391,6 +392,7 @@ def _target(region: FirstCall, device: torch.device) -> Target:
         table=region.spec,
         opaque=bool(region.hooks.opaque),
         fp32_modules=region.spec.fp32_modules,
+        unused_arguments=unused_arguments(region.spec, region.module),
         report=region.report,
         artifacts=region.artifacts,
     )

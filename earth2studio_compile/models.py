@@ -80,6 +80,12 @@ class ModelSpec:
     patches : tuple[MethodPatch, ...], optional
         Bitwise-identical replacements for the model's own methods, set on the
         instance while a session is open (:mod:`earth2studio_compile.patches`)
+    unused_arguments : Mapping[str, tuple[str, ...]], optional
+        Non-tensor parameters of a region's ``forward``, each with the class names
+        of the submodules that read it: in a region holding none of them its
+        value changes nothing, and an ahead-of-time artifact built for one value
+        serves every value (export bakes values in; otherwise each value is
+        another artifact)
     note : str, optional
         Where the core comes from, for the documentation table
     """
@@ -98,6 +104,9 @@ class ModelSpec:
     precisions_refused: Mapping[str, str] = field(default_factory=dict, compare=False)
     covers: tuple[str, ...] = ()
     patches: tuple[MethodPatch, ...] = field(default=(), compare=False)
+    unused_arguments: Mapping[str, tuple[str, ...]] = field(
+        default_factory=dict, compare=False
+    )
     note: str = ""
 
     def __post_init__(self) -> None:
@@ -120,6 +129,27 @@ class ModelSpec:
                 "A ModelSpec without regions needs a reason saying why the model "
                 "runs eagerly."
             )
+
+
+def unused_arguments(spec: ModelSpec, core: torch.nn.Module) -> tuple[str, ...]:
+    """The parameters of ``core``'s ``forward`` that ``spec`` says it does not
+    read: those whose reading submodules it holds none of.
+
+    Parameters
+    ----------
+    spec : ModelSpec
+        The model's table entry
+    core : torch.nn.Module
+        One of its regions' cores
+
+    Returns
+    -------
+    tuple[str, ...]
+        The parameter names, sorted
+    """
+    held = {type(m).__name__ for m in core.modules()}
+    named = spec.unused_arguments.items()
+    return tuple(sorted(n for n, readers in named if not held & set(readers)))
 
 
 def check_paths(value: Any, name: str) -> tuple[str, ...]:
@@ -186,6 +216,10 @@ _AIFS = ModelSpec(
 _AURORA = ModelSpec(
     regions=("model.backbone.encoder_layers.*", "model.backbone.decoder_layers.*"),
     covers=("model",),
+    # Earth2Studio passes the rollout step (its preds_idx, which the 0.25 degree
+    # model never resets between calls) down to every stage; only LoRA reads it,
+    # and Earth2Studio builds Aurora without LoRA.
+    unused_arguments={"rollout_step": ("LoRARollout",)},
     note="microsoft-aurora Swin3D backbone, one region per Swin stage; the "
     "lead-time embedding (a data-dependent range check) and the Perceiver "
     "encoder/decoder (they take a Batch dataclass) stay eager",

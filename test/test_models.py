@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from earth2studio_compile import MODEL_TABLE, ModelSpec, plan, register_model
-from earth2studio_compile.models import TORCH_HARMONICS_SFNO, lookup
+from earth2studio_compile.models import TORCH_HARMONICS_SFNO, lookup, unused_arguments
 from earth2studio_compile.options import CompileOptions, CompilePolicy
 from earth2studio_compile.tools import zoo
 
@@ -81,6 +81,26 @@ def test_stormcast_unets_keep_their_layout_and_their_cuda_graphs():
         CompileOptions(mode="default"), torch.device("cuda"), spec
     )
     assert "options" not in mine.torch_kwargs()
+
+
+def test_an_argument_counts_as_unused_only_without_its_readers():
+    class Reader(torch.nn.Module):
+        pass
+
+    spec = ModelSpec(regions=("model",), unused_arguments={"step": ("Reader",)})
+    assert unused_arguments(spec, torch.nn.Linear(2, 2)) == ("step",)
+    assert unused_arguments(spec, torch.nn.Sequential(Reader())) == ()
+    assert unused_arguments(ModelSpec(regions=("model",)), Reader()) == ()
+
+
+def test_aurora_stages_read_their_rollout_step_only_through_lora():
+    import earth2studio.models.px as px
+
+    spec = lookup(px.Aurora)[1]
+    assert unused_arguments(spec, torch.nn.Identity()) == ("rollout_step",)
+    aurora = pytest.importorskip("aurora.model.lora", reason="needs microsoft-aurora")
+    lora = aurora.LoRARollout(4, 4, 2, 2, 0.0, 4, "all")
+    assert unused_arguments(spec, torch.nn.Sequential(lora)) == ()
 
 
 def test_register_and_override():

@@ -112,3 +112,17 @@ class HeldTensorCore(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.lin(x) + self.offset
+
+
+class SteppedCore(torch.nn.Module):
+    """Takes a Python rollout step beside its tensor, as Aurora's Swin stages do;
+    reads it (``uses_step``: a step-dependent correction, as a LoRA per step) or
+    not."""
+
+    def __init__(self, uses_step: bool, width: int = 8) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(width, width)
+        self.uses_step = uses_step
+
+    def forward(self, x: torch.Tensor, step: int) -> torch.Tensor:
+        return self.lin(x) * (step + 1 if self.uses_step else 1)

@@ -14,11 +14,13 @@ import hashlib
 import inspect
 import itertools
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from earth2studio_compile import _torch
 from earth2studio_compile import precision as _precision
 from earth2studio_compile.cache import cache_root
 
@@ -143,6 +145,72 @@ def effective_precision(precision: str | None, device: torch.device) -> str:
     # Read without the legacy getters, which raise when the two APIs were mixed.
     tf32 = device.type == "cuda" and any(_precision.tf32_enabled())
     return "tf32" if tf32 else "fp32"
+
+
+#: What the key and the runner write for an argument the core does not read.
+UNUSED = "<unused>"
+
+
+def counted(
+    module: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    unused: Sequence[str] = (),
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A call's arguments as an artifact's key counts them: those named in
+    ``unused`` (parameters of the core's ``forward`` it never reads, from the
+    model table) replaced by :data:`UNUSED`, whatever their value.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The region's core
+    args, kwargs : tuple[Any, ...], Mapping[str, Any]
+        The call's arguments
+    unused : Sequence[str], optional
+        Names of ``module.forward``'s parameters whose values do not count
+
+    Returns
+    -------
+    tuple[tuple[Any, ...], dict[str, Any]]
+        The arguments, the unused ones replaced
+    """
+    if unused:
+        try:
+            bound = inspect.signature(module.forward).bind(*args, **kwargs)
+        except TypeError:  # not a call of forward's signature: every value counts
+            pass
+        else:
+            for name in set(unused) & set(bound.arguments):
+                bound.arguments[name] = UNUSED
+            return tuple(bound.args), dict(bound.kwargs)
+    return tuple(args), dict(kwargs)
+
+
+def argument_texts(
+    module: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    unused: Sequence[str] = (),
+) -> list[str | None]:
+    """The non-tensor arguments of a call as counted (:func:`counted`), each as
+    its ``repr`` (None for a tensor), in flattened order: what an artifact was
+    built for. Export bakes every Python number, string and flag in as a
+    constant, so an artifact answers for those values only; its runner compares
+    them at every call.
+
+    Parameters
+    ----------
+    module, args, kwargs, unused
+        As :func:`counted`'s
+
+    Returns
+    -------
+    list[str | None]
+        One entry per flattened leaf
+    """
+    leaves, _ = _torch.tree_flatten(counted(module, args, kwargs, unused))
+    return [None if isinstance(x, torch.Tensor) else repr(x) for x in leaves]
 
 
 def live_tensors(module: torch.nn.Module) -> dict[str, torch.Tensor]:

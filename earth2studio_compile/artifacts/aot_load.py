@@ -30,6 +30,7 @@ from earth2studio_compile.artifacts.aot_key import (
     CONSTANTS,
     PACKAGE,
     aot_root,
+    argument_texts,
     effective_precision,
     live_tensors,
     strip_core,
@@ -41,7 +42,8 @@ from earth2studio_compile.precision import THRESHOLDS
 
 
 class SignatureMismatch(ValueError):
-    """A call's tensors differ from the ones the artifact was built for."""
+    """A call's tensors, or its other arguments' values, differ from the ones the
+    artifact was built for."""
 
 
 class AotRunner:
@@ -81,6 +83,11 @@ class AotRunner:
     made : Mapping[str, torch.Tensor] | None
         The artifact's own constants by name, on ``device``: tensors the core
         made while it was built (:data:`.aot_key.CONSTANTS`), by default none
+    arguments : Sequence[str | None], optional
+        The values of the other arguments it was built for
+        (:func:`~.aot_key.argument_texts`), by default none
+    unused : Sequence[str], optional
+        The core's parameters whose values do not count, by default none
 
     Attributes
     ----------
@@ -110,8 +117,12 @@ class AotRunner:
         key: str,
         phases: dict[str, float],
         made: Mapping[str, torch.Tensor] | None = None,
+        arguments: Sequence[str | None] = (),
+        unused: Sequence[str] = (),
     ) -> None:
         self.loader = loader
+        self._arguments = list(arguments)
+        self._unused = tuple(unused)
         self._made = dict(made or {})
         # Weakly: a runner kept between sessions must not keep the model alive.
         self._module = weakref.ref(module)
@@ -204,6 +215,12 @@ class AotRunner:
         got = [[list(t.shape), str(t.dtype), t.device.type] for t in tensors]
         if got != self._inputs:
             raise SignatureMismatch(f"inputs {got}, built for {self._inputs}")
+        # Export baked the other arguments in: another value is another program.
+        values = argument_texts(self.module, args, kwargs, self._unused)
+        if values != self._arguments:
+            raise SignatureMismatch(
+                f"other arguments {_shown(values)}, built for {_shown(self._arguments)}"
+            )
         return tensors
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -374,12 +391,18 @@ def load_runner(
             key,
             phases,
             made,
+            fields["arguments"],
+            target.unused_arguments,
         )
     except Exception as err:  # binding failed: the model is not what was built
         return f"could not bind the model to {path} ({type(err).__name__}: {err})"
     # From the loaded library to a runner bound to the live weights.
     phases["bind"], _ = _lap(start)
     return runner
+
+
+def _shown(values: Sequence[str | None]) -> str:
+    return ", ".join(v for v in values if v is not None)
 
 
 def _lap(start: float) -> tuple[float, float]:

@@ -19,10 +19,11 @@ from typing import Any, TypeVar
 
 import torch
 
-from earth2studio_compile._torch import tree_flatten
 from earth2studio_compile.artifacts.aot_key import (
     AOT_FORMAT,
+    argument_texts,
     constants_text,
+    counted,
     effective_precision,
     source_hash,
 )
@@ -55,6 +56,10 @@ class RegionTarget:
         The region calls opaque submodules inside its graph
     fp32_modules : tuple[str, ...]
         Class names of submodules kept in fp32 under ``"bf16"`` (the table's)
+    unused_arguments : tuple[str, ...]
+        Parameters of the core's ``forward`` it does not read (the table's, where
+        the core holds none of the modules that would): their values are not
+        part of the artifact's key (:func:`~.aot_key.argument_texts`)
     """
 
     module: torch.nn.Module
@@ -65,6 +70,7 @@ class RegionTarget:
     precision: str | None
     opaque: bool = False
     fp32_modules: tuple[str, ...] = ()
+    unused_arguments: tuple[str, ...] = ()
 
     @classmethod
     def resolve(
@@ -79,6 +85,7 @@ class RegionTarget:
         table: TableChoices | None = None,
         opaque: bool = False,
         fp32_modules: Sequence[str] = (),
+        unused_arguments: Sequence[str] = (),
         **more: Any,
     ) -> T:
         """The target with its policy resolved for ``device``
@@ -86,7 +93,8 @@ class RegionTarget:
 
         Parameters
         ----------
-        module, owner, region, device, precision, opaque, fp32_modules
+        module, owner, region, device, precision, opaque, fp32_modules, \
+        unused_arguments
             The fields of those names (see the class's Attributes)
         options : CompileOptions | None, optional
             The user's options, resolved with ``table`` into the ``policy``
@@ -110,6 +118,7 @@ class RegionTarget:
             precision=precision,
             opaque=opaque,
             fp32_modules=tuple(fp32_modules),
+            unused_arguments=tuple(unused_arguments),
             **more,
         )
 
@@ -204,6 +213,7 @@ class RegionTarget:
             A 32-character hex key and the JSON-serialisable fields
         """
         module, device = self.module, self.device
+        args, kwargs = counted(module, args, kwargs, self.unused_arguments)
         fields = key_fields(
             self.owner,
             self.region,
@@ -213,7 +223,6 @@ class RegionTarget:
             self.factors()["aot"],
             device,
         )
-        leaves, _ = tree_flatten((tuple(args), dict(kwargs)))
         fields.update(
             {
                 "aot_format": AOT_FORMAT,
@@ -224,9 +233,7 @@ class RegionTarget:
                 "precision": effective_precision(self.precision, device),
                 "training": any(m.training for m in module.modules()),
                 "cuda": torch.version.cuda if device.type == "cuda" else None,
-                "arguments": [
-                    None if isinstance(x, torch.Tensor) else repr(x) for x in leaves
-                ],
+                "arguments": argument_texts(module, args, kwargs),
             }
         )
         return artifact_key(fields), json.loads(json.dumps(fields, default=str))

@@ -213,6 +213,7 @@ _RUNS_SEVENTH = tuple(
 )
 _NINTH = "2026-11-27-h100-ninth/"
 _TENTH = "2026-11-27-h100-tenth/"
+_ELEVENTH = "2026-11-27-h100-eleventh/"
 MODELS = "docs/models.md"
 FIGURES: tuple[Figure, ...] = (
     Figure(
@@ -434,6 +435,12 @@ FIGURES: tuple[Figure, ...] = (
             for tail in ("", "-layout-off")
         ),
         kernels,
+    ),
+    Figure(
+        "models-aurora-built",
+        MODELS,
+        (_ELEVENTH + "aurora-built-174aaeb.json",),
+        workflow,
     ),
 )
 

@@ -15,6 +15,8 @@ _WAYS = {
     "cold": "fresh process, empty cache",
     "warm": "fresh process, cache the cold one left (no build())",
 }
+# Rows of a run whose caches started as a copy of one tools.build filled.
+_WAYS_BUILT = {"warm": "fresh process, cache tools.build left (--cache-from)"}
 _IOS = {
     "async-zarr": "AsyncZarrBackend (disk)",
     "zarr-disk": "ZarrBackend (disk)",
@@ -67,6 +69,8 @@ def workflow(datas: Sequence[Mapping[str, Any]]) -> str:
     rows, jobs = [], set()
     for data in datas:
         found = data["rows"]
+        built = bool((data.get("meta") or {}).get("cache_from"))
+        ways = {**_WAYS, **_WAYS_BUILT} if built else _WAYS
         groups = samples(found)
         floors = {
             (f.get("job"), f.get("precision")): f
@@ -92,10 +96,12 @@ def workflow(datas: Sequence[Mapping[str, Any]]) -> str:
             elif any(g.get("reused") for g in regions):
                 how = "compiled code kept in the process"
             elif any(g.get("executor") == "aot" for g in regions):
-                how = "the artifact a background build left"
+                how = "the artifact " + (
+                    "tools.build left" if built else "a background build left"
+                )
             else:
                 how = ", ".join(sorted({g["status"] for g in regions})) or "-"
-            way = _WAYS.get(r["way"], f"call {r.get('call')} in one process")
+            way = ways.get(r["way"], f"call {r.get('call')} in one process")
             ref = io or e
             rate = "-"
             if ensemble:

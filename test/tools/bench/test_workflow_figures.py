@@ -42,6 +42,27 @@ def test_a_kept_region_still_building_ran_eagerly():
     )
 
 
+def test_a_run_from_a_built_cache_names_tools_build_as_the_artifacts_source():
+    """``--cache-from``: the warm row's artifacts are the ones tools.build left,
+    not a cold row's cache or a background build's (the eleventh session's Aurora
+    figure said both)."""
+    from earth2studio_compile.tools.bench import workflow_figures as tables
+
+    base = {"model": "aurora", "steps": 20, "precision": "tf32", "kind": "fresh"}
+    base |= {"io": "memory-zarr"}
+    rows = [
+        {**base, "way": "fresh", "run": "eager", "wall_s": 31.6},
+        {**base, "way": "warm", "run": "compiled", "wall_s": 31.1, "pair": 0}
+        | {"report": {"regions": [{"status": "compiled", "executor": "aot"}]}},
+    ]
+    for meta, way, how in (
+        ({"cache_from": "/tmp/built"}, "(--cache-from)", "tools.build left"),
+        ({}, "cold one left", "a background build left"),
+    ):
+        row = tables.workflow([{"meta": meta, "rows": rows}]).splitlines()[2]
+        assert way in row and row.rstrip(" |").endswith(how), row
+
+
 def test_the_workflow_table_names_each_job_and_an_ensembles_rate():
     """Several jobs in one figure: a job column (the caption named only the first
     job, for every row); ensembles also show members x steps per second."""
