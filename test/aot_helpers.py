@@ -40,6 +40,19 @@ def aot_target(module, owner, precision="fp32", device=CPU, mode=None):
     )
 
 
+def tiny_target(module, unused=()) -> RegionTarget:
+    """A tiny core's (tiny_cores.py) region ``core`` on the CPU, PyTorch's flags;
+    ``unused``: the parameters of its forward the table would say it never reads."""
+    return RegionTarget.resolve(
+        module,
+        owner=f"tiny_cores.{type(module).__name__}",
+        region="core",
+        device=CPU,
+        precision=None,
+        unused_arguments=unused,
+    )
+
+
 @pytest.fixture(scope="session")
 def built(tmp_path_factory):
     """The small FCN's core built ahead of time in a fresh cache root."""

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from aot_helpers import eager, load
+from aot_helpers import eager, load, tiny_target
 from tiny_cores import (
     HeldTensorCore,
     MaskedCore,
@@ -21,7 +21,6 @@ from earth2studio_compile.artifacts.aot_load import (
     load_runner,
     verify,
 )
-from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.metrics import rel_l2
 
 
@@ -41,16 +40,6 @@ def test_build_writes_an_artifact_that_matches_eager(built):
         assert runner.phases[phase] >= 0.0, phase
 
 
-def _target(core: torch.nn.Module) -> RegionTarget:
-    return RegionTarget.resolve(
-        core,
-        owner=f"tiny_cores.{type(core).__name__}",
-        region="core",
-        device=torch.device("cpu"),
-        precision=None,
-    )
-
-
 # The mask maker as if in a package whose name starts like PyTorch's (the SFNO's
 # torch_harmonics caches its tensors so): model code all the same.
 @pytest.mark.parametrize("home", [None, "torch_harmonics.masks"])
@@ -66,7 +55,7 @@ def test_a_tensor_the_core_makes_while_it_runs_is_kept_in_the_artifact(
         monkeypatch.setattr(window_mask, "__module__", home)
     window_mask.cache_clear()
     core, x = MaskedCore(), torch.randn(4, 8)
-    path = build_region(_target(core), (x,), {}, root=tmp_path)
+    path = build_region(tiny_target(core), (x,), {}, root=tmp_path)
     meta = json.loads((path / "meta.json").read_text())
     assert set(meta["sha256"]) == {"model.pt2", "constants.pt"}
     out = core(x)
@@ -74,7 +63,7 @@ def test_a_tensor_the_core_makes_while_it_runs_is_kept_in_the_artifact(
     mask = torch.zeros(8)
     mask[::3] = -100.0
     assert torch.allclose(out, torch.softmax(core.lin(x) + mask, -1))
-    runner = load_runner(_target(core), (x,), {}, root=tmp_path)
+    runner = load_runner(tiny_target(core), (x,), {}, root=tmp_path)
     assert isinstance(runner, AotRunner), runner
     assert rel_l2(runner(x), out) <= 1e-5
 
@@ -88,8 +77,8 @@ def test_a_mask_made_before_the_build_is_kept_under_the_packages_name(tmp_path):
     window_masks.cache_clear()
     core, x = WindowMaskedCore(), torch.randn(4, 8)
     out = core(x)
-    build_region(_target(core), (x,), {}, root=tmp_path)
-    runner = load_runner(_target(core), (x,), {}, root=tmp_path)
+    build_region(tiny_target(core), (x,), {}, root=tmp_path)
+    runner = load_runner(tiny_target(core), (x,), {}, root=tmp_path)
     assert isinstance(runner, AotRunner), runner
     assert rel_l2(runner(x), out) <= 1e-5
 
@@ -99,4 +88,4 @@ def test_a_tensor_the_model_holds_beside_its_weights_is_refused(tmp_path):
     between processes with the same weights): an artifact must not keep it."""
     core = HeldTensorCore()
     with pytest.raises(RuntimeError, match="neither parameters nor buffers"):
-        build_region(_target(core), (torch.randn(4, 8),), {}, root=tmp_path)
+        build_region(tiny_target(core), (torch.randn(4, 8),), {}, root=tmp_path)

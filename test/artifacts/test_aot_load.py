@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch
-from aot_helpers import aot_target, eager, load
+from aot_helpers import aot_target, eager, load, tiny_target
 from tiny_cores import SteppedCore
 
 from earth2studio_compile.aot import capture_calls
@@ -27,27 +27,15 @@ from earth2studio_compile.artifacts.aot_load import (
     load_runner,
     verify,
 )
-from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.metrics import rel_l2
-
-
-def _stepped(core: torch.nn.Module, unused: tuple[str, ...] = ()) -> RegionTarget:
-    return RegionTarget.resolve(
-        core,
-        owner=f"tiny_cores.{type(core).__name__}",
-        region="core",
-        device=torch.device("cpu"),
-        precision=None,
-        unused_arguments=unused,
-    )
 
 
 def test_an_artifact_serves_only_the_argument_values_it_was_built_for(tmp_path):
     """Export bakes a Python number in: the runner ran step 0's program for every
     later step (a per-step LoRA's correction lost), now it refuses it."""
     core, x = SteppedCore(uses_step=True), torch.randn(4, 8)
-    build_region(_stepped(core), (x, 0), {}, root=tmp_path)
-    runner = load_runner(_stepped(core), (x, 0), {}, root=tmp_path)
+    build_region(tiny_target(core), (x, 0), {}, root=tmp_path)
+    runner = load_runner(tiny_target(core), (x, 0), {}, root=tmp_path)
     assert isinstance(runner, AotRunner), runner
     assert rel_l2(runner(x, 0), core(x, 0)) <= 1e-5
     with pytest.raises(SignatureMismatch, match="other arguments 1, built for 0"):
@@ -55,12 +43,12 @@ def test_an_artifact_serves_only_the_argument_values_it_was_built_for(tmp_path):
     with pytest.raises(SignatureMismatch):
         runner(x, step=0)  # another structure: no value compares equal by accident
     # Another value has its own key: no artifact for it until built.
-    assert "no artifact" in load_runner(_stepped(core), (x, 1), {}, root=tmp_path)
+    assert "no artifact" in load_runner(tiny_target(core), (x, 1), {}, root=tmp_path)
 
 
 def test_an_argument_the_core_does_not_read_serves_every_value(tmp_path):
     core, x = SteppedCore(uses_step=False), torch.randn(4, 8)
-    target = _stepped(core, unused=("step",))
+    target = tiny_target(core, unused=("step",))
     assert target.aot_key((x, 0), {})[0] == target.aot_key((x, 7), {})[0]
     build_region(target, (x, 0), {}, root=tmp_path)
     runner = load_runner(target, (x, 3), {}, root=tmp_path)
