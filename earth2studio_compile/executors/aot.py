@@ -63,7 +63,7 @@ def run_artifact(
     if isinstance(runner, str):
         return None, None, runner
     if laps is not None:
-        # The loader's safe import (in load_runner) is part of finding it: "key".
+        # What load_runner spent before its own phases is finding it: "key".
         loaded = ("checksum", "aot_load", "bind")
         laps.lap("key", **{k: runner.phases[k] for k in loaded})
     out = runner(*args, **kwargs)

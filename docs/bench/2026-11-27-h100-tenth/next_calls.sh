@@ -9,6 +9,10 @@
 #
 # Two device calls on one warm machine (/tmp stays between them): Aurora's build
 # takes ~210 s and its rows ~400 s, more than one call's 600 s together.
+# REPEATS (default 3) calls in the second-call process, DEADLINE (default 420 s)
+# for the rows: StormCast's eager step takes ~4 s, so its rows fit one call with
+# REPEATS=1 (eleventh session's estimate: ~45 s of imports per process, three
+# processes, 20 steps eager and compiled each).
 set -uo pipefail
 out="$1"
 model="$2"
@@ -23,7 +27,7 @@ if [ "$phase" != calls ]; then
 fi
 [ "$phase" = build ] && exit 0
 python3 -m earth2studio_compile.tools.bench workflow --jobs "det:$model" --steps 20 \
-  --io memory-zarr --ways warm,second --repeats 3 --no-floor --timeout 300 \
-  --deadline 420 --cache-from "/tmp/built-$model" --json "$out/$model-calls.json" \
+  --io memory-zarr --ways warm,second --repeats "${REPEATS:-3}" --no-floor --timeout 300 \
+  --deadline "${DEADLINE:-420}" --cache-from "/tmp/built-$model" --json "$out/$model-calls.json" \
   >"$out/$model-calls.log" 2>&1
 sed -n '/Whole call/,/^$/p' "$out/$model-calls.log"
