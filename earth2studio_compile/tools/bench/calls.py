@@ -18,7 +18,9 @@ cancels its background builds (:func:`builds_cancelled_on_sigterm`). A ``kind`` 
     the floors a call is measured against: per-step medians of the eager and compiled
     model (``N x`` the compiled step) and the store's bytes copied to the host and
     written with ``numpy.save`` from as many writer threads as the fastest backend
-    uses (:func:`write_store`; one writer too, for comparison).
+    uses: one file per variable per step (:func:`.floors.write_store`; one writer
+    too, for comparison), and one per chunk of the store, laid out as its keys
+    (:func:`.floors.write_chunks`: the floor of a store on disk).
 
 Each call is timed from just before calling the workflow until the store is written
 (the IO closed, :func:`.runs.finish`) and the device is idle. The data source and the
@@ -385,11 +387,14 @@ def floor(spec: dict[str, Any], model: Any, device: Any, tmp: Path) -> dict[str,
         rollout of ``batch_size`` members, the compiled one after its compile),
         ``model_steps`` (steps the workflow takes: steps x batches),
         ``compute_floor_s`` (``model_steps`` x the compiled step), ``io_floor_s``
-        (:func:`write_store` of the store's bytes with ``io_floor_writers`` writers,
+        (:func:`.floors.write_store` of the store's bytes with ``io_floor_writers``
+        writers,
         ``spec["writers"]`` or :data:`FLOOR_WRITERS`), ``io_floor_1writer_s`` (the
         same with one writer), ``io_sync_s`` (the ``os.sync()`` after the parallel
-        writes: not in the floor, since no backend syncs), ``floor_s``
-        (``compute_floor_s + io_floor_s``), ``io_memory_floor_s`` (the same bytes
+        writes: not in the floor, since no backend syncs), ``io_chunks_floor_s``
+        (the same bytes as the store's chunks, :func:`.floors.write_chunks`, with
+        ``io_floor_writers`` writers), ``floor_s`` (``compute_floor_s +
+        io_chunks_floor_s``), ``io_memory_floor_s`` (the same bytes
         kept in host memory, :func:`.floors.write_memory`), ``memory_floor_s``
         (``compute_floor_s + io_memory_floor_s``: the floor of stores in memory),
         ``store_bytes_expected``, ``report``
@@ -430,10 +435,14 @@ def floor(spec: dict[str, Any], model: Any, device: Any, tmp: Path) -> dict[str,
     writers = int(spec.get("writers") or FLOOR_WRITERS)
     variables = _variables(spec, model)
     # The in-memory floor too: one floor serves the job's rows on every IO.
+    members = batch if spec["workflow"] == "ensemble" else None
     out.update(
-        storage_floor(tmp, total, writes, variables, device, writers, memory=True)
+        storage_floor(
+            tmp, total, writes, variables, device, writers, True, members=members
+        )
     )
-    out["floor_s"] = out["compute_floor_s"] + out["io_floor_s"]
+    # A store on disk is its chunks' files: their floor, not one file per variable.
+    out["floor_s"] = out["compute_floor_s"] + out["io_chunks_floor_s"]
     out["memory_floor_s"] = out["compute_floor_s"] + out["io_memory_floor_s"]
     return out
 

@@ -5,6 +5,12 @@ by a pool of writer threads, one array per variable per step as the Zarr stores
 chunk them: written to files with ``numpy.save`` (:func:`write_store`, against
 stores on disk), or copied into fresh host memory (:func:`write_memory`, against
 stores in memory, which keep what they are given).
+
+A store on disk with upstream's chunks (one member, one variable, one lead time a
+chunk) is as many files as it has chunks, each in directories of its own:
+:func:`write_chunks` writes the same bytes that way, the floor of that layout. On the
+H100 host of 2026-11-27 it took several times as long as a file per variable per step
+(DLWP's ensemble: 8 members a file, against 1): files and directories made, not bytes.
 """
 
 from __future__ import annotations
@@ -32,9 +38,11 @@ def storage_floor(
     device: Any,
     writers: int,
     memory: bool = False,
+    members: int | None = None,
 ) -> dict[str, Any]:
     """The storage floor of a store of ``total`` bytes: :func:`write_store` with one
-    writer, then with ``writers``, then an ``os.sync()`` (timed, not in the floor).
+    writer, then with ``writers``, then an ``os.sync()`` (timed, not in the floor);
+    then :func:`write_chunks` with ``writers``.
 
     Parameters
     ----------
@@ -53,12 +61,17 @@ def storage_floor(
         Writer threads of the floor
     memory : bool, optional
         Also the in-memory floor, by default False
+    members : int | None, optional
+        Members of a step (an ensemble's batch), each a chunk of its own; by
+        default None: a store without an ensemble dimension
 
     Returns
     -------
     dict[str, Any]
         ``io_floor_s`` (``writers`` threads), ``io_floor_writers``,
-        ``io_floor_1writer_s``, ``io_sync_s``; with ``memory``, ``io_memory_floor_s``
+        ``io_floor_1writer_s``, ``io_sync_s``, ``io_chunks_floor_s``
+        (:func:`write_chunks` with ``writers`` threads), ``io_chunks``
+        (files it wrote); with ``memory``, ``io_memory_floor_s``
         (:func:`write_memory` with ``writers`` threads)
     """
     values = total // (4 * writes * variables)
@@ -75,6 +88,13 @@ def storage_floor(
         shutil.rmtree(directory)
     out["io_floor_s"], out["io_floor_writers"] = seconds[writers], writers
     out["io_floor_1writer_s"] = seconds[1]
+    directory = tmp / "floor-chunks"
+    directory.mkdir()
+    out["io_chunks_floor_s"] = write_chunks(
+        directory, writes, variables, values, device, writers, members
+    )
+    out["io_chunks"] = writes * variables * (members or 1)
+    shutil.rmtree(directory)
     if memory:
         out["io_memory_floor_s"] = write_memory(
             writes, variables, values, device, writers
@@ -115,6 +135,60 @@ def write_store(
 
     def save(i: int, v: int, field: Any) -> None:
         np.save(directory / f"floor-{i}-{v}.npy", field)
+
+    os.sync()
+    return _write_steps(writes, variables, values, device, writers, save)
+
+
+def write_chunks(
+    directory: Path,
+    writes: int,
+    variables: int,
+    values: int,
+    device: Any,
+    writers: int,
+    members: int | None = None,
+) -> float:
+    """Seconds to write a store's bytes as its chunks, with ``numpy.save`` from
+    ``writers`` threads.
+
+    As :func:`write_store`, but each field is split into ``members`` equal parts,
+    each saved as a file of its own where Zarr's local store puts a chunk of that
+    shape: upstream's Zarr stores chunk one member, one lead time and one variable a
+    chunk, under the key ``c/<member>/<time>/<lead time>/0/0`` of the variable's
+    array (``c/<time>/<lead time>/0/0`` without an ensemble), a directory per key
+    part, made as its chunk is written (Zarr's ``LocalStore`` makes them so). Here a
+    variable ``v`` of step ``i``, member ``m``, goes to ``v<v>/c/<m>/0/<i>/0/0``:
+    as many files and directories as the store, without Zarr's own temporary file and
+    rename per chunk, nor its Python.
+
+    Parameters
+    ----------
+    directory : Path
+        An existing directory for the files
+    writes, variables, values : int
+        Steps, fields per step and float32 values per field (all its members)
+    device : Any
+        Where the step lives before its copy (``torch.device`` or its name)
+    writers : int
+        Writer threads
+    members : int | None, optional
+        Members of a field, a chunk each (as equal as ``numpy.array_split`` makes
+        them); by default None: one chunk per field, and no ensemble part in the key
+
+    Returns
+    -------
+    float
+        Wall seconds
+    """
+    import numpy as np
+
+    def save(i: int, v: int, field: Any) -> None:
+        for m, chunk in enumerate(np.array_split(field, members or 1)):
+            key = [f"v{v}", "c", *([str(m)] if members else []), "0", str(i), "0"]
+            folder = directory.joinpath(*key)
+            folder.mkdir(parents=True, exist_ok=True)
+            np.save(folder / "0", chunk)
 
     os.sync()
     return _write_steps(writes, variables, values, device, writers, save)

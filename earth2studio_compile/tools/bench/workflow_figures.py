@@ -151,7 +151,9 @@ def workflow(datas: Sequence[Mapping[str, Any]]) -> str:
         "first step = from the call until the first step reached the IO (eager: the "
         "row compared with on the same IO). floor = the compiled step's time x steps "
         "+ the same bytes written with numpy.save from the writer threads (measured "
-        "in the same run; for a store in memory, the bytes copied into fresh host "
+        "in the same run; on disk, from 2026-11-27, one file per chunk of the store "
+        "in directories laid out as Zarr's chunk keys, before it one file per "
+        "variable per step; for a store in memory, the bytes copied into fresh host "
         "memory); larger floor = the larger of those two parts, the floor of writes "
         "that overlap the steps entirely (what the issues' targets are of)."
     )

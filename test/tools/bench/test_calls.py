@@ -50,7 +50,9 @@ def test_workflow_calls_of_an_ensemble_and_overlapped_writes(tmp_path, monkeypat
     )
     assert floor["model_steps"] == 4  # 2 steps x 2 batches
     assert floor["eager_step_ms"] > 0 and floor["compiled_step_ms"] > 0
-    assert floor["floor_s"] == floor["compute_floor_s"] + floor["io_floor_s"] > 0
+    # on disk, the store's chunks: a member each, 3 lead times x 2 batches x 26
+    assert floor["io_chunks"] == 3 * 2 * 26 * 2 and floor["io_chunks_floor_s"] > 0
+    assert floor["floor_s"] == floor["compute_floor_s"] + floor["io_chunks_floor_s"]
     assert floor["io_floor_writers"] == calls.FLOOR_WRITERS == 8
     assert not list(tmp_path.glob("floor-*"))  # the floor's files are removed
     det = base | {"workflow": "deterministic", "steps": 2, "members": 1}

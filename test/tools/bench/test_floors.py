@@ -1,8 +1,10 @@
 """The storage floors (earth2studio_compile.tools.bench.floors): the same bytes as a
-store, one field per variable per step, from a pool of writer threads, to files or
-kept in memory."""
+store, one field per variable per step, from a pool of writer threads, to files (or
+one file per chunk of the store, laid out as its keys) or kept in memory."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from earth2studio_compile.tools.bench import floors
 
@@ -68,10 +70,42 @@ def test_the_floor_copies_each_step_into_a_few_reused_host_buffers():
 
 
 def test_storage_floor_reports_the_memory_floor_beside_the_files(tmp_path):
-    out = floors.storage_floor(tmp_path, 4 * 2 * 3 * 50, 2, 3, "cpu", 2, memory=True)
+    out = floors.storage_floor(
+        tmp_path, 4 * 2 * 3 * 50, 2, 3, "cpu", 2, memory=True, members=5
+    )
     assert out["io_memory_floor_s"] > 0 and out["io_floor_s"] > 0
+    assert out["io_chunks_floor_s"] > 0 and out["io_chunks"] == 2 * 3 * 5
     assert not list(tmp_path.iterdir())  # the files are removed
     # Asked only where rows on stores in memory use it (not the ensemble breakdown).
     assert "io_memory_floor_s" not in floors.storage_floor(
         tmp_path, 4 * 2 * 3 * 50, 2, 3, "cpu", 2
+    )
+
+
+def test_the_chunk_floor_writes_a_file_per_member_where_zarr_keys_a_chunk(tmp_path):
+    """Upstream's Zarr stores chunk one member, variable and lead time a chunk, each
+    a file under its key's directories (c/<member>/<time>/<lead>/0/0): the chunk
+    floor writes as many files and directories, the same bytes."""
+    import numpy as np
+
+    seconds = floors.write_chunks(tmp_path, 3, 2, 5 * 8, "cpu", 2, members=5)
+    assert seconds > 0
+    files = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*.npy"))
+    assert files == sorted(
+        Path(f"v{v}/c/{m}/0/{i}/0/0.npy")
+        for v in range(2)
+        for m in range(5)
+        for i in range(3)
+    )
+    # a member's chunk: its part of the step's row v, the same in every step
+    first = np.load(tmp_path / "v1/c/4/0/0/0/0.npy")
+    assert first.shape == (8,) and first.dtype == np.float32
+    np.testing.assert_array_equal(first, np.load(tmp_path / "v1/c/4/0/2/0/0.npy"))
+    assert not np.array_equal(first, np.load(tmp_path / "v1/c/3/0/0/0/0.npy"))
+    # without an ensemble: a file per variable per step, under c/<time>/<lead>/0/0
+    other = tmp_path / "det"
+    other.mkdir()
+    floors.write_chunks(other, 2, 3, 10, "cpu", 1)
+    assert sorted(p.relative_to(other) for p in other.rglob("*.npy")) == sorted(
+        Path(f"v{v}/c/0/{i}/0/0.npy") for v in range(3) for i in range(2)
     )

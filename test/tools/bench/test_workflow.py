@@ -258,7 +258,9 @@ def test_workflow_mode_runs_small_fcn_on_cpu(tmp_path, capsys):
         floor["model_steps"] * floor["compiled_step_ms"] / 1e3
     )
     assert floor["model_steps"] == 2 and floor["io_floor_s"] > 0
-    assert floor["floor_s"] == floor["compute_floor_s"] + floor["io_floor_s"]
+    # A store on disk is its chunks: 3 lead times x 26 variables, a file each.
+    assert floor["io_chunks"] == 3 * 26 and floor["io_chunks_floor_s"] > 0
+    assert floor["floor_s"] == floor["compute_floor_s"] + floor["io_chunks_floor_s"]
     # The storage floor with as many writers as AsyncZarrBackend, and with one.
     assert floor["io_floor_writers"] == 8 and floor["io_floor_1writer_s"] > 0
     assert floor["io_sync_s"] >= 0

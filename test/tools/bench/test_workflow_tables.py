@@ -77,6 +77,26 @@ def test_stores_in_memory_are_measured_against_the_in_memory_floor():
     assert per_step.splitlines()[3].split()[-3:] == ["1", "0.8", "0.6"]
 
 
+def test_a_store_on_disk_is_measured_against_its_chunks_floor():
+    """From 2026-11-27 the floor row has the store's chunks as files: rows on disk
+    are measured against it (the larger floor too), and the table shows it with
+    its files' count; rows in memory keep the in-memory floor."""
+    from earth2studio_compile.tools.bench.workflow_tables import derive, tables
+
+    rows = _rows()
+    rows[3] |= {"io_memory_floor_s": 0.2, "memory_floor_s": 0.6}
+    rows[3] |= {"io_chunks_floor_s": 1.6, "io_chunks": 2240, "floor_s": 2.0}
+    rows.append(rows[0] | {"io": "zarr-disk", "wall_s": 8.0})
+    derive(rows)
+    compiled, on_disk = rows[2], rows[-1]
+    assert (on_disk["floor_s"], on_disk["larger_floor_s"]) == (2.0, 1.6)
+    assert on_disk["wall_over_larger"] == pytest.approx(5.0)
+    assert compiled["larger_floor_s"] == 0.4  # in memory: N x step over 0.2
+    per_step = tables(rows).split("Per step")[1]
+    assert "as chunks s" in per_step and "1.60 (2240)" in per_step
+    assert "one file per chunk of the store" in per_step
+
+
 def test_whole_call_table_splits_the_gain_into_writing_and_compiling():
     from earth2studio_compile.tools.bench.workflow_tables import derive, tables
 

@@ -200,7 +200,15 @@ def floors(
     variables = len(model.input_coords()["variable"] if chosen is None else chosen)
     out: dict[str, Any] = {"compute_ms": step.steady_ms, "store_bytes": total}
     out.update(
-        storage_floor(tmp, total, (nsteps + 1) * batches, variables, device, writers)
+        storage_floor(
+            tmp,
+            total,
+            (nsteps + 1) * batches,
+            variables,
+            device,
+            writers,
+            members=batch_size,
+        )
     )
     out["model_steps"] = nsteps * batches
     out["storage_ms"] = 1e3 * out["io_floor_s"] / out["model_steps"]
