@@ -18,7 +18,7 @@ backend's own ``write`` would have stored those before the failing one).
   each array is then stored through Zarr's async API on its lane, an event loop of
   its own, one whole chunk at a time where it can (:mod:`.chunks`; a store that
   keeps views gets copies, made on a pool of the writer's own; a store that writes
-  files does so on one pool of :data:`FILE_THREADS` threads the lanes share). Measured
+  files does so on a few threads per lane, :data:`FILE_THREADS` in all). Measured
   against one shared loop with a future per array (as Earth2Studio's
   ``AsyncZarrBackend`` does), the lanes were faster on a writing-bound CPU rollout.
 
@@ -348,19 +348,16 @@ class ZarrWriter(_Lanes):
 
         super().__init__(io, workers)
         total = zarr.config.get("threading.max_workers", None) or FILE_THREADS
-        # One pool of file threads for every lane, taking chunks as they come: with
-        # a share per lane, a lane's threads sat idle while another lane's arrays
-        # waited (26 arrays over 8 lanes). On the H100 host Zarr's file pattern from
-        # one pool of 8 threads stored FCN's steps at 5.1-6.2 GB/s, OverlappedIO
-        # with a thread per lane at 4.1-4.6 (docs/bench/2026-11-27-h100-twelfth/).
-        self._files = ThreadPoolExecutor(
-            total, thread_name_prefix=f"{self._name} files"
-        )
-        # Each used only on its lane's thread, as are the arrays it opened, until
-        # every lane has stored its last chunk (:meth:`close`).
-        self._runners = [
-            asyncio.Runner(loop_factory=_loop(self._files)) for _ in range(workers)
+        files = [
+            ThreadPoolExecutor(
+                max(1, math.ceil(total / workers)),
+                thread_name_prefix=f"{self._name} files {i}",
+            )
+            for i in range(workers)
         ]
+        # Each used only on its lane's thread, as are the arrays it opened; closing
+        # it shuts its loop's executor down.
+        self._runners = [asyncio.Runner(loop_factory=_loop(f)) for f in files]
         self._arrays: dict[str, Any] = {}
         self._members: _Members | None = None
         # Copies for a store that keeps views, several at once: page faults into
@@ -420,15 +417,13 @@ class ZarrWriter(_Lanes):
     def close(self, then: Callable[[], None] | None = None) -> None:
         if self._closed:
             return
-        runners, files, copier = self._runners, self._files, self._copier
+        # A runner closes on its lane's thread, after that lane's last store.
+        for lane, runner in zip(self._lanes, self._runners):
+            lane.submit(runner.close)
+        copier = self._copier
 
         def finish() -> None:
-            # After every lane's last store: no loop runs, none copies, none writes
-            # a file any more. Closing a runner shuts its loop's executor down: the
-            # shared file pool, which no lane needs now.
-            for runner in runners:
-                runner.close()
-            files.shutdown()
+            # After every lane's last store: none copies any more.
             if copier is not None:
                 copier.shutdown()
             if then is not None:

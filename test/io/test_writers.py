@@ -465,11 +465,10 @@ def test_zarr_members_found_once_are_not_asked_again_each_step(monkeypatch):
 def test_a_local_stores_files_are_written_on_a_few_threads_of_the_writers_own(
     tmp_path, monkeypatch
 ):
-    """Zarr's local store writes each chunk on its event loop's executor: the lanes'
-    loops share one pool of FILE_THREADS (or of Zarr's threading.max_workers), not
-    asyncio's default of up to 32 threads per loop, whose turns at the GIL halved
-    the H100's writing rate, nor a share per lane, idle while another lane's arrays
-    wait."""
+    """Zarr's local store writes each chunk on its event loop's executor: each
+    lane's loop gets a share of FILE_THREADS (or of Zarr's threading.max_workers),
+    not asyncio's default of up to 32 threads per loop, whose turns at the GIL
+    halved the H100's writing rate."""
     import zarr
     from earth2studio.io import ZarrBackend
 
@@ -489,7 +488,7 @@ def test_a_local_stores_files_are_written_on_a_few_threads_of_the_writers_own(
         return start(self, *args, **kwargs)
 
     monkeypatch.setattr(threading.Thread, "start", recorded)
-    for total, workers, most in ((None, 2, writers.FILE_THREADS), (3, 2, 3)):
+    for total, workers, most in ((None, 2, writers.FILE_THREADS), (3, 2, 4)):
         started.clear()
         backend = ZarrBackend(str(tmp_path / f"s{total}.zarr"))
         with zarr.config.set({"threading.max_workers": total}):
@@ -499,9 +498,8 @@ def test_a_local_stores_files_are_written_on_a_few_threads_of_the_writers_own(
                     x = torch.randn(2, 8, 1, 5, 8)
                     c = {**coords, "lead_time": coords["lead_time"][step : step + 1]}
                     io.write(list(x), c, ["a", "b"])
-        files = [n for n in started if " files" in n]
+        files = [n for n in started if " files " in n]
         assert 0 < len(files) <= most, started
-        assert len({n.rsplit("_", 1)[0] for n in files}) == 1  # one pool
         # Zarr's own loop writes add_array's metadata on its executor: after that,
         # the lanes' stores start no thread of asyncio's default executor.
         lanes = started[next(i for i, n in enumerate(started) if " lane " in n) :]
