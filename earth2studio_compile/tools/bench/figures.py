@@ -47,6 +47,7 @@ from earth2studio_compile.tools.bench.tables import (
 from earth2studio_compile.tools.bench.workflow_figures import (
     workflow,
     workflow_first_steps,
+    workflow_floors,
     workflow_phases,
     workflow_threads,
 )
@@ -214,6 +215,17 @@ _RUNS_SEVENTH = tuple(
 _NINTH = "2026-11-27-h100-ninth/"
 _TENTH = "2026-11-27-h100-tenth/"
 _ELEVENTH = "2026-11-27-h100-eleventh/"
+_TWELFTH = "2026-11-27-h100-twelfth/"
+_RUNS_TWELFTH = tuple(
+    _TWELFTH + f
+    for f in (
+        "dlwp-ens-9d4316c.json",
+        "dlwp-ens-4fbca1c.json",
+        "dlwp-ens-all-9d4316c.json",
+        "dlwp-ens-all-chunks-1ade37b.json",
+        "fcn-ens-9d4316c.json",
+    )
+)
 MODELS = "docs/models.md"
 FIGURES: tuple[Figure, ...] = (
     Figure(
@@ -442,6 +454,9 @@ FIGURES: tuple[Figure, ...] = (
         (_ELEVENTH + "aurora-built-174aaeb.json",),
         workflow,
     ),
+    Figure("ensembles-h100-twelfth", PERF, _RUNS_TWELFTH, workflow),
+    Figure("ensembles-h100-twelfth-floors", PERF, _RUNS_TWELFTH, workflow_floors),
+    Figure("ensembles-h100-twelfth-first", PERF, _RUNS_TWELFTH, workflow_first_steps),
 )
 
 

@@ -8,9 +8,10 @@ stores in memory, which keep what they are given).
 
 A store on disk with upstream's chunks (one member, one variable, one lead time a
 chunk) is as many files as it has chunks, each in directories of its own:
-:func:`write_chunks` writes the same bytes that way, the floor of that layout. On the
-H100 host of 2026-11-27 it took several times as long as a file per variable per step
-(DLWP's ensemble: 8 members a file, against 1): files and directories made, not bytes.
+:func:`write_chunks` writes the same bytes that way, the floor of that layout. On an
+H100 host (2026-11-27), DLWP's ensemble store (9.77 GB) took 1.01 s as its 2352 chunk
+files and 0.64 s as a file per variable per step (8 members a file), from 8 threads
+each: files and directories made, not bytes.
 """
 
 from __future__ import annotations

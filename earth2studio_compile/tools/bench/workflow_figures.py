@@ -291,3 +291,44 @@ def workflow_first_steps(datas: Sequence[Mapping[str, Any]]) -> str:
         "first step's model call), io.write (the initial state's); other = the "
         "rest (the workflow's own lines, other threads holding the GIL).",
     )
+
+
+def workflow_floors(datas: Sequence[Mapping[str, Any]]) -> str:
+    """The floors of each run of the workflow mode (seconds): N x the compiled step,
+    and the store's bytes written three ways (one file per variable per step, one
+    per chunk of the store, kept in memory), with the larger floor of a row on
+    disk; one line per floor row."""
+    rows = []
+    for data in datas:
+        for r in data["rows"]:
+            if r.get("run") != "floor" or "compute_floor_s" not in r:
+                continue
+            chunks = r.get("io_chunks_floor_s")
+            disk = chunks or r["io_floor_s"]
+            rows.append(
+                [
+                    _job(r),
+                    number(r["compiled_step_ms"], ".2f"),
+                    str(r["model_steps"]),
+                    number(r["compute_floor_s"], ".2f"),
+                    number(r["store_bytes_expected"] / 1e9, ".2f"),
+                    number(r["io_floor_s"], ".2f"),
+                    number(chunks, ".2f")
+                    + (f" ({r['io_chunks']} files)" if chunks is not None else ""),
+                    number(r.get("io_memory_floor_s"), ".2f"),
+                    number(max(r["compute_floor_s"], disk), ".2f"),
+                ]
+            )
+    header = ["job", "compiled ms/step", "model steps", "N x step s", "GB"]
+    header += ["a file per variable per step s", "a file per chunk s"]
+    header += ["in memory s", "larger floor on disk s"]
+    return markdown(header, rows) + (
+        "\n\nThe floor row of each run, measured in the same run as its calls: N x "
+        "the compiled step (median of a rollout), and the store's bytes copied to "
+        "the host into reused buffers and written from the writer threads with "
+        "numpy.save, one file per variable per step, or one file per chunk of the "
+        "store (a member, a variable, a lead time) in directories laid out as "
+        "Zarr's chunk keys, or copied into fresh host memory. larger floor on disk "
+        "= the larger of N x step and the chunks' floor (where measured; before, "
+        "the per-variable files')."
+    )

@@ -197,3 +197,25 @@ def test_the_first_step_table_splits_each_process_first_step():
     assert "every variable, data prefetched:" in tables.workflow_first_steps(
         [{"rows": rows}]
     )
+
+
+def test_the_floors_figure_shows_each_storage_floor_and_the_larger_one_on_disk():
+    """One line per floor row: N x the compiled step and the store's bytes written
+    three ways; the larger floor on disk is of the chunks' files where the row has
+    them, of the per-variable files before."""
+    from earth2studio_compile.tools.bench import workflow_figures as figures
+
+    base = {"model": "dlwp", "steps": 20, "members": 16, "batch_size": 8}
+    base |= {"job": "dlwp-ens-all", "outputs": "all", "precision": "tf32"}
+    base |= {"workflow": "ensemble", "io": None, "way": "floor", "run": "floor"}
+    base |= {"compiled_step_ms": 5.5, "model_steps": 40, "compute_floor_s": 0.22}
+    base |= {"store_bytes_expected": 9.77e9, "io_floor_s": 0.64}
+    new = base | {"io_chunks_floor_s": 1.01, "io_chunks": 2352}
+    new |= {"io_memory_floor_s": 0.7}
+    text = figures.workflow_floors([{"rows": [base, new, {"run": "eager"}]}])
+    lines = [line for line in text.splitlines() if line.startswith("| DLWP")]
+    old_cells, new_cells = ([c.strip() for c in x.split("|")[1:-1]] for x in lines)
+    assert old_cells[-4:] == ["0.64", "-", "-", "0.64"]
+    assert new_cells[-4:] == ["0.64", "1.01 (2352 files)", "0.70", "1.01"]
+    assert new_cells[1:5] == ["5.50", "40", "0.22", "9.77"]
+    assert "one file per chunk of the store" in text
