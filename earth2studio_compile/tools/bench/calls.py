@@ -388,14 +388,14 @@ def floor(spec: dict[str, Any], model: Any, device: Any, tmp: Path) -> dict[str,
         ``model_steps`` (steps the workflow takes: steps x batches),
         ``compute_floor_s`` (``model_steps`` x the compiled step), ``io_floor_s``
         (:func:`.floors.write_store` of the store's bytes with ``io_floor_writers``
-        writers,
-        ``spec["writers"]`` or :data:`FLOOR_WRITERS`), ``io_floor_1writer_s`` (the
-        same with one writer), ``io_sync_s`` (the ``os.sync()`` after the parallel
-        writes: not in the floor, since no backend syncs), ``io_chunks_floor_s``
-        (the same bytes as the store's chunks, :func:`.floors.write_chunks`, with
-        ``io_floor_writers`` writers), ``floor_s`` (``compute_floor_s +
-        io_chunks_floor_s``), ``io_memory_floor_s`` (the same bytes
-        kept in host memory, :func:`.floors.write_memory`), ``memory_floor_s``
+        writers, ``spec["writers"]`` or :data:`FLOOR_WRITERS`),
+        ``io_floor_1writer_s`` (the same with one writer), ``io_sync_s`` (the
+        ``os.sync()`` after the parallel writes: not in the floor, since no backend
+        syncs), ``io_chunks_floor_s`` (the same bytes as the store's chunks,
+        :func:`.floors.write_chunks`, with ``io_floor_writers`` writers),
+        ``io_chunks`` (their files), ``floor_s`` (``compute_floor_s +
+        io_chunks_floor_s``), ``io_memory_floor_s`` (the same bytes kept in host
+        memory, :func:`.floors.write_memory`), ``memory_floor_s``
         (``compute_floor_s + io_memory_floor_s``: the floor of stores in memory),
         ``store_bytes_expected``, ``report``
     """
