@@ -18,7 +18,8 @@ If ``zset-8-inline`` reaches ``zput-8``, the loss is in how OverlappedIO schedul
 chunks (lanes, one array at a time each); if not, in Zarr's storage step itself.
 
 Run from the repository root: ``python3 docs/bench/2026-11-27-h100-twelfth/writes3.py
-OUT`` (``ROWS=a,b`` runs those rows; ``STEPS`` sets the steps).
+OUT`` (``ROWS=a,b`` runs those rows; ``STEPS``, even: the steps; ``H``, ``W``: the
+grid, small for a smoke test on a CPU).
 """
 
 import asyncio
