@@ -131,7 +131,8 @@ def test_no_timing_outside_the_figure_blocks(path):
     stray = {p: s for p, s in found.items() if s}
     assert not stray, (
         f"timings outside the rendered blocks: {stray}. Link to the block that holds "
-        "the figure instead of repeating it, or render a new JSON (figures.FIGURES)."
+        "the figure instead of repeating it, or render a new JSON "
+        "(figure_catalog.FIGURES)."
     )
 
 

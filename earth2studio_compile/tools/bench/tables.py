@@ -1,7 +1,7 @@
 """The tables of the docs' figure blocks, one renderer per kind of bench JSON.
 
 Each renderer takes the block's parsed JSON sources (in the order the block
-declares them, :data:`earth2studio_compile.tools.bench.figures.FIGURES`) and
+declares them, :data:`earth2studio_compile.tools.bench.figure_catalog.FIGURES`) and
 returns a markdown table, with a note where the table needs one.
 """
 

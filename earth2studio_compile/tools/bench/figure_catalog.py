@@ -1,0 +1,331 @@
+"""The docs' figure blocks (:mod:`.figures` renders them): each block's name, the
+one document that holds it, its JSON files under ``docs/bench/`` and its renderer.
+A new run adds its JSON and a :class:`Figure` here, and a block to its document.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from earth2studio_compile.tools.bench.tables import (
+    Renderer,
+    cluster,
+    e2e_profile,
+    e2e_writers,
+    kernels,
+    overlap,
+    rollouts,
+    second_call,
+    warm_phases,
+)
+from earth2studio_compile.tools.bench.workflow_figures import (
+    workflow,
+    workflow_first_steps,
+    workflow_floors,
+    workflow_phases,
+    workflow_threads,
+)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One rendered block: the JSON files it shows and how.
+
+    Parameters
+    ----------
+    name : str
+        The block's name in ``<!-- figures:NAME -->``
+    doc : str
+        The one file, relative to the repository root, that holds the block
+    sources : tuple[str, ...]
+        JSON files, relative to ``docs/bench/``
+    render : Renderer
+        Loaded sources in order -> the Markdown table(s)
+    """
+
+    name: str
+    doc: str
+    sources: tuple[str, ...]
+    render: Renderer
+
+
+_H23 = "2026-11-23-h100/"
+PERF = "docs/performance.md"
+# Runs each rendered three ways (the whole calls, the threads, the phases).
+_RUNS_6BDB8A0 = tuple(
+    "2026-11-26-h100-fourth/" + f
+    for f in ("dlwp-ens-6bdb8a0.json", "ens-disk-6bdb8a0.json", "fcn-ens-6bdb8a0.json")
+)
+_RUN_CB00D62 = ("2026-11-26-h100-fourth/fcn-ens-cb00d62.json",)
+_RUNS_FIFTH = tuple(
+    "2026-11-26-h100-fifth/" + f
+    for f in ("fcn-ens-ab6ec89.json", "fcn-ens-704d25a.json", "dlwp-ens-704d25a.json")
+)
+_SIXTH = "2026-11-26-h100-sixth/"
+_RUNS_SIXTH = tuple(
+    _SIXTH + f
+    for f in ("fcn-ens-c78a1ea.json", "dlwp-ens-c78a1ea.json", "fcn-ens-dd6e0e2.json")
+)
+_FIRST_SIXTH = tuple(
+    _SIXTH + f
+    for f in (
+        "fcn-ens-first-b2e4024.json",
+        "dlwp-ens-first-b2e4024.json",
+        "fcn-ens-dd6e0e2.json",
+    )
+)
+_SEVENTH = "2026-11-26-h100-seventh/"
+_RUNS_SEVENTH = tuple(
+    _SEVENTH + f
+    for f in (
+        "fcn-ens-prefetched-9a6e592.json",
+        "fcn-ens-pinned-9192b86.json",
+        "fcn-ens-pinned-async-9192b86.json",
+    )
+)
+_NINTH = "2026-11-27-h100-ninth/"
+_TENTH = "2026-11-27-h100-tenth/"
+_ELEVENTH = "2026-11-27-h100-eleventh/"
+_TWELFTH = "2026-11-27-h100-twelfth/"
+_RUNS_TWELFTH = tuple(
+    _TWELFTH + f
+    for f in (
+        "dlwp-ens-9d4316c.json",
+        "dlwp-ens-4fbca1c.json",
+        "dlwp-ens-all-9d4316c.json",
+        "dlwp-ens-all-chunks-1ade37b.json",
+        "fcn-ens-9d4316c.json",
+    )
+)
+MODELS = "docs/models.md"
+FIGURES: tuple[Figure, ...] = (
+    Figure(
+        "workflow",
+        "README.md",
+        (
+            "2026-11-26-h100/fcn-cold-08814d9.json",
+            "2026-11-26-h100/fcn-cold-warm-a07654a.json",
+            "2026-11-26-h100/fcn-second-a07654a.json",
+            "2026-11-26-h100/fcn-async-a07654a.json",
+        ),
+        workflow,
+    ),
+    Figure(
+        "ensembles",
+        PERF,
+        tuple(
+            "2026-11-26-h200/" + f
+            for f in (
+                "dlwp-ens-c7b81db.json",
+                "dlwp-ens-all-c7b81db.json",
+                "fcn-ens-c7b81db.json",
+            )
+        ),
+        workflow,
+    ),
+    Figure(
+        "ensembles-ahead",
+        PERF,
+        ("2026-11-26-h200/dlwp-ens-2a9383c.json",),
+        workflow,
+    ),
+    Figure(
+        "ensembles-h100",
+        PERF,
+        ("2026-11-26-h100/dlwp-ens-08c4435.json",),
+        workflow,
+    ),
+    Figure(
+        "ensembles-h100-writers",
+        PERF,
+        ("2026-11-26-h100/dlwp-ens-94e3839.json",),
+        workflow,
+    ),
+    Figure(
+        "ensembles-h100-6bdb8a0",
+        PERF,
+        ("2026-11-26-h100-fourth/dlwp-ens-6bdb8a0.json",),
+        workflow,
+    ),
+    Figure(
+        "ensembles-h100-disk-6bdb8a0",
+        PERF,
+        (
+            "2026-11-26-h100-fourth/ens-disk-6bdb8a0.json",
+            "2026-11-26-h100-fourth/fcn-ens-6bdb8a0.json",
+        ),
+        workflow,
+    ),
+    Figure(
+        "ensembles-h100-6bdb8a0-threads",
+        PERF,
+        _RUNS_6BDB8A0,
+        workflow_threads,
+    ),
+    Figure(
+        "ensembles-h100-6bdb8a0-phases",
+        PERF,
+        _RUNS_6BDB8A0,
+        workflow_phases,
+    ),
+    Figure(
+        "ensembles-h100-cb00d62",
+        PERF,
+        _RUN_CB00D62,
+        workflow,
+    ),
+    Figure(
+        "ensembles-h100-cb00d62-threads",
+        PERF,
+        _RUN_CB00D62,
+        workflow_threads,
+    ),
+    Figure(
+        "ensembles-h100-cb00d62-phases",
+        PERF,
+        _RUN_CB00D62,
+        workflow_phases,
+    ),
+    Figure(
+        "ensembles-h100-fifth",
+        PERF,
+        _RUNS_FIFTH,
+        workflow,
+    ),
+    Figure("ensembles-h100-seventh", PERF, _RUNS_SEVENTH, workflow),
+    Figure("ensembles-h100-seventh-first", PERF, _RUNS_SEVENTH, workflow_first_steps),
+    Figure("ensembles-h100-seventh-threads", PERF, _RUNS_SEVENTH, workflow_threads),
+    Figure("ensembles-h100-sixth", PERF, _RUNS_SIXTH, workflow),
+    Figure("ensembles-h100-sixth-first", PERF, _FIRST_SIXTH, workflow_first_steps),
+    Figure("ensembles-h100-sixth-phases", PERF, _RUNS_SIXTH, workflow_phases),
+    Figure(
+        "ensembles-h100-fifth-threads",
+        PERF,
+        _RUNS_FIFTH,
+        workflow_threads,
+    ),
+    Figure(
+        "ensembles-h100-fifth-phases",
+        PERF,
+        _RUNS_FIFTH,
+        workflow_phases,
+    ),
+    Figure(
+        "ensembles-ahead-phases",
+        PERF,
+        ("2026-11-26-h200/dlwp-ens-2a9383c.json",),
+        workflow_phases,
+    ),
+    Figure(
+        "workflow-phases",
+        PERF,
+        (
+            "2026-11-25-h100-night/workflow-fcn-async.json",
+            "2026-11-25-h100-night/workflow-fcn-overlapped.json",
+        ),
+        workflow_phases,
+    ),
+    Figure(
+        "second-call", "README.md", ("2026-11-25-h100/second_call.json",), second_call
+    ),
+    Figure(
+        "rollouts",
+        "docs/user-guide.md",
+        tuple(
+            _H23 + f
+            for f in (
+                "bench-fcn-max-autotune.json",
+                "bench-dlwp-40.json",
+                "bench-sfno-final.json",
+                "bench-sfno-final-fp32.json",
+                "bench-persistence.json",
+            )
+        ),
+        rollouts(),
+    ),
+    Figure(
+        "aot",
+        PERF,
+        ("2026-11-24-h100/bench-fcn-aot.json", "2026-11-24-h100/bench-dlwp-aot.json"),
+        rollouts(forecast=40),
+    ),
+    Figure(
+        "cpu-aot", PERF, ("2026-11-24-cpu-aot/bench-fcn-small-aot.json",), rollouts()
+    ),
+    Figure("cpu-small", PERF, ("2026-11-23-cpu-small.json",), rollouts()),
+    Figure(
+        "cpu-cluster",
+        PERF,
+        ("2026-11-24-cpu-cluster/wall.json", "2026-11-24-cpu-cluster/wall-4.json"),
+        cluster,
+    ),
+    Figure("cpu-overlap", PERF, ("2026-11-24-cpu-overlap/result.json",), overlap),
+    Figure(
+        "runs-1-3",
+        PERF,
+        (_H23 + "bench-fcn-dlwp.json", _H23 + "bench-dlwp-sfno.json"),
+        rollouts(),
+    ),
+    Figure("run-6", PERF, (_H23 + "bench-dlwp-warmfix.json",), rollouts()),
+    Figure("run-7-fp32", PERF, (_H23 + "bench-fp32.json",), rollouts()),
+    Figure(
+        "kernels", PERF, (_H23 + "kernels.json", _H23 + "kernels-sfno.json"), kernels
+    ),
+    Figure("run-11-sfno-opaque", PERF, (_H23 + "bench-sfno-opaque.json",), rollouts()),
+    Figure(
+        "run-13-sfno-fp32-options",
+        PERF,
+        (_H23 + "bench-sfno-fp32-default-options.json",),
+        rollouts(),
+    ),
+    Figure("warm-phases", PERF, (_H23 + "bench-warm-phases.json",), warm_phases),
+    Figure("e2e", PERF, (_H23 + "bench-e2e.json",), e2e_profile),
+    Figure("e2e-writers", PERF, (_H23 + "bench-e2e-writers.json",), e2e_writers),
+    Figure(
+        "precision",
+        PERF,
+        tuple(
+            _H23 + f"bench-precision-{m}.json" for m in ("fcn-tf32", "fcn-bf16", "dlwp")
+        ),
+        rollouts(),
+    ),
+    Figure(
+        "models-published",
+        MODELS,
+        (_NINTH + "aurora-rollout-b3a8d58.json", _NINTH + "stormcast-aot-b3a8d58.json"),
+        rollouts(forecast=20),
+    ),
+    Figure(
+        "models-kernels",
+        MODELS,
+        tuple(
+            _NINTH + f"kernels-{m}-tf32-b3a8d58.json"
+            for m in ("aurora-eager", "stormcast-eager", "stormcast-compiled")
+        ),
+        kernels,
+    ),
+    Figure(
+        "models-aurora-calls",
+        MODELS,
+        (_NINTH + "aurora-second-b3a8d58.json",),
+        workflow,
+    ),
+    Figure(
+        "models-stormcast-layout",
+        MODELS,
+        tuple(
+            _TENTH + f"kernels-stormcast-compiled-tf32{tail}-12b5754.json"
+            for tail in ("", "-layout-off")
+        ),
+        kernels,
+    ),
+    Figure(
+        "models-aurora-built",
+        MODELS,
+        (_ELEVENTH + "aurora-built-174aaeb.json",),
+        workflow,
+    ),
+    Figure("ensembles-h100-twelfth", PERF, _RUNS_TWELFTH, workflow),
+    Figure("ensembles-h100-twelfth-floors", PERF, _RUNS_TWELFTH, workflow_floors),
+    Figure("ensembles-h100-twelfth-first", PERF, _RUNS_TWELFTH, workflow_first_steps),
+)
