@@ -12,7 +12,10 @@ lead time each), a fresh directory a row, in one process, JSON after every row:
   executor runs the store's file write inline (no thread hop);
 - ``zset-8-hop``: the same, the file write on the loop's executor (a thread of a pool
   of 8 shared by the loops, as Zarr's ``to_thread`` does);
-- ``ov-8``: ``OverlappedIO(ZarrBackend(disk))`` as shipped (8 lanes).
+- ``ov-8``: ``OverlappedIO(ZarrBackend(disk))`` as shipped (8 lanes);
+- ``ov-chunk-pool-8``: the same with a prototype writer (:class:`ChunkPool`, here
+  only): the lanes hand each whole chunk to one pool of 8 chunk workers, each doing
+  ``zset-8-inline``'s storage step.
 
 If ``zset-8-inline`` reaches ``zput-8``, the loss is in how OverlappedIO schedules its
 chunks (lanes, one array at a time each); if not, in Zarr's storage step itself.
@@ -96,8 +99,8 @@ import zarr  # noqa: E402
 from earth2studio.io import ZarrBackend  # noqa: E402
 from earth2studio.utils.coords import split_coords  # noqa: E402
 
-from earth2studio_compile.io import OverlappedIO  # noqa: E402
-from earth2studio_compile.io.chunks import _set_chunk  # noqa: E402
+from earth2studio_compile.io import OverlappedIO, writers  # noqa: E402
+from earth2studio_compile.io.chunks import _set_chunk, chunk_pieces  # noqa: E402
 
 names = [f"v{i}" for i in range(V)]
 t0 = np.array([np.datetime64("2024-01-01")])
@@ -192,8 +195,82 @@ def ov(d):
                 lon=lon,
             )
             io.write(*split_coords(x, c, "variable"))
+    # What the store holds: the last batch's member and lead time of one variable.
+    stored = zarr.open_array(str(d / "s.zarr"), path="v3", mode="r")
+    want = x[B - 1, 0, 0, 3].cpu().numpy()
+    assert np.array_equal(stored[2 * B - 1, 0, STEPS // 2 - 1], want), "not stored"
 
 
 row("ov-8", ov)
+
+
+class ChunkPool(writers.ZarrWriter):
+    """A prototype, not the library's: OverlappedIO's lanes hand each whole chunk to
+    one pool of 8 chunk workers, each running Zarr's storage step for it on an event
+    loop of its own with the file write inline (``zset-8-inline``'s way), the lane
+    waiting for its array's chunks (so each array's writes keep their order). Only
+    for whole chunks of the array's dtype that are not all fill value (this probe's
+    random steps); anything else raises."""
+
+    def __init__(self, io, workers):
+        super().__init__(io, workers)
+        self._chunk_pool = ThreadPoolExecutor(8, thread_name_prefix="chunk worker")
+        self._local = threading.local()
+
+    def _put(self, name, outer, piece):
+        local = self._local
+        if not hasattr(local, "runner"):
+
+            def make():
+                loop = asyncio.new_event_loop()
+                loop.set_default_executor(Inline())
+                return loop
+
+            local.runner, local.arrays = asyncio.Runner(loop_factory=make), {}
+        if name not in local.arrays:
+            root = self.io.root
+            array = local.runner.run(
+                zarr.api.asynchronous.open_array(store=root.store, path=name, mode="r+")
+            )
+            local.arrays[name] = array.with_config({"write_empty_chunks": True})
+        local.runner.run(_set_chunk(local.arrays[name], outer, piece))
+
+    def _store(self, collector, name):
+        selection, data = collector.pop(name)
+        array = self.io.root[name]
+        pieces = chunk_pieces(selection, array.shape, array.chunks, data.shape)
+        if pieces is None or data.dtype != array.dtype:
+            raise NotImplementedError("the probe writes whole chunks of float32")
+        futures = [
+            self._chunk_pool.submit(self._put, name, outer, data[inner])
+            for outer, inner in pieces
+        ]
+        for f in futures:
+            f.result()
+
+    def close(self, then=None):
+        pool = self._chunk_pool
+
+        def finish():
+            pool.shutdown()
+            if then is not None:
+                then()
+
+        super().close(finish)
+
+
+def ov_chunk_pool(d):
+    import earth2studio_compile.io.overlap as overlap
+
+    shipped = overlap.parallel_writer
+    overlap.parallel_writer = lambda io: (ChunkPool, "")
+    try:
+        ov(d)
+    finally:
+        overlap.parallel_writer = shipped
+
+
+row("ov-chunk-pool-8", ov_chunk_pool)
+row("ov-8-again", ov)
 row("zput-8-again", lambda d: steps(ThreadPoolExecutor(8), lambda *a: zput(d, *a)))
 shutil.rmtree(base, ignore_errors=True)
