@@ -216,6 +216,7 @@ class ChunkPool(writers.ZarrWriter):
         super().__init__(io, workers)
         self._chunk_pool = ThreadPoolExecutor(8, thread_name_prefix="chunk worker")
         self._local = threading.local()
+        self._layout = {}  # name: (shape, chunks, dtype), read once per array
 
     def _put(self, name, outer, piece):
         local = self._local
@@ -237,9 +238,12 @@ class ChunkPool(writers.ZarrWriter):
 
     def _store(self, collector, name):
         selection, data = collector.pop(name)
-        array = self.io.root[name]
-        pieces = chunk_pieces(selection, array.shape, array.chunks, data.shape)
-        if pieces is None or data.dtype != array.dtype:
+        if name not in self._layout:  # Zarr's synchronous API: not once per step
+            array = self.io.root[name]
+            self._layout[name] = (array.shape, array.chunks, array.dtype)
+        shape, chunks, dtype = self._layout[name]
+        pieces = chunk_pieces(selection, shape, chunks, data.shape)
+        if pieces is None or data.dtype != dtype:
             raise NotImplementedError("the probe writes whole chunks of float32")
         futures = [
             self._chunk_pool.submit(self._put, name, outer, data[inner])

@@ -10,6 +10,11 @@ from typing import Any
 
 from earth2studio_compile.tools.bench.calls import FIRST_STEP, OVERLAPPED
 from earth2studio_compile.tools.bench.tables import markdown, number
+from earth2studio_compile.tools.bench.workflow_tables import (
+    larger_floor_s,
+    median_of,
+    samples,
+)
 
 _WAYS = {
     "cold": "fresh process, empty cache",
@@ -42,11 +47,6 @@ def workflow(datas: Sequence[Mapping[str, Any]]) -> str:
     """Whole workflow calls from the bench's workflow mode: each compiled row
     beside the eager row it is paired with (the same job, IO and precision); a row
     run in several processes once, as its samples' median."""
-    from earth2studio_compile.tools.bench.workflow_tables import (
-        larger_floor_s,
-        median_of,
-        samples,
-    )
 
     def wall(r: Mapping[str, Any]) -> str:
         n = len(r.get("walls") or [])
@@ -304,7 +304,6 @@ def workflow_floors(datas: Sequence[Mapping[str, Any]]) -> str:
             if r.get("run") != "floor" or "compute_floor_s" not in r:
                 continue
             chunks = r.get("io_chunks_floor_s")
-            disk = chunks or r["io_floor_s"]
             rows.append(
                 [
                     _job(r),
@@ -316,7 +315,7 @@ def workflow_floors(datas: Sequence[Mapping[str, Any]]) -> str:
                     number(chunks, ".2f")
                     + (f" ({r['io_chunks']} files)" if chunks is not None else ""),
                     number(r.get("io_memory_floor_s"), ".2f"),
-                    number(max(r["compute_floor_s"], disk), ".2f"),
+                    number(larger_floor_s(r, None), ".2f"),  # None: on disk
                 ]
             )
     header = ["job", "compiled ms/step", "model steps", "N x step s", "GB"]
