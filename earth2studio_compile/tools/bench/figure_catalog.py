@@ -97,6 +97,15 @@ _RUNS_TWELFTH = tuple(
         "fcn-ens-9d4316c.json",
     )
 )
+_THIRTEENTH = "2026-11-27-h100-thirteenth/"
+_RUNS_THIRTEENTH = tuple(
+    _THIRTEENTH + f
+    for f in (
+        "fcn-ens-6df4b35.json",
+        "fcn-ens-async-spy-6df4b35.json",
+        "dlwp-ens-gil-6df4b35.json",
+    )
+)
 MODELS = "docs/models.md"
 FIGURES: tuple[Figure, ...] = (
     Figure(
@@ -328,4 +337,8 @@ FIGURES: tuple[Figure, ...] = (
     Figure("ensembles-h100-twelfth", PERF, _RUNS_TWELFTH, workflow),
     Figure("ensembles-h100-twelfth-floors", PERF, _RUNS_TWELFTH, workflow_floors),
     Figure("ensembles-h100-twelfth-first", PERF, _RUNS_TWELFTH, workflow_first_steps),
+    Figure("ensembles-h100-thirteenth", PERF, _RUNS_THIRTEENTH, workflow),
+    Figure(
+        "ensembles-h100-thirteenth-first", PERF, _RUNS_THIRTEENTH, workflow_first_steps
+    ),
 )
