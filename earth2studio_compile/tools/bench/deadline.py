@@ -3,7 +3,11 @@
 The workflow mode and ``--ensemble`` write their JSON after every row, so a row that
 finished survives a later timeout; :class:`Deadline` keeps them from starting a row
 that cannot finish, judged by the longest earlier row of the same kind (a row with
-none before it starts, and is stopped at the deadline).
+none before it starts, and is stopped at the deadline). Rows compared with each
+other start together or not at all: an eager row starts only if one of the
+compiled rows compared with it can finish after it, and a compiled row whose eager
+row was skipped is skipped too (a compiled sample with no eager one beside it spent
+the time that a whole pair could have used).
 """
 
 from __future__ import annotations
@@ -46,7 +50,12 @@ class Deadline:
             default=0.0,
         )
 
-    def skip(self, spec: dict[str, Any], done: Sequence[dict[str, Any]]) -> str | None:
+    def skip(
+        self,
+        spec: dict[str, Any],
+        done: Sequence[dict[str, Any]],
+        then: Sequence[dict[str, Any]] = (),
+    ) -> str | None:
         """Why ``spec`` does not start (None: it starts).
 
         Parameters
@@ -55,6 +64,10 @@ class Deadline:
             The row about to start
         done : Sequence[dict[str, Any]]
             The rows so far, with ``process_s`` where measured
+        then : Sequence[dict[str, Any]], optional
+            Rows compared with ``spec`` that would run after it: ``spec`` starts
+            only if the quickest of them (by earlier rows of its kind) can finish
+            after it; by default none
 
         Returns
         -------
@@ -68,9 +81,12 @@ class Deadline:
         if left <= 0:
             return "skipped: deadline"
         need = self.needs(spec, done)
-        if need > left:
+        after = min((self.needs(t, done) for t in then), default=0.0)
+        if need + after > left:
+            pair = f", a row compared with it {after:.0f} s" if after else ""
             return (
-                f"skipped: deadline (a row like it took {need:.0f} s, {left:.0f} left)"
+                f"skipped: deadline (a row like it took {need:.0f} s{pair},"
+                f" {left:.0f} left)"
             )
         return None
 

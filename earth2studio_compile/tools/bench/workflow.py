@@ -140,6 +140,25 @@ def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
     return specs
 
 
+def compared_with(specs: list[dict[str, Any]]) -> dict[int, list[int]]:
+    """Per compiled row of ``specs`` (its index), the eager rows it is compared
+    with: the fresh eager processes of its job, precision and round on its IO and,
+    for an ``OverlappedIO``, on the backend that one wraps. A second-call child
+    is its own comparison."""
+    eager = {
+        (s["job"], s["precision"], s["io"], s.get("repeat")): i
+        for i, s in enumerate(specs)
+        if s.get("run") == "eager" and s["kind"] == "fresh"
+    }
+    compared: dict[int, list[int]] = {}
+    for i, s in enumerate(specs):
+        if s.get("run") == "compiled":
+            ios = dict.fromkeys((OVERLAPPED.get(s["io"], s["io"]), s["io"]))
+            keys = [(s["job"], s["precision"], io, s.get("repeat")) for io in ios]
+            compared[i] = [eager[k] for k in keys if k in eager]
+    return compared
+
+
 def _round(
     args: argparse.Namespace,
     row: dict[str, Any],
@@ -355,9 +374,15 @@ def main(argv: list[str] | None = None) -> int:
         specs = plan(args)
         if args.cache_from is not None:
             seed_caches(specs, args.cache_from, Path(tmp))
-        for spec in specs:
-            why = deadline.skip(spec, rows)
+        compared = compared_with(specs)
+        skipped: set[int] = set()
+        for i, spec in enumerate(specs):
+            then = [specs[k] for k, eager in compared.items() if i in eager]
+            why = deadline.skip(spec, rows, then)
+            if why is None and skipped & set(compared.get(i, ())):
+                why = "skipped: deadline (an eager row compared with it was)"
             if why is not None:
+                skipped.add(i)
                 rows.append({**_base(spec, False), "skipped": why})
             else:
                 again = (

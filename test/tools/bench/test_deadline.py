@@ -46,15 +46,63 @@ def test_workflow_skips_a_child_that_cannot_finish_and_keeps_the_rest(
     argv += ["--ways", "cold", "--deadline", "50", "--json", str(out)]
     assert workflow.main(argv) == 0
     rows = json.loads(out.read_text())["rows"]
-    assert started == [
-        ("zarr-disk", "eager"),
-        ("zarr-disk", "compiled"),
-        (None, "floor"),
-        ("async-zarr", "compiled"),  # a cold row took 1 s: it fits
+    assert started == [("zarr-disk", "eager"), ("zarr-disk", "compiled")] + [
+        (None, "floor")
     ]
     skipped = [r for r in rows if r.get("skipped")]
-    assert [(r["io"], r["run"]) for r in skipped] == [("async-zarr", "eager")]
+    # A cold row took 1 s and would fit, but the eager row it is compared with
+    # was skipped: a compiled sample alone is not a result.
+    assert [(r["io"], r["run"]) for r in skipped] == [
+        ("async-zarr", "eager"),
+        ("async-zarr", "compiled"),
+    ]
     assert "a row like it took 100 s" in skipped[0]["skipped"]
+    assert "an eager row compared with it was" in skipped[1]["skipped"]
+
+
+def test_an_eager_row_starts_only_if_a_row_compared_with_it_can_follow(monkeypatch):
+    clock = {"t": 0.0}
+    monkeypatch.setattr(deadline_module.time, "perf_counter", lambda: clock["t"])
+    d = Deadline(100.0, ("run", "way"))
+    done = [
+        {"run": "eager", "way": "fresh", "process_s": 30.0},
+        {"run": "compiled", "way": "cold", "process_s": 80.0},
+        {"run": "compiled", "way": "warm", "process_s": 40.0},
+    ]
+    cold, warm = {"run": "compiled", "way": "cold"}, {"run": "compiled", "way": "warm"}
+    eager = {"run": "eager", "way": "fresh"}
+    clock["t"] = 20.0  # 80 left: eager (30) and the warm row (40) fit
+    assert d.skip(eager, done, [cold, warm]) is None
+    assert d.skip(eager, done, [cold]) == (
+        "skipped: deadline (a row like it took 30 s, a row compared with it 80 s,"
+        " 80 left)"
+    )
+    clock["t"] = 40.0  # 60 left: eager alone fits, no pair does
+    assert d.skip(eager, done, [warm]).startswith("skipped: deadline")
+    assert d.skip(eager, done) is None
+
+
+def test_compiled_rows_are_compared_with_the_eager_rows_of_their_round():
+    from earth2studio_compile.tools.bench.workflow import compared_with
+
+    def fresh(io, run, repeat, way="fresh"):
+        return {"job": "fcn", "precision": "tf32", "io": io, "kind": "fresh"} | {
+            "run": run,
+            "way": way,
+            "repeat": repeat,
+        }
+
+    specs = [
+        fresh("zarr-disk", "eager", 1),
+        fresh("overlapped", "eager", 1),
+        fresh("overlapped", "compiled", 1, "cold"),
+        {"job": "fcn", "precision": "tf32", "io": None, "kind": "floor"},
+        fresh("async-zarr", "eager", 1),
+        fresh("async-zarr", "compiled", 1, "warm"),
+        fresh("overlapped", "compiled", 2, "warm"),  # its round's eager rows: none
+        {**fresh("overlapped", "both", 1, "second"), "kind": "second"},
+    ]
+    assert compared_with(specs) == {2: [0, 1], 5: [4], 6: []}
 
 
 def test_workflow_repeats_are_judged_by_the_first_sample_of_their_kind(
