@@ -12,11 +12,12 @@ sizes. ``sfno`` is a user-style prognostic around torch-harmonics' SFNO, since
 Earth2Studio's own SFNO wrapper needs makani, which is not on PyPI. ``aurora`` needs
 the ``microsoft-aurora`` package (its builder imports it, the zoo does not);
 ``stormcast`` needs only physicsnemo; ``ace2`` needs Ai2's ``fme`` with
-torch-harmonics 0.8.0 (:mod:`.ace2` says how CI installs them).
+torch-harmonics 0.8.0 (:mod:`.ace2` says how CI installs them); ``dlesym`` needs
+``earth2grid``, built from the source in ``third_party/`` (:mod:`.dlesym`).
 
 Modules: :mod:`.grid` (grids, and the module path every zoo class is published
-under), :mod:`.shipped` (FCN, DLWP, Persistence), :mod:`.aurora`, :mod:`.stormcast`
-and :mod:`.ace2` (the models of issue 33), :mod:`.user` (the user-style
+under), :mod:`.shipped` (FCN, DLWP, Persistence), :mod:`.aurora`, :mod:`.stormcast`,
+:mod:`.ace2` and :mod:`.dlesym` (the models of issue 33), :mod:`.user` (the user-style
 prognostics: toy, SFNO-class), :mod:`.data` (the seeded random data source). Every
 name is imported from here, ``earth2studio_compile.tools.zoo``.
 
@@ -37,6 +38,7 @@ from earth2studio_compile._imports import quiet_imports
 from earth2studio_compile.tools.zoo.ace2 import ace2
 from earth2studio_compile.tools.zoo.aurora import aurora
 from earth2studio_compile.tools.zoo.data import Prefetched, SeededRandom, random_source
+from earth2studio_compile.tools.zoo.dlesym import dlesym
 from earth2studio_compile.tools.zoo.grid import Grid
 from earth2studio_compile.tools.zoo.shipped import dlwp, fcn, persistence
 from earth2studio_compile.tools.zoo.stormcast import stormcast
@@ -62,6 +64,7 @@ __all__ = [
     "ace2",
     "aurora",
     "build",
+    "dlesym",
     "dlwp",
     "fcn",
     "persistence",
@@ -71,7 +74,17 @@ __all__ = [
     "toy",
 ]
 
-MODELS = ("fcn", "dlwp", "sfno", "persistence", "toy", "aurora", "stormcast", "ace2")
+MODELS = (
+    "fcn",
+    "dlwp",
+    "sfno",
+    "persistence",
+    "toy",
+    "aurora",
+    "stormcast",
+    "ace2",
+    "dlesym",
+)
 SIZES = ("small", "medium", "full")
 
 
@@ -84,6 +97,7 @@ _BUILDERS: dict[str, Callable[..., torch.nn.Module]] = {
     "aurora": aurora,
     "stormcast": stormcast,
     "ace2": ace2,
+    "dlesym": dlesym,
 }
 
 

@@ -76,8 +76,9 @@ def random_source(model: Any, seed: int = 0) -> SeededRandom:
     ----------
     model : Any
         A prognostic with ``lat`` and ``lon`` input coordinates, or another
-        spatial grid in its last two input coordinates (StormCast's
-        ``hrrr_y``, ``hrrr_x``)
+        spatial grid in the input coordinates after ``variable`` (StormCast's
+        ``hrrr_y``, ``hrrr_x``; DLESyM's HEALPix ``face``, ``height``,
+        ``width``), else in the last two
     seed : int, optional
         Data seed, by default 0
 
@@ -89,7 +90,13 @@ def random_source(model: Any, seed: int = 0) -> SeededRandom:
         two runs
     """
     coords = model.input_coords()
-    dims = ["lat", "lon"] if "lat" in coords else list(coords)[-2:]
+    names = list(coords)
+    if "lat" in coords:
+        dims = ["lat", "lon"]
+    elif "variable" in coords:
+        dims = names[names.index("variable") + 1 :]
+    else:
+        dims = names[-2:]
     return SeededRandom(OrderedDict({d: coords[d] for d in dims}), seed)
 
 
