@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Builds earth2grid (NVlabs), which Earth2Studio's DLESyM module imports, into a wheel
 # in OUTDIR, from the source vendored in third_party/ (issue 33): it is not on the
-# package index, and CI reaches only the index. Earth2Studio pins this revision
-# (11dcf1b, v2025.11.1+4) in its own lock. The build compiles against the active
-# venv's torch, so it runs without build isolation and the wheel fits only that torch
-# (its version names it, e.g. +torch214).
+# package index, and CI reaches only the index. Earth2Studio's install guide pins
+# this revision (11dcf1b, v2025.11.1+4) for DLESyM. The build compiles against the
+# active venv's torch, so it runs without build isolation and the wheel fits only
+# that torch (its version names it, e.g. +torch214).
 #
 # The C++ extension (HEALPix indexing, which `import earth2grid` loads) is always
 # built. Its CUDA padding kernel is built only where CUDA is available: upstream's

@@ -44,7 +44,8 @@ _FULL: dict[str, Any] = {
 # Two levels, not three: on a 2-core CPU, Inductor's cold compile is the C++ of
 # physicsnemo's pure-torch HEALPix padding (a kernel of thousands of lines per
 # padded convolution, two per level in each half of each UNet); three levels took
-# 346 s, two about 200 s. The levels are equally wide because the decoder's first
+# 346 s, two 205 s (with the atmosphere decoder's recompile, which the three-level
+# run did not have). The levels are equally wide because the decoder's first
 # block must keep its input's width: SymmetricConvNeXtBlock skips with an identity
 # where its input is as wide as its latent width (whatever its output width), as
 # the published 90, 90 and 45, 45 satisfy.
