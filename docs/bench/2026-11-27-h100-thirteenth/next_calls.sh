@@ -10,12 +10,14 @@
 #   bash docs/bench/2026-11-27-h100-twelfth/next_calls.sh "$OUT" build fcn    # ~150 s
 #   bash docs/bench/2026-11-27-h100-thirteenth/next_calls.sh "$OUT" rows async-zarr   # ~330 s
 #   bash docs/bench/2026-11-27-h100-thirteenth/next_calls.sh "$OUT" rows overlapped   # ~380 s
+#   bash docs/bench/2026-11-27-h100-thirteenth/next_calls.sh "$OUT" dlesym    # ~300 s?
 #
 # Every call first installs the wheels:
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
 #     --upgrade --target /tmp/site .whl/*.whl [.whl-models/*.whl]
 #   export PYTHONPATH=/tmp/site:$PWD/.shim:$PWD PYTHONUNBUFFERED=1
-# carry [".whl", ".shim"], plus ".whl-models" for gpu and published.
+# carry [".whl", ".shim"], plus ".whl-models" for gpu and published, ".whl-dlesym"
+# (bash .ci/fetch-dlesym-wheels.sh) for dlesym.
 #
 # writes: writes4.py, whether Zarr's storage step reaches Zarr's file pattern once
 #   its Python per chunk is cut (zlean) or runs in worker processes (proc-*): the
@@ -33,6 +35,11 @@
 #   two each (a round of both IOs is ~290 s of processes: one call holds two rounds
 #   of one of them). Same machine, chained; the deadline keeps compared rows
 #   together (038aca4).
+# dlesym: earth2grid built there from third_party/ with its CUDA padding kernel
+#   (never built on a GPU machine yet: setuptools >= 77 is needed, the image's is
+#   printed first), then DLESyM's GPU-marked test at the published size (written
+#   by the thirteenth session, never run: the ConvGRU state kept on the module
+#   across CUDA-graph replays is its open question; docs/models.md).
 set -uo pipefail
 out="$1"
 phase="$2"
@@ -65,5 +72,22 @@ case "$phase" in
       --json "$out/fcn-ens-$io.json" --workdir /tmp/wf >"$out/fcn-ens-$io.log" 2>&1
     sed -n '/Whole call/,/^$/p' "$out/fcn-ens-$io.log" | tail -8
     ;;
-  *) echo "phase: writes, gpu, published or rows" >&2; exit 2 ;;
+  dlesym)
+    python3 -m pip show setuptools | grep -i ^version
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+      --target /tmp/site .whl-dlesym/*.whl
+    start=$(date +%s)
+    TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 bash .ci/build-earth2grid.sh /tmp/e2g-whl \
+      >"$out/earth2grid-build.log" 2>&1
+    echo "earth2grid built: exit $? in $(($(date +%s) - start)) s"
+    cp /tmp/e2g-whl/*.whl "$out/" 2>/dev/null
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+      /tmp/e2g-whl/*.whl
+    timeout 480 python3 -m pytest -m gpu -q -p no:cacheprovider -rfEs \
+      --durations=5 --junitxml="$out/dlesym.xml" test/tools/zoo/test_dlesym.py \
+      >"$out/dlesym.log" 2>&1
+    echo "exit $?"
+    tail -30 "$out/dlesym.log"
+    ;;
+  *) echo "phase: writes, gpu, published, rows or dlesym" >&2; exit 2 ;;
 esac
