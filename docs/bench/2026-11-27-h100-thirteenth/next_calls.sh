@@ -44,24 +44,18 @@ set -uo pipefail
 out="$1"
 phase="$2"
 here=docs/bench/2026-11-27-h100-thirteenth
+suite() { # MARKERS WORKERS DURATIONS NAME: a part of the GPU suite, its times kept
+  timeout 560 python3 -m pytest -m "$1" -n "$2" -q -p no:cacheprovider -rfEs \
+    --durations="$3" --junitxml="$out/$4.xml" >"$out/$4.log" 2>&1
+  echo "exit $?"
+  tail -25 "$out/$4.log"
+}
 case "$phase" in
   writes)
     timeout 300 python3 "$here/writes4.py" "$out" 2>&1 | grep -v DEBUG
     ;;
-  gpu)
-    timeout 560 python3 -m pytest -m "gpu and not published" -n 4 -q \
-      -p no:cacheprovider -rfEs --durations=15 --junitxml="$out/gpu.xml" \
-      >"$out/gpu.log" 2>&1
-    echo "exit $?"
-    tail -25 "$out/gpu.log"
-    ;;
-  published)
-    timeout 560 python3 -m pytest -m "gpu and published" -n 2 -q \
-      -p no:cacheprovider -rfEs --durations=10 --junitxml="$out/published.xml" \
-      >"$out/published.log" 2>&1
-    echo "exit $?"
-    tail -25 "$out/published.log"
-    ;;
+  gpu) suite "gpu and not published" 4 15 gpu ;;
+  published) suite "gpu and published" 2 10 published ;;
   rows)
     io="${3:-async-zarr}"
     repeats=3 floor=--no-floor

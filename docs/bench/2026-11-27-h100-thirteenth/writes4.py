@@ -119,10 +119,10 @@ def main():
         (out / "writes4.json").write_text(json.dumps(res, indent=1))
         print(name, round(s, 3), "s", round(res["gb"] / s, 2), "GB/s", flush=True)
 
-    def steps(pool, job, buffer=host):
+    def steps(pool, job):
         for s in range(STEPS):
-            buffer.copy_(x)
-            h = buffer.numpy()
+            host.copy_(x)
+            h = host.numpy()
             futures = [
                 pool.submit(job, s, b, v, h[b : b + 1, :, :, v])
                 for v in range(V)

@@ -193,8 +193,9 @@ def dlesym(size: str = "small", seed: int = 0) -> torch.nn.Module:
         ``"full"``: the published layout, nside 64 (12 x 64 x 64 pixels), UNets of
         widths 180/90/90 (atmosphere, ConvGRU in every decoder level) and 90/45/45
         (ocean), earth2grid's CUDA HEALPix padding in the atmosphere where the
-        model is built on a machine with CUDA; ``"small"``: nside 32, widths
-        16/8/8 and 8/4/4, the same levels, variables and times. By default "small"
+        model is built on a machine with CUDA; ``"small"``: nside 32, two
+        levels of widths 12/12 and 6/6, the same variables and times. By default
+        "small"
     seed : int, optional
         Seed of the weights, constants and normalisation, by default 0
 
