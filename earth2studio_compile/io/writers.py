@@ -18,7 +18,10 @@ backend's own ``write`` would have stored those before the failing one).
   each array is then stored through Zarr's async API on its lane, an event loop of
   its own, one whole chunk at a time where it can (:mod:`.chunks`; a store that
   keeps views gets copies, made on a pool of the writer's own; a store that writes
-  files does so on a few threads per lane, :data:`FILE_THREADS` in all). Measured
+  files does so on a few threads per lane, :data:`FILE_THREADS` in all). Whole
+  chunks of an uncompressed array in a local directory skip the event loop: Zarr's
+  own encode and file steps, called from one pool of :data:`FILE_THREADS` shared
+  by the lanes (:func:`.chunks.store_local`). Measured
   against one shared loop with a future per array (as Earth2Studio's
   ``AsyncZarrBackend`` does), the lanes were faster on a writing-bound CPU rollout.
 
@@ -40,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import torch
 
-from earth2studio_compile.io.chunks import store_by_chunk
+from earth2studio_compile.io.chunks import store_by_chunk, store_local
 
 # Type hints only: importing Earth2Studio takes a minute on a small machine, and
 # the package is imported before it (the demo's banner comes first).
@@ -60,7 +63,8 @@ __all__ = [
 _PREFIX = "OverlappedIO"
 _serial = itertools.count()
 #: Threads that write a store's files (Zarr's local store hands each chunk to its
-#: event loop's executor), shared out over the lanes, unless Zarr's own
+#: event loop's executor; chunks.store_local to one pool), shared out over the
+#: lanes, unless Zarr's own
 #: ``threading.max_workers`` says. On the H100 host, FCN ensemble steps (9.5 GB)
 #: were stored in 1.7-1.9 s with 8 (4 lanes x 2, 8 x 1) and 2.6-3.6 s with each
 #: lane loop's default executor (20 threads): more threads taking turns at the GIL,
@@ -358,6 +362,10 @@ class ZarrWriter(_Lanes):
         # Each used only on its lane's thread, as are the arrays it opened; closing
         # it shuts its loop's executor down.
         self._runners = [asyncio.Runner(loop_factory=_loop(f)) for f in files]
+        # A local directory's chunks written by Zarr's file step with no event loop
+        # (chunks.store_local), from one pool for all lanes: a lane with more
+        # arrays than another does not hold the step back.
+        self._files = ThreadPoolExecutor(total, thread_name_prefix=f"{self._name} put")
         self._arrays: dict[str, Any] = {}
         self._members: _Members | None = None
         # Copies for a store that keeps views, several at once: page faults into
@@ -408,6 +416,8 @@ class ZarrWriter(_Lanes):
             unchecked = array.with_config({"write_empty_chunks": True})
             self._arrays[name] = (array, unchecked)
         array, unchecked = self._arrays[name]
+        if store_local(array, selection, data, self._files):
+            return
         runner.run(
             store_by_chunk(
                 array, selection, data, unchecked, self.own_copies, self._copier
@@ -420,10 +430,11 @@ class ZarrWriter(_Lanes):
         # A runner closes on its lane's thread, after that lane's last store.
         for lane, runner in zip(self._lanes, self._runners):
             lane.submit(runner.close)
-        copier = self._copier
+        copier, files = self._copier, self._files
 
         def finish() -> None:
-            # After every lane's last store: none copies any more.
+            # After every lane's last store: none copies or writes any more.
+            files.shutdown()
             if copier is not None:
                 copier.shutdown()
             if then is not None:
