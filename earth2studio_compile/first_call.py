@@ -7,7 +7,11 @@ fits (:mod:`earth2studio_compile.resident`), or else tries the candidates
 one :meth:`FirstCall._attempt`, the first candidate that takes the call becomes the
 region's executor, and with none the region falls back to eager. A later call its
 executor declines (an artifact built for other inputs) is handed over to the
-candidates again, as a recompile (:meth:`FirstCall._hand_over`).
+candidates again, as a recompile (:meth:`FirstCall._hand_over`). A first call on
+CUDA graphs that left new tensor state on the region's modules has that state
+copied out of the graph pool, and the next call compiles the region again without
+CUDA graphs (:meth:`FirstCall._leave_cudagraphs`,
+:mod:`earth2studio_compile.module_state`).
 :meth:`FirstCall.ahead` starts the first call before the workflow reaches the
 region, on a thread of its own, on made-up inputs shaped like the last first call's
 (:mod:`earth2studio_compile.artifacts.hints`).
@@ -30,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from loguru import logger
 
-from earth2studio_compile import resident
+from earth2studio_compile import module_state, resident
 from earth2studio_compile.artifacts import hints
 from earth2studio_compile.executors import (
     AotExecutor,
@@ -86,6 +90,9 @@ class FirstCall:
     #: that ran eager beside the first call ahead (:meth:`_beside_ahead`); None
     #: where the first call ahead recorded it too.
     _records_at: int | None = 2
+    #: What the last executor's first call on CUDA graphs reassigned on the
+    #: region's modules (:meth:`_attempt`); taken by :meth:`_leave_cudagraphs`.
+    _reassigned: list[module_state.HeldTensor] = []
 
     if TYPE_CHECKING:  # what the region (region.py) gives its first call
         module: torch.nn.Module
@@ -100,6 +107,8 @@ class FirstCall:
         hooks: Hooks
         _state: RegionState
         _executor: Executor | None
+        _held: module_state.HeldTensors | None
+        _pool_used: bool
         state: RegionState
 
         def _run(self, call: Call, laps: Laps | None = None) -> Any: ...
@@ -170,8 +179,12 @@ class FirstCall:
         self._executor = chosen
         self.report.mode = target.policy.label
         attempt = laps.child()
+        # A scan of the modules' tensors, cheap beside a first call.
+        before = module_state.HeldTensors(self.module) if chosen.cudagraphs else None
         out = self._run(call, attempt)
         synchronize(call.device)  # the first call's kernels count here
+        if before is not None:
+            self._reassigned = before.changed()
         attempt.lap("finish")
         laps.merge(attempt)
         return out
@@ -190,7 +203,43 @@ class FirstCall:
         self.state = RegionState.BUILDING if chosen.compiling else RegionState.COMPILED
         self.probe.cudagraphs = chosen.cudagraphs
         logger.trace(f"Compiled {r.label} ({chosen.name}, {r.mode}) in {seconds:.1f} s")
+        self._leave_cudagraphs()
         return out
+
+    def _leave_cudagraphs(self) -> None:
+        """After an executor's first call on CUDA graphs that reassigned tensors on
+        the region's modules (a recurrent state, ``self.h = h_next``): copy them
+        out of the graph pool, which the next replay overwrites, and drop the
+        executor; the next call compiles the region again without CUDA graphs
+        (:meth:`_without_cudagraphs`). Why not keep CUDA graphs and copy the state
+        after every replay: :mod:`earth2studio_compile.module_state`."""
+        changed, self._reassigned = self._reassigned, []
+        if not changed:
+            return
+        module_state.take_out(changed)
+        r = self.report
+        r.no_cudagraphs = f"its forward reassigns {module_state.describe(changed)}"
+        logger.info(
+            f"{r.label}: {r.no_cudagraphs}, a tensor kept on the module from call "
+            "to call, which CUDA graphs would overwrite at their next replay: "
+            "compiled again without CUDA graphs (Inductor's default mode) from "
+            "its next call"
+        )
+        # Nothing of the pool is left on its modules: only a later CUDA-graph
+        # executor's calls could put some there (the region takes those out).
+        self._held = module_state.HeldTensors(self.module)
+        self._pool_used = False
+        self._drop_executor()
+
+    def _without_cudagraphs(self, call: Call) -> Any:
+        """The call after :meth:`_leave_cudagraphs`: the candidates again, on a
+        target without CUDA graphs, as a recompile."""
+        why = f"without CUDA graphs: {self.report.no_cudagraphs}"
+
+        def account(chosen: Executor, out: Any, laps: Laps) -> Any:
+            return self._recompiled(chosen, out, laps, why)
+
+        return self._choose(call, Laps(), account)
 
     def _take_kept(self, call: Call) -> None:
         """Run code an earlier session compiled for this module, if it fits."""
@@ -228,8 +277,11 @@ class FirstCall:
         self._drop_executor()
         return self._choose(call, Laps(), self._recompiled)
 
-    def _recompiled(self, chosen: Executor, out: Any, laps: Laps) -> Any:
-        """Account for a later call that a newly chosen executor compiled."""
+    def _recompiled(
+        self, chosen: Executor, out: Any, laps: Laps, why: str | None = None
+    ) -> Any:
+        """Account for a later call that a newly chosen executor compiled: for
+        ``why``, or (None) for inputs its earlier code was not built for."""
         r = self.report
         seconds = laps.seconds
         r.recompiles += 1
@@ -240,10 +292,13 @@ class FirstCall:
         if chosen.not_compiled is not None:
             self._fall_back(chosen.not_compiled, cause=None, spent=seconds)
             return out
+        if why is None:
+            why = f"for inputs its earlier code was not built for: {r.declined[-1]}"
         logger.info(
-            f"{r.label} compiled again at step {r.calls} for inputs its earlier code "
-            f"was not built for ({chosen.name}, {seconds:.1f} s): {r.declined[-1]}"
+            f"{r.label} compiled again at step {r.calls} ({chosen.name}, "
+            f"{r.mode}, {seconds:.1f} s) {why}"
         )
+        self._leave_cudagraphs()
         return out
 
     # -- the first call, ahead of the workflow's ----------------------------------
@@ -393,6 +448,7 @@ def _target(region: FirstCall, device: torch.device) -> Target:
         opaque=bool(region.hooks.opaque),
         fp32_modules=region.spec.fp32_modules,
         unused_arguments=unused_arguments(region.spec, region.module),
+        without_cudagraphs=region.report.no_cudagraphs is not None,
         report=region.report,
         artifacts=region.artifacts,
     )

@@ -19,6 +19,11 @@ from earth2studio_compile import _torch
 # Modes whose Inductor settings turn CUDA graphs on. Their outputs live in memory the
 # next replay overwrites, which is why a session clones what leaves a compiled region.
 CUDAGRAPH_MODES = frozenset({"reduce-overhead", "max-autotune"})
+# Each of them without CUDA graphs (None: Inductor's default mode).
+WITHOUT_CUDAGRAPHS = {
+    "reduce-overhead": None,
+    "max-autotune": "max-autotune-no-cudagraphs",
+}
 
 
 def inductor_modes() -> list[str]:
@@ -225,6 +230,7 @@ class CompilePolicy:
         options: CompileOptions,
         device: torch.device,
         table: TableChoices | None = None,
+        without_cudagraphs: bool = False,
     ) -> CompilePolicy:
         """Resolve the policy for ``device``.
 
@@ -239,6 +245,12 @@ class CompilePolicy:
             ``mode=None`` means CUDA graphs on CUDA, and Inductor options (or a
             function of the device) used only when the user chose neither
             ``mode`` nor ``options``; by default CUDA graphs and no options
+        without_cudagraphs : bool, optional
+            No CUDA graphs whatever the user or the table chose: a CUDA-graph mode
+            becomes the same mode without them (``"reduce-overhead"``: Inductor's
+            default), ``triton.cudagraphs`` is turned off. For a region whose
+            modules keep tensor state on themselves (:mod:`earth2studio_compile.state`);
+            by default False
 
         Returns
         -------
@@ -257,6 +269,8 @@ class CompilePolicy:
             and table_cudagraphs
         ):
             mode = "reduce-overhead"
+        if without_cudagraphs and mode in WITHOUT_CUDAGRAPHS:
+            mode = WITHOUT_CUDAGRAPHS[mode]
         chosen: dict[str, Any] = {}
         if options.mode is None and not options.options and inductor:
             found = table_options(device) if callable(table_options) else table_options
@@ -270,6 +284,8 @@ class CompilePolicy:
             torch_mode = None
         if options.options:
             torch_options = dict(options.options)
+        if without_cudagraphs and (torch_options or {}).get("triton.cudagraphs"):
+            torch_options = {**(torch_options or {}), "triton.cudagraphs": False}
         extra = _autotune_extras(inductor, torch_mode, torch_options, device)
         if extra:
             torch_options = {

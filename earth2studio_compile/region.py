@@ -36,7 +36,14 @@ from typing import Any
 
 import torch
 
-from earth2studio_compile import _torch, accuracy, metrics, precision, resident
+from earth2studio_compile import (
+    _torch,
+    accuracy,
+    metrics,
+    module_state,
+    precision,
+    resident,
+)
 from earth2studio_compile._torch import tree_map
 from earth2studio_compile.executors import (
     RECOMPILE_LIMIT,
@@ -116,6 +123,10 @@ class CompiledRegion(FirstCall):
         self.padding = BatchPadding(self.spec.pad_batch)
         self.hooks = Hooks(module, report.label, self.spec, precision)
         report.opaque = len(self.hooks.opaque)
+        # The tensors its modules held before its first call, and whether a
+        # CUDA-graph executor has run a call since (module_state.py).
+        self._held: module_state.HeldTensors | None = None
+        self._pool_used = False
 
     @property
     def state(self) -> RegionState:
@@ -136,6 +147,7 @@ class CompiledRegion(FirstCall):
         session over it (:mod:`earth2studio_compile.resident`)."""
         self._join_ahead()
         self.hooks.restore(self)
+        self._off_the_pool()
         executor, r = self._executor, self.report
         if (
             executor is not None
@@ -200,6 +212,8 @@ class CompiledRegion(FirstCall):
             return self._eager(call)
         if self._state is RegionState.PENDING:
             return self._first(call)
+        if self._executor is None:  # its first call left CUDA graphs
+            return self._without_cudagraphs(call)
         n, kind = self.report.calls, None
         assert self._executor is not None
         if (
@@ -253,6 +267,9 @@ class CompiledRegion(FirstCall):
         inference = torch.is_inference_mode_enabled()
         staged = StagedCall(call.args, inference, pad_to, call.batch)
         recompiles, compiling = r.recompiles, executor.compiling
+        if self._held is None:  # before the first compiled call
+            self._held = module_state.HeldTensors(self.module)
+        self._pool_used |= executor.cudagraphs
         try:
             with no_grad_if_enabled(), precision.scope(self.precision, call.device):
                 if laps is not None:
@@ -318,6 +335,14 @@ class CompiledRegion(FirstCall):
         else:
             r.interrupted = f"at step {r.calls} ({interruption(err)})"
 
+    def _off_the_pool(self) -> None:
+        """Copy out of CUDA-graph memory what a CUDA-graph executor's calls left on
+        the region's modules (tensors reassigned since the first call), before an
+        eager call or the user reads them (:mod:`earth2studio_compile.module_state`)."""
+        if self._pool_used and self._held is not None:
+            module_state.take_out(self._held.changed())
+            self._held = module_state.HeldTensors(self.module)
+
     def _drop_executor(self) -> None:
         if self._executor is not None:
             self._executor.release()
@@ -328,6 +353,8 @@ class CompiledRegion(FirstCall):
     def _recover(self, err: Exception, call: Call, seconds: float) -> Any:
         # Re-run eagerly first: if eager fails too, the input or the model is at
         # fault, not the compiler, and the caller gets the eager error unchanged.
+        # The eager call reads the modules' own memory, not a CUDA graph's.
+        self._off_the_pool()
         out = self._eager(call)
         spent = None
         if self._state is RegionState.PENDING or _torch.is_recompile_limit_hit(err):

@@ -126,6 +126,10 @@ class RegionReport:
         in this process (first call 31.2 s), session 3"``: nothing was compiled,
         recorded, probed or checked again, and the speed and accuracy figures are
         those measured then
+    no_cudagraphs : str | None
+        Why the region compiled without the CUDA graphs its mode asked for: its
+        modules reassign tensor state in their forward, which the next replay
+        would overwrite (:mod:`earth2studio_compile.module_state`); None otherwise
     background : str | None
         The region's background build
         (:mod:`earth2studio_compile.executors.background`), in words: still
@@ -163,6 +167,7 @@ class RegionReport:
     declined: list[str] = field(default_factory=list)
     interrupted: str | None = None
     reused: str | None = None
+    no_cudagraphs: str | None = None
     background: str | None = None
 
     #: Phases that are a first call's cost of compiling.
@@ -374,6 +379,8 @@ class CompileReport:
                     text += f", {r.padded_calls} padded batch(es)"
                 if r.cudagraph_skips:
                     text += ", CUDA graphs skipped"
+                if r.no_cudagraphs:
+                    text += f", no CUDA graphs ({r.no_cudagraphs})"
                 text += r.precision_text
                 text += "".join(
                     f", {d.replace(': ', ' not used: ', 1)}"

@@ -54,6 +54,7 @@ CARRIED = (
     "eager_range",
     "slower",
     "precision_error",
+    "no_cudagraphs",
 )
 #: Of those, the speed probe's: not shown in a session that turned the probe off.
 SPEED = ("compiled_ms", "eager_ms", "compiled_range", "eager_range", "slower")

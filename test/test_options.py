@@ -122,6 +122,25 @@ def test_table_can_turn_default_cuda_graphs_off_but_not_the_users_mode():
     assert chosen.cudagraphs
 
 
+def test_a_region_keeping_tensor_state_gets_no_cuda_graphs_whatever_was_asked():
+    cuda = torch.device("cuda")
+    for options, label in [
+        (CompileOptions(), "inductor/default"),
+        (CompileOptions(mode="reduce-overhead"), "inductor/default"),
+        (CompileOptions(mode="max-autotune"), "inductor/max-autotune-no-cudagraphs"),
+    ]:
+        chosen = CompilePolicy.resolve(options, cuda, without_cudagraphs=True)
+        assert not chosen.cudagraphs and chosen.mode != "reduce-overhead", options
+        assert not (chosen.options or {}).get("triton.cudagraphs"), chosen.options
+        assert chosen.label.split("+")[0] == label
+    asked = CompileOptions(options={"triton.cudagraphs": True, "max_autotune": False})
+    chosen = CompilePolicy.resolve(asked, cuda, without_cudagraphs=True)
+    assert not chosen.cudagraphs and chosen.options == {
+        "triton.cudagraphs": False,
+        "max_autotune": False,
+    }
+
+
 def test_session_checks_options_and_regions():
     model = torch.nn.Linear(2, 2)
     with pytest.raises(ValueError):

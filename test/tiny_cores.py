@@ -126,3 +126,38 @@ class SteppedCore(torch.nn.Module):
 
     def forward(self, x: torch.Tensor, step: int) -> torch.Tensor:
         return self.lin(x) * (step + 1 if self.uses_step else 1)
+
+
+class RecurrentCell(torch.nn.Module):
+    """Keeps its state on itself, as physicsnemo's ConvGRUBlock does: a
+    ``(1, 1, 1, 1)`` placeholder until a call of another shape makes a zero state
+    of the input's shape, then ``self.h = h_next`` at every call (``update``
+    False: only the placeholder is replaced, at a call of a new shape)."""
+
+    def __init__(self, channels: int, update: bool = True) -> None:
+        super().__init__()
+        self.gate = torch.nn.Conv2d(2 * channels, channels, 1)
+        self.update = update
+        self.h = torch.zeros(1, 1, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape != self.h.shape:
+            self.h = torch.zeros_like(x)
+        z = torch.sigmoid(self.gate(torch.cat([x, self.h], dim=1)))
+        h_next = (1 - z) * self.h + z * torch.tanh(x)
+        if self.update:
+            self.h = h_next
+        return x + h_next
+
+
+class RecurrentCore(torch.nn.Module):
+    """A convolution, then a :class:`RecurrentCell`: a region whose module keeps
+    tensor state on a submodule from call to call."""
+
+    def __init__(self, channels: int = 4, update: bool = True) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(channels, channels, 3, padding=1)
+        self.cell = RecurrentCell(channels, update)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.cell(self.conv(x))

@@ -56,9 +56,11 @@ from earth2studio_compile._torch.inductor import (
 from earth2studio_compile._torch.modules import (
     MODULE_SLOT,
     call_module,
+    held_tensors,
     is_optimized_module,
     real_tensors,
     reparametrized,
+    set_held_tensor,
     storage_shared,
     tensor_version,
 )
@@ -105,6 +107,7 @@ __all__ = [
     "fp32_flags",
     "fp32_math",
     "fx_cache_counts",
+    "held_tensors",
     "inductor_cache_dir",
     "inductor_modes",
     "inductor_options",
@@ -120,6 +123,7 @@ __all__ = [
     "real_tensors",
     "recompile_limit",
     "reparametrized",
+    "set_held_tensor",
     "storage_shared",
     "stored_fp32_flags",
     "tensor_version",

@@ -98,3 +98,47 @@ def reparametrized(
     from torch.nn.utils.stateless import _reparametrize_module
 
     return _reparametrize_module(module, state)
+
+
+def held_tensors(module: torch.nn.Module) -> list[tuple[torch.nn.Module, str, Any]]:
+    """Every tensor ``module``'s tree holds besides its parameters: its buffers and
+    plain tensor attributes (set by ``self.name = tensor`` in a forward).
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The root of the tree (each submodule once)
+
+    Returns
+    -------
+    list[tuple[torch.nn.Module, str, Any]]
+        ``(submodule, name, tensor)`` for each
+    """
+    held: list[tuple[torch.nn.Module, str, Any]] = []
+    for m in module.modules():
+        held.extend((m, n, t) for n, t in m._buffers.items() if t is not None)
+        held.extend(
+            (m, n, v)
+            for n, v in vars(m).items()
+            if isinstance(v, torch.Tensor) and not isinstance(v, torch.nn.Parameter)
+        )
+    return held
+
+
+def set_held_tensor(module: torch.nn.Module, name: str, tensor: torch.Tensor) -> None:
+    """Put ``tensor`` where ``module`` holds ``name``: its buffers, or its
+    ``__dict__`` for a plain attribute (no hook, no new buffer).
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The submodule
+    name : str
+        The buffer's or attribute's name
+    tensor : torch.Tensor
+        What it holds from now on
+    """
+    if name in module._buffers:
+        module._buffers[name] = tensor
+    else:
+        vars(module)[name] = tensor

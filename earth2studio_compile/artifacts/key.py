@@ -86,6 +86,7 @@ class RegionTarget:
         opaque: bool = False,
         fp32_modules: Sequence[str] = (),
         unused_arguments: Sequence[str] = (),
+        without_cudagraphs: bool = False,
         **more: Any,
     ) -> T:
         """The target with its policy resolved for ``device``
@@ -100,6 +101,9 @@ class RegionTarget:
             The user's options, resolved with ``table`` into the ``policy``
         table : TableChoices | None, optional
             The model table's choices for the model
+        without_cudagraphs : bool, optional
+            A policy without CUDA graphs whatever ``options`` and ``table`` chose
+            (:meth:`CompilePolicy.resolve`), by default False
         **more : Any
             A subclass's own fields
 
@@ -108,7 +112,9 @@ class RegionTarget:
         T
             The target
         """
-        policy = CompilePolicy.resolve(options or CompileOptions(), device, table)
+        policy = CompilePolicy.resolve(
+            options or CompileOptions(), device, table, without_cudagraphs
+        )
         return cls(
             module=module,
             owner=owner,
