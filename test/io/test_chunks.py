@@ -292,9 +292,7 @@ def test_a_local_directory_is_left_to_zarr_where_zarr_might_store_otherwise(
         "compressed": {},
         "v2": {"zarr_format": 2, "compressors": None},
     }.get(case, {"compressors": None})
-    store = (
-        MemoryStore() if case == "in-memory" else _local(tmp_path / "s", **create)
-    )
+    store = MemoryStore() if case == "in-memory" else _local(tmp_path / "s", **create)
     if case == "in-memory":
         zarr.create_array(store, name="t2m", shape=SHAPE, chunks=CHUNKS, dtype="f4")
     if case == "read-only":
