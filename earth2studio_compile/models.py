@@ -224,14 +224,16 @@ _AURORA = ModelSpec(
     "lead-time embedding (a data-dependent range check) and the Perceiver "
     "encoder/decoder (they take a Batch dataclass) stay eager",
 )
-# No exclude: earth2grid's CUDA padding (HEALPixPaddingv2, used where CUDA is
-# available) is torch.library.custom_op "earth2grid::healpixpad_fprop" with a
-# registered fake kernel (earth2grid/healpix/_padding/cuda.py at 11dcf1b), launched
-# on the current stream into a torch::empty output: Dynamo traces it without a
-# break and CUDA graphs can capture it. Excluding it split the atmosphere into
-# about 44 small regions on a CUDA machine. The atmosphere decoder's ConvGRU
-# blocks keep their state on the module (self.h = h_next): the region notices at
-# its first call and runs without CUDA graphs (module_state.py).
+# earth2grid's CUDA padding (HEALPixPaddingv2, used where CUDA is available) is a
+# torch.library.custom_op with a registered fake kernel (earth2grid 11dcf1b), but
+# physicsnemo's forward around it breaks the graph on CUDA (likely its
+# torch.cuda.nvtx range push/pop): without the exclude, each HEALPixLayer resumed
+# as a frame of its own per level's size and every region hit Dynamo's recompile
+# limit and fell back (H100, torch 2.11, 2026-11-27). Excluded, the atmosphere
+# splits into about 44 regions on CUDA (4 on a CPU, where physicsnemo pads in
+# plain torch). The atmosphere decoder's ConvGRU blocks keep their state on the
+# module (self.h = h_next): their region notices at its first call and runs
+# without CUDA graphs (module_state.py).
 _DLESYM = ModelSpec(
     regions=(
         "atmos_model.encoder",
@@ -239,9 +241,10 @@ _DLESYM = ModelSpec(
         "ocean_model.encoder",
         "ocean_model.decoder",
     ),
+    exclude=("HEALPixPaddingv2",),
     note="physicsnemo HEALPixRecUNet encoders/decoders; dim 0 is batch x 12 faces, "
-    "so no batch padding; the atmosphere decoder's ConvGRU state, kept on the "
-    "module, runs it without CUDA graphs",
+    "so no batch padding; the ConvGRU blocks keep their state on the module, "
+    "so their regions run without CUDA graphs",
 )
 _AURORA_ENSEMBLE = ModelSpec(
     reason="stochastic ensemble whose noise may be drawn inside the backbone: "

@@ -106,6 +106,11 @@ _RUNS_THIRTEENTH = tuple(
         "dlwp-ens-gil-6df4b35.json",
     )
 )
+_FOURTEENTH = "2026-11-27-h100-fourteenth/"
+_RUNS_FOURTEENTH = tuple(
+    _FOURTEENTH + f
+    for f in ("fcn-ens-overlapped-47d9ebc.json", "fcn-ens-async-zarr-47d9ebc.json")
+)
 MODELS = "docs/models.md"
 FIGURES: tuple[Figure, ...] = (
     Figure(
@@ -340,5 +345,9 @@ FIGURES: tuple[Figure, ...] = (
     Figure("ensembles-h100-thirteenth", PERF, _RUNS_THIRTEENTH, workflow),
     Figure(
         "ensembles-h100-thirteenth-first", PERF, _RUNS_THIRTEENTH, workflow_first_steps
+    ),
+    Figure("ensembles-h100-fourteenth", PERF, _RUNS_FOURTEENTH, workflow),
+    Figure(
+        "ensembles-h100-fourteenth-first", PERF, _RUNS_FOURTEENTH, workflow_first_steps
     ),
 )

@@ -169,17 +169,18 @@ def _cuda_padding() -> bool:
 @pytest.mark.published
 def test_published_dlesym_on_the_gpu_matches_eager(logs, strict_fp32, record_property):
     """nside 64, the authors' widths, built on a CUDA machine (so the atmosphere
-    pads with earth2grid's CUDA kernel, a custom op traced into the graphs), two
-    96-hour steps with every output held: the four regions compiled, one graph
-    each, no break, no skipped CUDA graph, no WARNING.
+    pads with earth2grid's CUDA kernel, which the table's ``exclude`` keeps
+    eager: inside a region it broke the graph and every region fell back after
+    Dynamo's recompile limit), two 96-hour steps with every output held: each
+    region compiled, one graph each, no break, no skipped CUDA graph, no WARNING.
 
     The ConvGRU state is assigned to the module at every decoder call, not
     returned: CUDA graphs, which reuse their output memory, would overwrite it at
     the next replay (they did: an "overwritten by a subsequent run" error at the
-    decoder's second call, which the eager fallback raised too). The atmosphere
-    decoder's first call notices and it compiles again without CUDA graphs (its
-    one recompile); the others keep them. Needs an earth2grid built on a CUDA
-    machine (``.ci/build-earth2grid.sh`` there)."""
+    decoder's second call, which the eager fallback raised too). A region holding
+    a ConvGRUBlock notices at its first call and compiles again without CUDA
+    graphs (its one recompile); the others keep them. Needs an earth2grid built
+    on a CUDA machine (``.ci/build-earth2grid.sh`` there)."""
     if not _cuda_padding():
         pytest.skip("earth2grid was built without its CUDA padding (on a CPU)")
     model = zoo.build("dlesym", size="full")
@@ -188,7 +189,11 @@ def test_published_dlesym_on_the_gpu_matches_eager(logs, strict_fp32, record_pro
     record_property("rel_l2", worst)
     record_property("summary", report.summary())
     regions = {r.region: r for r in report.regions}
-    assert sorted(regions) == REGIONS, report.summary()
+    for path in regions:
+        # The table splits regions around HEALPixPaddingv2 (its `exclude`): a
+        # region is one of the four or a subtree of one.
+        assert any(path == r or path.startswith(r + ".") for r in REGIONS), path
+    assert any(_recompiles(model, path) for path in regions), report.summary()
     for path, region in regions.items():
         counts = (region.graphs, region.graph_breaks, region.recompiles)
         assert counts == (1, 0, _recompiles(model, path)), (path, counts)
@@ -197,7 +202,6 @@ def test_published_dlesym_on_the_gpu_matches_eager(logs, strict_fp32, record_pro
         mode = "inductor/default" if stateful else "inductor/reduce-overhead"
         assert region.mode == mode, (path, region.mode)
         assert region.cudagraph_skips == 0, report.summary()
-    assert "recurrent.h" in regions["atmos_model.decoder"].no_cudagraphs
     assert not messages(logs, "WARNING"), messages(logs, "WARNING")
     # No module keeps memory of a CUDA graph (the eager rollout after the session
     # read the states; reading one now would raise if a replay had taken it).
