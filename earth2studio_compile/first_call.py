@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor as Pool
 from concurrent.futures import Future, wait
 from contextlib import nullcontext
@@ -92,7 +92,8 @@ class FirstCall:
     _records_at: int | None = 2
     #: What the last executor's first call on CUDA graphs reassigned on the
     #: region's modules (:meth:`_attempt`); taken by :meth:`_leave_cudagraphs`.
-    _reassigned: list[module_state.HeldTensor] = []
+    #: A tuple: a class attribute shared by every region until one sets its own.
+    _reassigned: Sequence[module_state.HeldTensor] = ()
 
     if TYPE_CHECKING:  # what the region (region.py) gives its first call
         module: torch.nn.Module
@@ -213,7 +214,7 @@ class FirstCall:
         executor; the next call compiles the region again without CUDA graphs
         (:meth:`_without_cudagraphs`). Why not keep CUDA graphs and copy the state
         after every replay: :mod:`earth2studio_compile.module_state`."""
-        changed, self._reassigned = self._reassigned, []
+        changed, self._reassigned = self._reassigned, ()
         if not changed:
             return
         module_state.take_out(changed)

@@ -26,7 +26,7 @@ eager call and the user's later use read the module's own memory.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -96,7 +96,7 @@ class HeldTensors:
         return out
 
 
-def take_out(changed: list[HeldTensor]) -> None:
+def take_out(changed: Sequence[HeldTensor]) -> None:
     """Replace each tensor with a clone of its own memory (as an inference tensor
     where it was one, so compiled code's guards see the kind they saw).
 
@@ -105,7 +105,7 @@ def take_out(changed: list[HeldTensor]) -> None:
 
     Parameters
     ----------
-    changed : list[HeldTensor]
+    changed : Sequence[HeldTensor]
         What :meth:`HeldTensors.changed` found
     """
     for held in changed:
@@ -119,12 +119,12 @@ def take_out(changed: list[HeldTensor]) -> None:
         _torch.set_held_tensor(held.module, held.name, copy)
 
 
-def describe(changed: list[HeldTensor], limit: int = 3) -> str:
+def describe(changed: Sequence[HeldTensor], limit: int = 3) -> str:
     """The reassigned attributes in words, e.g. ``decoder.0.recurrent.h``.
 
     Parameters
     ----------
-    changed : list[HeldTensor]
+    changed : Sequence[HeldTensor]
         What :meth:`HeldTensors.changed` found
     limit : int, optional
         Paths named before "and N more", by default 3
