@@ -16,14 +16,14 @@ import torch
 
 from earth2studio_compile import _torch
 
-# Modes whose Inductor settings turn CUDA graphs on. Their outputs live in memory the
-# next replay overwrites, which is why a session clones what leaves a compiled region.
-CUDAGRAPH_MODES = frozenset({"reduce-overhead", "max-autotune"})
-# Each of them without CUDA graphs (None: Inductor's default mode).
+# Modes whose Inductor settings turn CUDA graphs on, each with the same mode without
+# them (None: Inductor's default mode). Their outputs live in memory the next replay
+# overwrites, which is why a session clones what leaves a compiled region.
 WITHOUT_CUDAGRAPHS = {
     "reduce-overhead": None,
     "max-autotune": "max-autotune-no-cudagraphs",
 }
+CUDAGRAPH_MODES = frozenset(WITHOUT_CUDAGRAPHS)
 
 
 def inductor_modes() -> list[str]:
@@ -249,8 +249,8 @@ class CompilePolicy:
             No CUDA graphs whatever the user or the table chose: a CUDA-graph mode
             becomes the same mode without them (``"reduce-overhead"``: Inductor's
             default), ``triton.cudagraphs`` is turned off. For a region whose
-            modules keep tensor state on themselves (:mod:`earth2studio_compile.state`);
-            by default False
+            modules keep tensor state on themselves
+            (:mod:`earth2studio_compile.module_state`); by default False
 
         Returns
         -------

@@ -222,7 +222,6 @@ def _local_put(array: Any) -> Callable[[tuple[slice, ...], np.ndarray], None] | 
     :func:`store_local`), or None unless the array is bytes-codec-only in an open,
     writable ``LocalStore`` (exactly that class: a subclass may store otherwise)."""
     try:
-        from zarr.buffer import default_buffer_prototype
         from zarr.codecs import BytesCodec
         from zarr.core.codec_pipeline import BatchedCodecPipeline
         from zarr.storage import LocalStore
@@ -241,17 +240,14 @@ def _local_put(array: Any) -> Callable[[tuple[slice, ...], np.ndarray], None] | 
         or type(pipeline.array_bytes_codec) is not BytesCodec
     ):
         return None
-    metadata, config, codec = array.metadata, array.config, pipeline.array_bytes_codec
-    prototype, chunks = default_buffer_prototype(), tuple(array.chunks)
+    codec = pipeline.array_bytes_codec
 
     def put(outer: tuple[slice, ...], piece: np.ndarray) -> None:
-        coords = tuple(s.start // c for s, c in zip(outer, chunks))
-        spec = metadata.get_chunk_spec(coords, config, prototype)
-        chunk = prototype.nd_buffer.from_ndarray_like(cast(Any, piece))
-        key = (array.store_path / metadata.encode_chunk_key(coords)).path
+        key, chunk, spec = _chunk(array, outer, piece)
         # The bytes codec returns a buffer for every chunk (None is for codecs that
         # drop one).
-        _put(store.root / key, cast(Any, codec._encode_sync(chunk, spec)))
+        path = store.root / (array.store_path / key).path
+        _put(path, cast(Any, codec._encode_sync(chunk, spec)))
 
     return put
 
@@ -284,6 +280,18 @@ async def _set_chunk(array: Any, outer: tuple[slice, ...], piece: np.ndarray) ->
     (``write_empty_chunks=True``): what Zarr's ``setitem`` does for such a chunk
     (Zarr 3.1's ``_set_selection`` and codec pipeline ``write``), without the rest.
     The same key and bytes (tested against ``setitem``, Zarr formats 2 and 3)."""
+    key, chunk, spec = _chunk(array, outer, piece)
+    (encoded,) = await array.codec_pipeline.encode([(chunk, spec)])
+    if encoded is None:  # a codec that drops it: leave that to Zarr's own path
+        await array.setitem(outer, piece)
+        return
+    await (array.store_path / key).set(encoded)
+
+
+def _chunk(array: Any, outer: tuple[slice, ...], piece: np.ndarray) -> tuple[Any, ...]:
+    """What Zarr's ``setitem`` encodes and stores for the whole chunk ``piece`` at
+    ``outer``: its key under the array's path, the chunk as Zarr's buffer, and the
+    chunk's spec (for :func:`_set_chunk` and :func:`store_local`)."""
     from zarr.buffer import default_buffer_prototype
 
     metadata = array.metadata
@@ -294,8 +302,4 @@ async def _set_chunk(array: Any, outer: tuple[slice, ...], piece: np.ndarray) ->
     prototype = default_buffer_prototype()
     spec = metadata.get_chunk_spec(coords, config, prototype)
     chunk = prototype.nd_buffer.from_ndarray_like(cast(Any, piece))
-    (encoded,) = await array.codec_pipeline.encode([(chunk, spec)])
-    if encoded is None:  # a codec that drops it: leave that to Zarr's own path
-        await array.setitem(outer, piece)
-        return
-    await (array.store_path / metadata.encode_chunk_key(coords)).set(encoded)
+    return metadata.encode_chunk_key(coords), chunk, spec

@@ -64,11 +64,11 @@ _PREFIX = "OverlappedIO"
 _serial = itertools.count()
 #: Threads that write a store's files (Zarr's local store hands each chunk to its
 #: event loop's executor; chunks.store_local to one pool), shared out over the
-#: lanes, unless Zarr's own
-#: ``threading.max_workers`` says. On the H100 host, FCN ensemble steps (9.5 GB)
-#: were stored in 1.7-1.9 s with 8 (4 lanes x 2, 8 x 1) and 2.6-3.6 s with each
-#: lane loop's default executor (20 threads): more threads taking turns at the GIL,
-#: not more writing (docs/bench/2026-11-26-h100-fourth/writes-*.json).
+#: lanes, unless Zarr's own ``threading.max_workers`` says. On the H100 host, FCN
+#: ensemble steps (9.5 GB) were stored in 1.7-1.9 s with 8 (4 lanes x 2, 8 x 1) and
+#: 2.6-3.6 s with each lane loop's default executor (20 threads): more threads
+#: taking turns at the GIL, not more writing
+#: (docs/bench/2026-11-26-h100-fourth/writes-*.json).
 FILE_THREADS = 8
 
 
