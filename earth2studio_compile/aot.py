@@ -23,6 +23,7 @@ from loguru import logger
 
 from earth2studio_compile import precision as _precision
 from earth2studio_compile._torch import MODULE_SLOT, tree_map
+from earth2studio_compile.artifacts import verified
 from earth2studio_compile.artifacts.aot_build import build_region, detached
 from earth2studio_compile.artifacts.aot_load import AotRunner, load_runner
 from earth2studio_compile.artifacts.key import RegionTarget
@@ -61,6 +62,9 @@ class Built:
         Wall time of the build (0 unless built)
     reason : str | None
         Why it was skipped or failed
+    verified : bool
+        The artifact gave eager's answer here and its seal is recorded: a
+        forecast's first call runs no eager call beside it
     """
 
     label: str
@@ -68,6 +72,7 @@ class Built:
     status: str
     seconds: float = 0.0
     reason: str | None = None
+    verified: bool = False
 
 
 def capture_calls(
@@ -216,7 +221,7 @@ def build(
         if not force:
             runner = load_runner(target, args, kwargs)
             if isinstance(runner, AotRunner):
-                out.append(Built(label, runner.path, "present"))
+                out.append(_sealed(Built(label, runner.path, "present"), target, calls))
                 continue
         start = time.perf_counter()
         try:
@@ -225,5 +230,22 @@ def build(
             logger.warning(f"Could not build {label} ahead of time: {err}")
             out.append(Built(label, None, "failed", reason=str(err)))
             continue
-        out.append(Built(label, built, "built", time.perf_counter() - start))
+        done = Built(label, built, "built", time.perf_counter() - start)
+        out.append(_sealed(done, target, calls))
     return out
+
+
+def _sealed(
+    built: Built,
+    target: RegionTarget,
+    calls: dict[int, tuple[tuple[Any, ...], dict[str, Any]]],
+) -> Built:
+    """``built``, its artifact verified against eager on the captured call and
+    sealed (:func:`~earth2studio_compile.artifacts.verified.seal_built`): the
+    forecast's first call then skips its own eager call."""
+    args, kwargs = calls[id(target.module)]
+    why = verified.seal_built(target, args, kwargs, root=None)
+    built.verified = why is None
+    if why is not None:
+        logger.info(f"{built.label}: not verified against eager here ({why})")
+    return built

@@ -26,7 +26,6 @@ from loguru import logger
 from earth2studio_compile.artifacts import verified
 from earth2studio_compile.artifacts.aot_build import build_region
 from earth2studio_compile.artifacts.aot_key import aot_root
-from earth2studio_compile.artifacts.aot_load import load_runner
 from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.artifacts.store import file_lock
 from earth2studio_compile.precision import tf32_enabled
@@ -37,7 +36,6 @@ __all__ = [
     "build_job",
     "lock_path",
     "main",
-    "seal_built",
     "slot_path",
 ]
 
@@ -121,7 +119,7 @@ def build_job(directory: Path) -> bool:
                     target, payload["args"], payload["kwargs"], root=payload["root"]
                 )
                 result = {"ok": True, "path": str(path)}
-                result["sealed"] = seal_built(
+                result["sealed"] = verified.seal_built(
                     target, payload["args"], payload["kwargs"], payload["root"]
                 )
             finally:
@@ -137,51 +135,6 @@ def build_job(directory: Path) -> bool:
         result["seconds"] = time.perf_counter() - start_time
         (directory / RESULT).write_text(json.dumps(result))
     return bool(result.get("ok"))
-
-
-def seal_built(
-    target: RegionTarget,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    root: Path | None,
-) -> str | None:
-    """Verify the artifact just built against eager on the forecast's first-call
-    inputs, here, and record its seal (:mod:`.verified`) if it gives eager's
-    answer: the forecast's next process then loads it without an eager call of
-    its own beside its first step (0.46 s of FCN's on an H100, 2026-11-26).
-
-    Only for a region without a precision of its own: its calls run as this
-    process's global flags (the forecast's) say.
-
-    Parameters
-    ----------
-    target : RegionTarget
-        The region the artifact was built for (its module: the job's copy)
-    args : tuple[Any, ...]
-        The forecast's first-call positional arguments
-    kwargs : dict[str, Any]
-        Its keyword arguments
-    root : Path | None
-        Cache root
-
-    Returns
-    -------
-    str | None
-        Why it was not sealed; None when it was
-    """
-    if target.precision is not None:
-        return f"a region of precision {target.precision}: its first call verifies"
-    try:
-        runner = load_runner(target, args, kwargs, cudagraphs=False, root=root)
-        if isinstance(runner, str):
-            return runner
-        with torch.no_grad():
-            out = runner(*args, **kwargs)
-            return verified.against_eager(
-                runner, target.module, args, kwargs, out, target.precision
-            )
-    except Exception as err:  # the forecast's first call verifies instead
-        return f"{type(err).__name__}: {err}"
 
 
 if __name__ == "__main__":

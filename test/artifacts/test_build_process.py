@@ -110,7 +110,7 @@ def test_the_builds_of_one_cache_compile_one_at_a_time(tmp_path, monkeypatch):
         return directory / key
 
     monkeypatch.setattr(build_process, "build_region", build_region)
-    monkeypatch.setattr(build_process, "seal_built", lambda *args: None)
+    monkeypatch.setattr(verified, "seal_built", lambda *args: None)
     other = file_lock(build_process.slot_path(directory))
     other.acquire()
     thread = threading.Thread(target=build_process.build_job, args=(job,))
@@ -146,7 +146,8 @@ def test_a_built_artifact_that_gives_eager_s_answer_is_sealed_for_its_weights(
     """The build process verifies what it built against eager on the forecast's
     first-call inputs and records the seal of the job's weights: the forecast's
     next process loads it without an eager call. An artifact that gives another
-    answer, or a region with a precision of its own, is not sealed."""
+    answer, or a bf16 region holding submodules in fp32 (the session holds them),
+    is not sealed."""
     target, args = _target(), (torch.randn(4, 8),)
     key, _ = target.aot_key(args, {})
     job, root = tmp_path / "job", tmp_path / "cache"
@@ -161,7 +162,7 @@ def test_a_built_artifact_that_gives_eager_s_answer_is_sealed_for_its_weights(
 
     (artifact / verified.FILE).unlink()
     monkeypatch.setattr(verified, "verify", lambda *a: "another answer")
-    assert build_process.seal_built(target, args, {}, root) == "another answer"
+    assert verified.seal_built(target, args, {}, root) == "another answer"
     assert not (artifact / verified.FILE).exists()
     monkeypatch.undo()
     own = RegionTarget.resolve(
@@ -170,6 +171,7 @@ def test_a_built_artifact_that_gives_eager_s_answer_is_sealed_for_its_weights(
         region="core",
         device=torch.device("cpu"),
         precision="bf16",
+        fp32_modules=("Linear",),
     )
-    assert "precision bf16" in build_process.seal_built(own, args, {}, root)
+    assert "fp32" in verified.seal_built(own, args, {}, root)
     assert not (artifact / verified.FILE).exists()

@@ -11,7 +11,9 @@ def test_cli_finds_the_artifact(built, monkeypatch, capsys):
         ["fcn", "--size", "small", "--device", "cpu", "--precision", "fp32"]
     )
     assert code == 0
-    assert f"present: {built.result.path}" in capsys.readouterr().out
+    assert f"present, verified against eager: {built.result.path}" in (
+        capsys.readouterr().out
+    )
 
 
 def test_cli_passes_inductor_options_and_refuses_what_is_not_an_object(
