@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The fifteenth session's device calls after its first four (which ran the
+# fourteenth session's list: build fcn + spy, rows async-zarr, dlesym, the GPU
+# suite). One phase per device call, chained on one warm machine (/tmp stays
+# between calls while it is held; idle release 30 s; give the machine back after
+# the last call). Every call first installs the wheels:
+#   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+#     --upgrade --target /tmp/site .whl/*.whl [.whl-models/*.whl] [.whl-dlesym/*.whl]
+#   export PYTHONPATH=/tmp/site:$PWD/.shim:$PWD PYTHONUNBUFFERED=1
+# carry [".whl", ".shim"], plus ".whl-dlesym" and ".whl-models" for dlesym.
+#
+#   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" build        # ~380 s
+#   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" rows fcn     # ~400 s
+#   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" rows dlwp    # ~300 s
+#   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" dlesym       # ~450 s
+#
+# build: tools.build for the FCN (batch 4) and DLWP (batch 8) ensembles into
+#   /tmp/built-MODEL; since 8c2cb5c the build verifies each artifact against eager
+#   and seals it, so the warm rows' first call runs no eager call beside it.
+# rows fcn: the FCN ensemble on disk, upstream eager on ZarrBackend, eager +
+#   OverlappedIO and compile=True + OverlappedIO in two fresh processes each, the
+#   floors (the thirteenth next_calls.sh's `rows overlapped`).
+# rows dlwp: the DLWP ensemble in memory (issue 34's first target), upstream eager
+#   on ZarrBackend and through OverlappedIO, compile=True, warm, two each.
+# dlesym: earth2grid built from third_party/, then dlesym_probe.py: the table's
+#   DLESyM entry against opaque paddings and against physicsnemo's pads without
+#   their nvtx ranges (the suspected break), with Dynamo's graph-break and
+#   recompile reasons (the published GPU test failed at dd5f796: ocean regions fell back at a
+#   recompile storm, the atmosphere's ~44 tiny regions ran slower than eager).
+set -uo pipefail
+out="$1"
+phase="$2"
+here=docs/bench/2026-11-27-h100-fifteenth
+bench="python3 -m earth2studio_compile.tools.bench workflow"
+case "$phase" in
+  build)
+    bash docs/bench/2026-11-27-h100-twelfth/next_calls.sh "$out" build fcn
+    bash docs/bench/2026-11-27-h100-twelfth/next_calls.sh "$out" build dlwp
+    grep -h "verified" "$out"/build-*.log
+    ;;
+  rows)
+    case "${3:-fcn}" in
+      fcn) bash docs/bench/2026-11-27-h100-thirteenth/next_calls.sh "$out" rows overlapped ;;
+      dlwp)
+        $bench --jobs dlwp-ens --io overlapped-memory --ways warm --fresh-repeats 2 \
+          --cache-from /tmp/built-dlwp --deadline 540 \
+          --json "$out/dlwp-ens.json" --workdir /tmp/wf >"$out/dlwp-ens.log" 2>&1
+        sed -n '/Whole call/,/^$/p' "$out/dlwp-ens.log" | tail -8
+        ;;
+      *) echo "rows: fcn or dlwp" >&2; exit 2 ;;
+    esac
+    ;;
+  dlesym)
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+      --target /tmp/site .whl-dlesym/*.whl
+    start=$(date +%s)
+    TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 bash .ci/build-earth2grid.sh /tmp/e2g-whl \
+      >"$out/earth2grid-build.log" 2>&1
+    echo "earth2grid built: exit $? in $(($(date +%s) - start)) s"
+    # The wheel's name has a "+": it does not come back as a file of its own.
+    tar -C /tmp/e2g-whl -cf "$out/earth2grid-whl.tar" .
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+      /tmp/e2g-whl/*.whl
+    timeout 420 python3 "$here/dlesym_probe.py" "$out" --deadline 300 \
+      --variants no_nvtx,opaque_both,table,opaque_v2,no_exclude 2>&1 | grep -v DEBUG | tail -30
+    ;;
+  *) echo "phase: build, rows or dlesym" >&2; exit 2 ;;
+esac
