@@ -29,8 +29,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import threading
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Executor, wait
+from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
@@ -178,7 +181,11 @@ def store_local(
     to an executor. Through those (their Python per chunk taking turns at the GIL),
     FCN's ensemble steps were stored at 4.1-4.3 GB/s from 8 threads, with the codec
     called synchronously too; the same files written by hand at 7.0 (H100 host,
-    2026-11-27, docs/bench/2026-11-27-h100-fourteenth).
+    2026-11-27, docs/bench/2026-11-27-h100-fourteenth). A chunk's directory is made
+    once per store, not for every chunk as that file step does (its ``Path.mkdir``,
+    a syscall and a FileExistsError raised and caught, was 29% of each writer
+    thread's time in a py-spy profile of a forecast on the H100 host), and made
+    again where it was removed.
 
     Parameters
     ----------
@@ -224,10 +231,12 @@ def _local_put(array: Any) -> Callable[[tuple[slice, ...], np.ndarray], None] | 
     try:
         from zarr.codecs import BytesCodec
         from zarr.core.codec_pipeline import BatchedCodecPipeline
-        from zarr.storage import LocalStore
+        from zarr.storage import LocalStore, _local
         from zarr.storage._local import _put
     except ImportError:  # another Zarr: its async path
         return None
+    # A Zarr without it: its whole file step, a mkdir per chunk.
+    atomic_write = getattr(_local, "_atomic_write", None)
     store = array.store_path.store
     pipeline = array.codec_pipeline
     if (
@@ -241,15 +250,95 @@ def _local_put(array: Any) -> Callable[[tuple[slice, ...], np.ndarray], None] | 
     ):
         return None
     codec = pipeline.array_bytes_codec
+    known = _known_directories(store)
 
     def put(outer: tuple[slice, ...], piece: np.ndarray) -> None:
         key, chunk, spec = _chunk(array, outer, piece)
         # The bytes codec returns a buffer for every chunk (None is for codecs that
         # drop one).
+        encoded = cast(Any, codec._encode_sync(chunk, spec))
         path = store.root / (array.store_path / key).path
-        _put(path, cast(Any, codec._encode_sync(chunk, spec)))
+        if atomic_write is None:
+            _put(path, encoded)
+            return
+        directory = path.parent
+        if directory not in known:
+            _make_directory(directory, known)
+        try:
+            _write(atomic_write, path, encoded)
+        except FileNotFoundError:
+            # Removed since it was made (by someone else): made again, not lost.
+            directory.mkdir(parents=True, exist_ok=True)
+            _write(atomic_write, path, encoded)
 
     return put
+
+
+#: Directories made by :func:`_local_put` in each open local store (by ``id``, as a
+#: ``LocalStore`` is unhashable; dropped with the store), as many as
+#: ``_KNOWN_AT_MOST`` a store. Per store, not per ``_local_put``: that is per step,
+#: and each step's chunks mostly go into directories an earlier step made.
+_known: dict[int, set[Path]] = {}
+_known_lock = threading.Lock()
+_KNOWN_AT_MOST = 1 << 14
+
+
+def _known_directories(store: Any) -> set[Path]:
+    """The directories made in ``store`` so far (see ``_known``), a set kept while
+    the store lives."""
+    key = id(store)
+    with _known_lock:
+        known = _known.get(key)
+        if known is None:
+            known = _known[key] = set()
+            # Before the store's id can be another's. The callback takes no lock:
+            # it may run in a garbage collection on a thread holding _known_lock.
+            weakref.finalize(store, _known.pop, key, None)
+    return known
+
+
+def _make_directory(directory: Path, known: set[Path]) -> None:
+    """Make ``directory`` (and its parents) and add it to ``known``.
+
+    A lock, checked again under it, rather than a benign race (two threads both
+    making it, ``exist_ok``): a step's chunks are written side by side, so threads
+    often meet at a new directory, and with the lock each is made exactly once; it
+    is only taken for a directory not yet known. The caller's lock-free ``in`` is
+    safe against the ``add`` and ``clear`` here: a set's own operations are atomic
+    under the GIL (and locked per set where there is none).
+
+    Parameters
+    ----------
+    directory : Path
+        A chunk's directory
+    known : set[Path]
+        The directories made in its store (see ``_known``)
+    """
+    with _known_lock:
+        if directory in known:
+            return
+        directory.mkdir(parents=True, exist_ok=True)
+        if len(known) >= _KNOWN_AT_MOST:  # bounded: a directory forgotten is made again
+            known.clear()
+        known.add(directory)
+
+
+def _write(atomic_write: Callable[..., Any], path: Path, value: Any) -> None:
+    """Write ``value`` (Zarr's buffer) to ``path`` in a directory that exists, as
+    Zarr 3.1's ``LocalStore`` does (``zarr.storage._local._put`` without its mkdir).
+
+    Parameters
+    ----------
+    atomic_write : Callable[..., Any]
+        ``zarr.storage._local._atomic_write``: a temporary file renamed into place
+    path : Path
+        The chunk's file
+    value : zarr.core.buffer.Buffer
+        The encoded chunk
+    """
+    view = value.as_buffer_like()
+    with atomic_write(path, "wb", exclusive=False) as f:
+        f.write(view)
 
 
 def _whole_chunks(
