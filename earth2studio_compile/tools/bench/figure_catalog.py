@@ -111,6 +111,15 @@ _RUNS_FOURTEENTH = tuple(
     _FOURTEENTH + f
     for f in ("fcn-ens-overlapped-47d9ebc.json", "fcn-ens-async-zarr-47d9ebc.json")
 )
+_FIFTEENTH = "2026-11-27-h100-fifteenth/"
+_RUNS_FIFTEENTH = tuple(
+    _FIFTEENTH + f
+    for f in (
+        "fcn-ens-overlapped-ced0eee.json",
+        "fcn-ens-async-zarr-dd5f796.json",
+        "fcn-ens-ov-spy-dd5f796.json",
+    )
+)
 MODELS = "docs/models.md"
 FIGURES: tuple[Figure, ...] = (
     Figure(
@@ -349,5 +358,9 @@ FIGURES: tuple[Figure, ...] = (
     Figure("ensembles-h100-fourteenth", PERF, _RUNS_FOURTEENTH, workflow),
     Figure(
         "ensembles-h100-fourteenth-first", PERF, _RUNS_FOURTEENTH, workflow_first_steps
+    ),
+    Figure("ensembles-h100-fifteenth", PERF, _RUNS_FIFTEENTH, workflow),
+    Figure(
+        "ensembles-h100-fifteenth-first", PERF, _RUNS_FIFTEENTH, workflow_first_steps
     ),
 )

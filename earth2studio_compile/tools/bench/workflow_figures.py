@@ -31,6 +31,13 @@ _IOS = {
 }
 
 
+def _ways(data: Mapping[str, Any]) -> dict[str, str]:
+    """How each way of ``data``'s rows reads: a warm row's cache is the one
+    ``tools.build`` left where the run named one (``--cache-from``)."""
+    built = bool((data.get("meta") or {}).get("cache_from"))
+    return {**_WAYS, **_WAYS_BUILT} if built else _WAYS
+
+
 def _job(r: Mapping[str, Any]) -> str:
     """A workflow row's job in words: model, members x steps (batch), variables."""
     name = f"{str(r['model']).upper()}, "
@@ -69,8 +76,8 @@ def workflow(datas: Sequence[Mapping[str, Any]]) -> str:
     rows, jobs = [], set()
     for data in datas:
         found = data["rows"]
-        built = bool((data.get("meta") or {}).get("cache_from"))
-        ways = {**_WAYS, **_WAYS_BUILT} if built else _WAYS
+        ways = _ways(data)
+        built = ways is not _WAYS
         groups = samples(found)
         floors = {
             (f.get("job"), f.get("precision")): f
@@ -171,19 +178,19 @@ def workflow_phases(datas: Sequence[Mapping[str, Any]]) -> str:
                 if r.get("run") != "compiled" or not g.get("phases"):
                     continue
                 names += [k for k in g["phases"] if k not in names]
-                rows.append((r, g))
+                rows.append((data, r, g))
     header = ["job", "IO backend", "call", "first step s", *names]
     body = [
         [
             _job(r),
             _IOS.get(r["io"], str(r["io"])),
-            _WAYS.get(r["way"], f"call {r.get('call')} in one process"),
+            _ways(data).get(r["way"], f"call {r.get('call')} in one process"),
             number(g.get("first_call_s"), ".3f"),
             *(number(g["phases"].get(k), ".3f") for k in names),
         ]
-        for r, g in rows
+        for data, r, g in rows
     ]
-    if len({_job(r) for r, _ in rows}) < 2:  # the runs' caption names it
+    if len({_job(r) for _, r, _ in rows}) < 2:  # the runs' caption names it
         header, body = header[1:], [row[1:] for row in body]
     note = (
         "\n\nPhases run in this order, each timed on the host (a phase that "
@@ -220,7 +227,7 @@ def _processes(
                 run = "eager + OverlappedIO"
             else:
                 run = "upstream, eager"
-            way = _WAYS.get(r["way"], "fresh process")
+            way = _ways(data).get(r["way"], "fresh process")
             yield r, [_job(r), _IOS.get(r["io"], str(r["io"])), run, way]
 
 

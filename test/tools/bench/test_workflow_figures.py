@@ -63,6 +63,29 @@ def test_a_run_from_a_built_cache_names_tools_build_as_the_artifacts_source():
         assert way in row and row.rstrip(" |").endswith(how), row
 
 
+def test_the_per_process_tables_of_a_run_from_a_built_cache_say_so_too():
+    """The first-step and phase tables named a warm row's cache "the cold one
+    left (no build())" where the whole-call table of the same run said
+    tools.build left it (the thirteenth to fifteenth sessions' figures)."""
+    from earth2studio_compile.tools.bench import workflow_figures as tables
+
+    base = {"model": "fcn", "steps": 10, "precision": "tf32", "kind": "fresh"}
+    base |= {"io": "overlapped", "way": "warm", "run": "compiled", "wall_s": 2.9}
+    region = {"status": "compiled", "executor": "aot", "first_call_s": 0.4}
+    row = base | {"first_step": {"iterator": 0.4}, "first_step_s": 0.8}
+    row |= {"report": {"regions": [region | {"phases": {"first_run": 0.3}}]}}
+    for meta, way in (
+        ({"cache_from": "/tmp/built"}, "cache tools.build left (--cache-from)"),
+        ({}, "cache the cold one left (no build())"),
+    ):
+        data = {"meta": meta, "rows": [row]}
+        for text in (
+            tables.workflow_first_steps([data]),
+            tables.workflow_phases([data]),
+        ):
+            assert way in text.splitlines()[2], text
+
+
 def test_the_workflow_table_names_each_job_and_an_ensembles_rate():
     """Several jobs in one figure: a job column (the caption named only the first
     job, for every row); ensembles also show members x steps per second."""
