@@ -14,6 +14,18 @@
 #   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" rows dlwp    # ~300 s
 #   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" dlesym       # ~450 s
 #
+# Run by the fifteenth session: dlesym (variants no_nvtx, opaque_both, table; the
+# deadline left two), `build fcn` (twelfth) and `rows fcn`. For the next session,
+# in this order on one machine (carry ".whl-spy" for spy; ".whl-e2g", which holds
+# the earth2grid wheel call 5 built, with ".whl-dlesym" and ".whl-models" for
+# dlesym-gpu: no build):
+#   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" build         # ~380 s
+#   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" spy           # ~150 s
+#   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" pairs         # ~380 s
+#   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" rows fcn      # ~450 s
+#   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" rows dlwp     # ~300 s
+#   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" dlesym-gpu    # ~250 s
+#
 # build: tools.build for the FCN (batch 4) and DLWP (batch 8) ensembles into
 #   /tmp/built-MODEL; since 8c2cb5c the build verifies each artifact against eager
 #   and seals it, so the warm rows' first call runs no eager call beside it.
@@ -22,6 +34,14 @@
 #   floors (the thirteenth next_calls.sh's `rows overlapped`).
 # rows dlwp: the DLWP ensemble in memory (issue 34's first target), upstream eager
 #   on ZarrBackend and through OverlappedIO, compile=True, warm, two each.
+# spy: the compiled FCN row through OverlappedIO under py-spy --idle --threads
+#   again, after the seal and the directory change: are the put threads busy all
+#   the way from the first step (the writes bound the call: 4.7 GB/s in it)?
+# pairs, then rows fcn on the same machine: upstream eager on AsyncZarrBackend
+#   (three fresh processes) beside compile=True + OverlappedIO (two), issue 34's
+#   factor of two measured side by side (this session's were on two machines).
+# dlesym-gpu: DLESyM's published GPU test with the nvtx ranges quieted in its
+#   whole regions (the earth2grid wheel from .whl-e2g, no build).
 # dlesym: earth2grid built from third_party/, then dlesym_probe.py: the table's
 #   DLESyM entry against opaque paddings and against physicsnemo's pads without
 #   their nvtx ranges (the suspected break), with Dynamo's graph-break and
@@ -64,5 +84,16 @@ case "$phase" in
     timeout 420 python3 "$here/dlesym_probe.py" "$out" --deadline 300 \
       --variants no_nvtx,opaque_both,table,opaque_v2,no_exclude 2>&1 | grep -v DEBUG | tail -30
     ;;
-  *) echo "phase: build, rows or dlesym" >&2; exit 2 ;;
+  spy) bash docs/bench/2026-11-27-h100-fourteenth/next_calls.sh "$out" spy ;;
+  pairs) bash docs/bench/2026-11-27-h100-thirteenth/next_calls.sh "$out" rows async-zarr ;;
+  dlesym-gpu)
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+      --target /tmp/site .whl-dlesym/*.whl .whl-e2g/*.whl
+    timeout 540 python3 -m pytest -m gpu -q -p no:cacheprovider -rfEs \
+      --durations=5 --junitxml="$out/dlesym.xml" test/tools/zoo/test_dlesym.py \
+      >"$out/dlesym.log" 2>&1
+    echo "exit $?"
+    tail -30 "$out/dlesym.log"
+    ;;
+  *) echo "phase: build, rows, spy, pairs, dlesym-gpu or dlesym" >&2; exit 2 ;;
 esac
