@@ -86,6 +86,13 @@ class ModelSpec:
         value changes nothing, and an ahead-of-time artifact built for one value
         serves every value (export bakes values in; otherwise each value is
         another artifact)
+    quiet_nvtx : bool, optional
+        Make ``torch.cuda.nvtx``'s range and mark functions no-ops for the
+        duration of each of the regions' calls (:mod:`earth2studio_compile.nvtx`),
+        for cores that mark NVTX ranges where CUDA is available: Dynamo cannot put
+        those calls in a graph, and each one breaks it (physicsnemo's HEALPix
+        padding broke DLESyM's at every pad). A profile then shows no such ranges
+        while the regions run, by default False
     note : str, optional
         Where the core comes from, for the documentation table
     """
@@ -107,6 +114,7 @@ class ModelSpec:
     unused_arguments: Mapping[str, tuple[str, ...]] = field(
         default_factory=dict, compare=False
     )
+    quiet_nvtx: bool = False
     note: str = ""
 
     def __post_init__(self) -> None:
@@ -224,16 +232,25 @@ _AURORA = ModelSpec(
     "lead-time embedding (a data-dependent range check) and the Perceiver "
     "encoder/decoder (they take a Batch dataclass) stay eager",
 )
-# earth2grid's CUDA padding (HEALPixPaddingv2, used where CUDA is available) is a
-# torch.library.custom_op with a registered fake kernel (earth2grid 11dcf1b), but
-# physicsnemo's forward around it breaks the graph on CUDA (likely its
-# torch.cuda.nvtx range push/pop): without the exclude, each HEALPixLayer resumed
-# as a frame of its own per level's size and every region hit Dynamo's recompile
-# limit and fell back (H100, torch 2.11, 2026-11-27). Excluded, the atmosphere
-# splits into about 44 regions on CUDA (4 on a CPU, where physicsnemo pads in
-# plain torch). The atmosphere decoder's ConvGRU blocks keep their state on the
-# module (self.h = h_next): their region notices at its first call and runs
-# without CUDA graphs (module_state.py).
+# physicsnemo's HEALPix padding forwards (HEALPixPadding, and HEALPixPaddingv2
+# around earth2grid's CUDA pad, a torch.library.custom_op with a fake kernel) call
+# torch.cuda.nvtx.range_push/range_pop where CUDA is available: Dynamo cannot put
+# them in a graph, so every pad broke it, and the resumed frames, shared by every
+# layer, recompiled per size until Dynamo's limit. Measured on an H100 (torch
+# 2.11, fp32 with TF32 off, full size, 2026-11-27,
+# docs/bench/2026-11-27-h100-fifteenth/dlesym_probe.py): the entry before, with
+# exclude=("HEALPixPaddingv2",), split the atmosphere into about 44 small regions,
+# each slower compiled than eager, and the ocean's fell back at a recompile storm:
+# a compiled step of 620 ms against eager's 218. With the NVTX calls as no-ops
+# (quiet_nvtx) and nothing excluded, the four regions compiled whole, one graph
+# each without a break (the atmosphere decoder's one recompile aside, see below),
+# within 5e-7 relative L2 of eager: a steady step of 209 ms against eager's 211
+# (the first, a cold compile, 168 s); a probe, not yet the GPU-marked test.
+# Keeping the pads opaque instead failed at the atmosphere encoder's first call
+# (the opaque operator's meta output strides are not the real ones). The
+# atmosphere decoder's ConvGRU blocks keep their state on the module (self.h =
+# h_next): its region notices at its first call and runs without CUDA graphs
+# (module_state.py).
 _DLESYM = ModelSpec(
     regions=(
         "atmos_model.encoder",
@@ -241,10 +258,10 @@ _DLESYM = ModelSpec(
         "ocean_model.encoder",
         "ocean_model.decoder",
     ),
-    exclude=("HEALPixPaddingv2",),
+    quiet_nvtx=True,
     note="physicsnemo HEALPixRecUNet encoders/decoders; dim 0 is batch x 12 faces, "
     "so no batch padding; the ConvGRU blocks keep their state on the module, "
-    "so their regions run without CUDA graphs",
+    "so the atmosphere decoder's region runs without CUDA graphs",
 )
 _AURORA_ENSEMBLE = ModelSpec(
     reason="stochastic ensemble whose noise may be drawn inside the backbone: "
@@ -544,5 +561,7 @@ def table_markdown() -> str:
             why += f"; no {precision}: {reason}"
         for patch in spec.patches:
             why += f"; `{patch.name}` patched while a session runs ({patch.why})"
+        if spec.quiet_nvtx:
+            why += "; NVTX ranges are no-ops inside its regions' calls"
         lines.append(f"| {name} | {regions or 'eager'} | {exclude} | {why} |")
     return "\n".join(lines)

@@ -18,9 +18,10 @@ back, for good. The call path
 every compiled executor: :class:`~earth2studio_compile.staging.StagedCall` (the
 arguments compiled code sees, and the mutations it makes, handed back), precision,
 CUDA-graph step marks and output clones; :class:`~earth2studio_compile.hooks.Hooks`
-what the region changes on its module while installed. The speed probe
-(:mod:`earth2studio_compile.probe`) and the first call's phases (laps of
-:class:`~earth2studio_compile.metrics.Laps`) only observe.
+what the region changes on its module while installed; every call, whatever runs
+it, inside :func:`earth2studio_compile.nvtx.quiet` where the entry sets
+``quiet_nvtx``. The speed probe (:mod:`earth2studio_compile.probe`) and the first
+call's phases (laps of :class:`~earth2studio_compile.metrics.Laps`) only observe.
 
 The region is the only writer of its report: an executor measures each call
 (:class:`~earth2studio_compile.measured.Measured`), and the region records it
@@ -41,6 +42,7 @@ from earth2studio_compile import (
     accuracy,
     metrics,
     module_state,
+    nvtx,
     precision,
     resident,
 )
@@ -166,6 +168,12 @@ class CompiledRegion(FirstCall):
 
     # -- the call path -------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # Around everything a call runs: tracing, compiled and eager calls, the
+        # speed probe's, the fp32 reference, an artifact's verification.
+        with nvtx.quiet(self.spec.quiet_nvtx):
+            return self._call(args, kwargs)
+
+    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         beside = self._ahead is not None and not self._ahead.done()
         if self._ahead is not None and not beside:
             self._join_ahead()
