@@ -25,6 +25,9 @@
 #   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" rows fcn      # ~450 s
 #   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" rows dlwp     # ~300 s
 #   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" dlesym-gpu    # ~250 s
+#   bash docs/bench/2026-11-27-h100-thirteenth/next_calls.sh "$OUT" gpu          # ~420 s
+# (the GPU suite last ran at dd5f796: before the seal in build(), the directory
+# change and quiet_nvtx; carry ".whl-models" for it)
 #
 # build: tools.build for the FCN (batch 4) and DLWP (batch 8) ensembles into
 #   /tmp/built-MODEL; since 8c2cb5c the build verifies each artifact against eager
