@@ -7,6 +7,8 @@
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
 #     --upgrade --target /tmp/site .whl/*.whl [.whl-models/*.whl] [.whl-dlesym/*.whl]
 #   export PYTHONPATH=/tmp/site:$PWD/.shim:$PWD PYTHONUNBUFFERED=1
+#   export EARTH2STUDIO_COMPILE_BENCH_COMMIT=<the commit of the tree sent>
+#   (the device's .git is stale; the bench JSONs record this instead)
 # carry [".whl", ".shim"], plus ".whl-dlesym" and ".whl-models" for dlesym.
 #
 #   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" build        # ~380 s

@@ -47,9 +47,19 @@ def environment(device: str) -> dict[str, Any]:
     return env
 
 
+#: The commit to record instead of asking git: the device machines get a copy of
+#: the working tree beside a stale copy of ``.git``, so their runs recorded an older
+#: commit (``+dirty``) for every tree; the command names the tree it sent.
+COMMIT_ENV = "EARTH2STUDIO_COMPILE_BENCH_COMMIT"
+
+
 def git_commit() -> str | None:
     """The commit of the checkout this package runs from, ``+dirty`` if it has
-    uncommitted changes; None outside a git checkout (an installed wheel)."""
+    uncommitted changes; None outside a git checkout (an installed wheel).
+    ``EARTH2STUDIO_COMPILE_BENCH_COMMIT``, where set, is recorded as it is."""
+    named = os.environ.get(COMMIT_ENV, "").strip()
+    if named:
+        return named
     here = Path(__file__).resolve().parent
     try:
         head = subprocess.run(
