@@ -219,9 +219,11 @@ def build(
             unused_arguments=unused_arguments(p.spec, module),
         )
         if not force:
-            runner = load_runner(target, args, kwargs)
+            # Without CUDA graphs: the seal below runs it once as it is.
+            runner = load_runner(target, args, kwargs, cudagraphs=False)
             if isinstance(runner, AotRunner):
-                out.append(_sealed(Built(label, runner.path, "present"), target, calls))
+                present = Built(label, runner.path, "present")
+                out.append(_sealed(present, target, calls, runner))
                 continue
         start = time.perf_counter()
         try:
@@ -239,12 +241,14 @@ def _sealed(
     built: Built,
     target: RegionTarget,
     calls: dict[int, tuple[tuple[Any, ...], dict[str, Any]]],
+    runner: AotRunner | None = None,
 ) -> Built:
-    """``built``, its artifact verified against eager on the captured call and
-    sealed (:func:`~earth2studio_compile.artifacts.verified.seal_built`): the
-    forecast's first call then skips its own eager call."""
+    """``built``, its artifact (``runner`` where it is loaded already) verified
+    against eager on the captured call and sealed
+    (:func:`~earth2studio_compile.artifacts.verified.seal_built`): the forecast's
+    first call then skips its own eager call."""
     args, kwargs = calls[id(target.module)]
-    why = verified.seal_built(target, args, kwargs, root=None)
+    why = verified.seal_built(target, args, kwargs, root=None, runner=runner)
     built.verified = why is None
     if why is not None:
         logger.info(f"{built.label}: not verified against eager here ({why})")

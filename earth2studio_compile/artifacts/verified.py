@@ -166,6 +166,7 @@ def seal_built(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     root: Path | None,
+    runner: AotRunner | None = None,
 ) -> str | None:
     """Verify an artifact just built (or found) against eager on the forecast's
     first-call inputs, here, and record its seal if it gives eager's answer: the
@@ -187,6 +188,9 @@ def seal_built(
         Its keyword arguments
     root : Path | None
         Cache root
+    runner : AotRunner | None, optional
+        The artifact, already loaded without CUDA graphs (a caller that looked
+        for it has it); by default it is loaded here
 
     Returns
     -------
@@ -196,9 +200,11 @@ def seal_built(
     if target.precision == "bf16" and target.fp32_modules:
         return "a bf16 region with submodules kept in fp32: its first call verifies"
     try:
-        runner = load_runner(target, args, kwargs, cudagraphs=False, root=root)
-        if isinstance(runner, str):
-            return runner
+        if runner is None:
+            loaded = load_runner(target, args, kwargs, cudagraphs=False, root=root)
+            if isinstance(loaded, str):
+                return loaded
+            runner = loaded
         with torch.no_grad(), precision.scope(target.precision, target.device):
             out = runner(*args, **kwargs)
             return against_eager(

@@ -31,11 +31,15 @@ _IOS = {
 }
 
 
+def _built(data: Mapping[str, Any]) -> bool:
+    """Whether ``data``'s run took its cache from ``tools.build`` (``--cache-from``)."""
+    return bool((data.get("meta") or {}).get("cache_from"))
+
+
 def _ways(data: Mapping[str, Any]) -> dict[str, str]:
     """How each way of ``data``'s rows reads: a warm row's cache is the one
-    ``tools.build`` left where the run named one (``--cache-from``)."""
-    built = bool((data.get("meta") or {}).get("cache_from"))
-    return {**_WAYS, **_WAYS_BUILT} if built else _WAYS
+    ``tools.build`` left where the run named one."""
+    return {**_WAYS, **_WAYS_BUILT} if _built(data) else _WAYS
 
 
 def _job(r: Mapping[str, Any]) -> str:
@@ -76,8 +80,7 @@ def workflow(datas: Sequence[Mapping[str, Any]]) -> str:
     rows, jobs = [], set()
     for data in datas:
         found = data["rows"]
-        ways = _ways(data)
-        built = ways is not _WAYS
+        ways, built = _ways(data), _built(data)
         groups = samples(found)
         floors = {
             (f.get("job"), f.get("precision")): f
