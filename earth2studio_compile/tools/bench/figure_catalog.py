@@ -120,6 +120,15 @@ _RUNS_FIFTEENTH = tuple(
         "fcn-ens-ov-spy-dd5f796.json",
     )
 )
+_SIXTEENTH = "2026-11-27-h100-sixteenth/"
+_RUNS_SIXTEENTH = tuple(
+    _SIXTEENTH + f
+    for f in (
+        "fcn-ens-side-cba9c9e.json",
+        "fcn-ens-side2-cba9c9e.json",
+        "dlwp-ens-cba9c9e.json",
+    )
+)
 MODELS = "docs/models.md"
 FIGURES: tuple[Figure, ...] = (
     Figure(
@@ -362,5 +371,10 @@ FIGURES: tuple[Figure, ...] = (
     Figure("ensembles-h100-fifteenth", PERF, _RUNS_FIFTEENTH, workflow),
     Figure(
         "ensembles-h100-fifteenth-first", PERF, _RUNS_FIFTEENTH, workflow_first_steps
+    ),
+    Figure("ensembles-h100-sixteenth", PERF, _RUNS_SIXTEENTH, workflow),
+    Figure("ensembles-h100-sixteenth-floors", PERF, _RUNS_SIXTEENTH, workflow_floors),
+    Figure(
+        "ensembles-h100-sixteenth-first", PERF, _RUNS_SIXTEENTH, workflow_first_steps
     ),
 )

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The next session's device calls (the sixteenth ran `build` and the FCN and DLWP
+# rows; see README.md here). One phase per device call, chained on one warm machine
+# (/tmp stays while it is held; it goes back after 30 minutes held, so a phase that
+# needs /tmp/built-* runs in the same hold as `build`). Every call first installs
+# the wheels:
+#   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+#     --upgrade --target /tmp/site .whl/*.whl [.whl-models/*.whl]
+#   export PYTHONPATH=/tmp/site:$PWD/.shim:$PWD PYTHONUNBUFFERED=1
+#   export EARTH2STUDIO_COMPILE_BENCH_COMMIT=<the commit of the tree sent>
+# carry [".whl", ".shim"], plus ".whl-models" and ".whl-dlesym" (and ".whl-e2g"
+# where a session has the earth2grid wheel) for dlesym-gpu and gpu, ".whl-spy" for
+# spy. In this order, as device time allows (the sixteenth's calls were counted in
+# full: 1800 s is about four calls of 400 s with the machine's start):
+#   bash docs/bench/2026-11-27-h100-sixteenth/next_calls.sh "$OUT" dlesym-gpu  # ~250 s (+141 s without .whl-e2g)
+#   bash docs/bench/2026-11-27-h100-thirteenth/next_calls.sh "$OUT" gpu        # ~420 s
+#   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" build       # ~370 s
+#   bash docs/bench/2026-11-27-h100-sixteenth/next_calls.sh "$OUT" dlwp-disk   # ~500 s
+#   bash docs/bench/2026-11-27-h100-fourteenth/next_calls.sh "$OUT" spy        # ~150 s
+#
+# dlesym-gpu: DLESyM's published GPU test (issue 33) with its NVTX ranges quieted
+#   inside its whole regions (ac9a9a1), never run on a GPU; earth2grid from
+#   .whl-e2g if carried, else built from third_party/ (its wheel comes back in a
+#   tar: the name has a "+", which $OUT does not return as a file).
+# dlwp-disk: issue 34's second target, DLWP 16 x 20 with all 7 variables to a
+#   Zarr store on disk (9.8 GB per call), upstream eager on ZarrBackend, eager +
+#   OverlappedIO and compile=True + OverlappedIO, one fresh process each and the
+#   floors; needs `build` first (/tmp/built-dlwp).
+# spy: where the FCN row's writes wait now (compile=True and eager + OverlappedIO
+#   were level in the sixteenth session: the writes bind both).
+set -uo pipefail
+out="$1"
+phase="$2"
+case "$phase" in
+  dlesym-gpu)
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+      --target /tmp/site .whl-dlesym/*.whl
+    if ls .whl-e2g/*.whl >/dev/null 2>&1; then
+      wheels=(.whl-e2g/*.whl)
+    else
+      start=$(date +%s)
+      TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 bash .ci/build-earth2grid.sh /tmp/e2g-whl \
+        >"$out/earth2grid-build.log" 2>&1
+      echo "earth2grid built: exit $? in $(($(date +%s) - start)) s"
+      tar -C /tmp/e2g-whl -cf "$out/earth2grid-whl.tar" .
+      wheels=(/tmp/e2g-whl/*.whl)
+    fi
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+      --target /tmp/site "${wheels[@]}"
+    timeout 480 python3 -m pytest -m gpu -q -p no:cacheprovider -rfEs \
+      --durations=5 --junitxml="$out/dlesym.xml" test/tools/zoo/test_dlesym.py \
+      >"$out/dlesym.log" 2>&1
+    echo "exit $?"
+    tail -30 "$out/dlesym.log"
+    ;;
+  dlwp-disk)
+    python3 -m earth2studio_compile.tools.bench workflow --jobs dlwp-ens-all \
+      --io overlapped --ways warm --fresh-repeats 1 --cache-from /tmp/built-dlwp \
+      --deadline 540 --json "$out/dlwp-ens-all.json" --workdir /tmp/wf \
+      >"$out/dlwp-ens-all.log" 2>&1
+    sed -n '/Whole call/,/^$/p' "$out/dlwp-ens-all.log" | tail -8
+    ;;
+  *) echo "phase: dlesym-gpu or dlwp-disk (the others: the paths above)" >&2; exit 2 ;;
+esac
