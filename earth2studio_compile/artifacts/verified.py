@@ -154,6 +154,20 @@ def against_eager(
     if known(runner.path, sealed):
         runner.verified_earlier = True
         return None
+    return _eager_agrees(runner, module, args, kwargs, out, precision, sealed)
+
+
+def _eager_agrees(
+    runner: AotRunner,
+    module: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    out: Any,
+    precision: str | None,
+    sealed: str | None,
+) -> str | None:
+    """:func:`against_eager` for a seal not held: one eager call compared with
+    ``out``, and ``sealed`` recorded when they agree."""
     eager = _torch.call_module(module, args, kwargs)
     reason = verify(out, eager, precision)
     if reason is None:
@@ -205,10 +219,16 @@ def seal_built(
             if isinstance(loaded, str):
                 return loaded
             runner = loaded
+        # A seal already held needs no call: a build that finds its artifact
+        # (tools.build run again) runs neither the artifact nor eager.
+        sealed = seal(runner.path, weights_print(target.module))
+        if known(runner.path, sealed):
+            runner.verified_earlier = True
+            return None
         with torch.no_grad(), precision.scope(target.precision, target.device):
             out = runner(*args, **kwargs)
-            return against_eager(
-                runner, target.module, args, kwargs, out, target.precision
+            return _eager_agrees(
+                runner, target.module, args, kwargs, out, target.precision, sealed
             )
     except Exception as err:  # the forecast's first call verifies instead
         return f"{type(err).__name__}: {err}"

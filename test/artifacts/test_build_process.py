@@ -175,3 +175,29 @@ def test_a_built_artifact_that_gives_eager_s_answer_is_sealed_for_its_weights(
     )
     assert "fp32" in verified.seal_built(own, args, {}, root)
     assert not (artifact / verified.FILE).exists()
+
+
+def test_sealing_an_artifact_whose_seal_is_held_runs_nothing(tmp_path, monkeypatch):
+    """A build that finds its artifact already sealed for these weights (tools.build
+    run again) records nothing new and calls neither the artifact nor eager."""
+    target, args = _target(), (torch.randn(4, 8),)
+    key, _ = target.aot_key(args, {})
+    job, root = tmp_path / "job", tmp_path / "cache"
+    job.mkdir()
+    _save_job(job, key, target, args, root)
+    assert build_process.build_job(job)
+    artifact = aot_root(root) / key
+    assert verified.known(
+        artifact, verified.seal(artifact, verified.weights_print(target.module))
+    )
+    loaded = verified.load_runner(target, args, {}, cudagraphs=False, root=root)
+    assert not isinstance(loaded, str), loaded
+    calls = []
+    monkeypatch.setattr(
+        type(loaded), "__call__", lambda self, *a, **k: calls.append("artifact")
+    )
+    monkeypatch.setattr(
+        verified._torch, "call_module", lambda *a: calls.append("eager")
+    )
+    assert verified.seal_built(target, args, {}, root, runner=loaded) is None
+    assert calls == [] and loaded.verified_earlier
