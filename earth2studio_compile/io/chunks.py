@@ -182,10 +182,12 @@ def store_local(
     FCN's ensemble steps were stored at 4.1-4.3 GB/s from 8 threads, with the codec
     called synchronously too; the same files written by hand at 7.0 (H100 host,
     2026-11-27, docs/bench/2026-11-27-h100-fourteenth). A chunk's directory is made
-    once per store, not for every chunk as that file step does (its ``Path.mkdir``,
-    a syscall and a FileExistsError raised and caught, was 29% of each writer
-    thread's time in a py-spy profile of a forecast on the H100 host), and made
-    again where it was removed.
+    once per store, not for every chunk as that file step does, and made again
+    where it was removed; directories are made side by side (see
+    :func:`_make_directory`). In Earth2Studio's stores (one chunk per member and
+    lead time) each chunk has a directory of its own, so the ``Path.mkdir`` that
+    took 29% of each writer thread's time in a py-spy profile of a forecast on the
+    H100 host is still made for each; the saving is where chunks share one.
 
     Parameters
     ----------
@@ -277,10 +279,17 @@ def _local_put(array: Any) -> Callable[[tuple[slice, ...], np.ndarray], None] | 
 #: Directories made by :func:`_local_put` in each open local store (by ``id``, as a
 #: ``LocalStore`` is unhashable; dropped with the store), as many as
 #: ``_KNOWN_AT_MOST`` a store. Per store, not per ``_local_put``: that is per step,
-#: and each step's chunks mostly go into directories an earlier step made.
+#: and a step's chunks may go into directories an earlier step made.
 _known: dict[int, set[Path]] = {}
 _known_lock = threading.Lock()
 _KNOWN_AT_MOST = 1 << 14
+#: Locks a directory is made under, by its hash: the chunks of one directory wait
+#: for each other, those of others mostly not. Under one lock, every directory made
+#: waited for every other: where a chunk's directory is new at each lead time
+#: (Earth2Studio's stores, one chunk per member and lead time), the put threads
+#: waited on it most of their time (py-spy, this project's CPU machine,
+#: 2026-11-27: 3657 of 5085 samples).
+_STRIPES = tuple(threading.Lock() for _ in range(64))
 
 
 def _known_directories(store: Any) -> set[Path]:
@@ -297,15 +306,22 @@ def _known_directories(store: Any) -> set[Path]:
     return known
 
 
+def _stripe(directory: Path) -> threading.Lock:
+    """The lock ``directory`` is made under (see ``_STRIPES``)."""
+    return _STRIPES[hash(directory) % len(_STRIPES)]
+
+
 def _make_directory(directory: Path, known: set[Path]) -> None:
     """Make ``directory`` (and its parents) and add it to ``known``.
 
-    A lock, checked again under it, rather than a benign race (two threads both
-    making it, ``exist_ok``): a step's chunks are written side by side, so threads
-    often meet at a new directory, and with the lock each is made exactly once; it
-    is only taken for a directory not yet known. The caller's lock-free ``in`` is
-    safe against the ``add`` and ``clear`` here: a set's own operations are atomic
-    under the GIL (and locked per set where there is none).
+    Under its stripe's lock, checked again there, rather than a benign race (two
+    threads both making it, ``exist_ok``): a step's chunks are written side by
+    side, so threads often meet at a new directory, and with the lock each is made
+    exactly once, while other directories are made at the same time (parents
+    shared by two are made race-free by ``Path.mkdir``'s ``exist_ok``). The
+    caller's lock-free ``in`` is safe against the ``add`` and ``clear`` here: a
+    set's own operations are atomic under the GIL (and locked per set where there
+    is none).
 
     Parameters
     ----------
@@ -314,7 +330,7 @@ def _make_directory(directory: Path, known: set[Path]) -> None:
     known : set[Path]
         The directories made in its store (see ``_known``)
     """
-    with _known_lock:
+    with _stripe(directory):
         if directory in known:
             return
         directory.mkdir(parents=True, exist_ok=True)

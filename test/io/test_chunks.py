@@ -400,6 +400,45 @@ def test_a_chunk_directory_is_made_once_not_once_per_chunk(tmp_path, monkeypatch
     assert {d: made[d] for d in directories} == dict.fromkeys(directories, 1)
 
 
+def test_two_directories_are_made_at_once(tmp_path, monkeypatch):
+    """Each chunk of Earth2Studio's stores (one per member and lead time) has a
+    directory of its own: making one must not wait for another being made (under
+    one lock the put threads waited there most of their time). Two threads each
+    make a directory of another stripe, and each mkdir waits for the other's."""
+    import pathlib
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from earth2studio_compile.io import chunks
+
+    candidates = [
+        tmp_path / "c" / str(m) / "0" / str(s) / "0"
+        for m in range(4)
+        for s in range(32)
+    ]
+    first = candidates[0]
+    second = next(
+        d for d in candidates if chunks._stripe(d) is not chunks._stripe(first)
+    )
+    both = threading.Barrier(2, timeout=10)
+    mkdir = pathlib.Path.mkdir
+
+    def meeting(self, mode=0o777, parents=False, exist_ok=False):
+        if self in (first, second) and parents:
+            both.wait()  # BrokenBarrierError unless the other is making its own
+        return mkdir(self, mode, parents, exist_ok)
+
+    monkeypatch.setattr(pathlib.Path, "mkdir", meeting)
+    known: set[pathlib.Path] = set()
+    with ThreadPoolExecutor(2) as pool:
+        futures = [
+            pool.submit(chunks._make_directory, d, known) for d in (first, second)
+        ]
+        for future in futures:
+            future.result()
+    assert first.is_dir() and second.is_dir() and known == {first, second}
+
+
 def test_a_removed_chunk_directory_is_made_again(tmp_path):
     """A directory known to be there that someone removed between two steps (or a
     step's chunks): made again and every chunk stored, nothing lost."""
