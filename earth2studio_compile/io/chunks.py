@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import os
 import threading
 import weakref
 from collections.abc import Callable
@@ -253,6 +254,9 @@ def _local_put(array: Any) -> Callable[[tuple[slice, ...], np.ndarray], None] | 
         return None
     codec = pipeline.array_bytes_codec
     known = _known_directories(store)
+    # Made with the array (its metadata is there): where a new chunk's directories
+    # start at the latest.
+    top = store.root / array.store_path.path
 
     def put(outer: tuple[slice, ...], piece: np.ndarray) -> None:
         key, chunk, spec = _chunk(array, outer, piece)
@@ -265,7 +269,7 @@ def _local_put(array: Any) -> Callable[[tuple[slice, ...], np.ndarray], None] | 
             return
         directory = path.parent
         if directory not in known:
-            _make_directory(directory, known)
+            _make_directory(directory, known, top)
         try:
             _write(atomic_write, path, encoded)
         except FileNotFoundError:
@@ -311,17 +315,19 @@ def _stripe(directory: Path) -> threading.Lock:
     return _STRIPES[hash(directory) % len(_STRIPES)]
 
 
-def _make_directory(directory: Path, known: set[Path]) -> None:
-    """Make ``directory`` (and its parents) and add it to ``known``.
+def _make_directory(directory: Path, known: set[Path], top: Path) -> None:
+    """Make ``directory`` and its parents below ``top`` that are not known, each
+    with one ``os.mkdir`` from the top down, and add them to ``known``.
 
-    Under its stripe's lock, checked again there, rather than a benign race (two
-    threads both making it, ``exist_ok``): a step's chunks are written side by
-    side, so threads often meet at a new directory, and with the lock each is made
-    exactly once, while other directories are made at the same time (parents
-    shared by two are made race-free by ``Path.mkdir``'s ``exist_ok``). The
-    caller's lock-free ``in`` is safe against the ``add`` and ``clear`` here: a
-    set's own operations are atomic under the GIL (and locked per set where there
-    is none).
+    ``Path.mkdir(parents=True)``, as Zarr's file step calls it, first tries the
+    directory itself, which fails where its parent is new too (in Earth2Studio's
+    stores, at every lead time): a syscall and an exception more per chunk. Under
+    the directory's stripe lock, checked again there, rather than a benign race
+    (two threads both making it): threads that meet at a new directory make it
+    once, while other directories are made at the same time (a parent shared by
+    two, made by either, is taken as made). The caller's lock-free ``in`` is safe
+    against the ``add`` and ``clear`` here: a set's own operations are atomic
+    under the GIL (and locked per set where there is none).
 
     Parameters
     ----------
@@ -329,14 +335,33 @@ def _make_directory(directory: Path, known: set[Path]) -> None:
         A chunk's directory
     known : set[Path]
         The directories made in its store (see ``_known``)
+    top : Path
+        The array's directory, which exists
     """
     with _stripe(directory):
         if directory in known:
             return
-        directory.mkdir(parents=True, exist_ok=True)
-        if len(known) >= _KNOWN_AT_MOST:  # bounded: a directory forgotten is made again
+        missing = []
+        while (
+            directory not in known
+            and directory != top
+            and directory.parent != directory
+        ):
+            missing.append(directory)
+            directory = directory.parent
+        try:
+            for made in reversed(missing):
+                try:
+                    os.mkdir(made)
+                except FileExistsError:
+                    if not made.is_dir():
+                        raise
+        except FileNotFoundError:
+            # One taken to be there was removed (by someone else): made again.
+            missing[0].mkdir(parents=True, exist_ok=True)
+        if len(known) + len(missing) > _KNOWN_AT_MOST:  # bounded: made again if needed
             known.clear()
-        known.add(directory)
+        known.update(missing[:_KNOWN_AT_MOST])  # the deepest first
 
 
 def _write(atomic_write: Callable[..., Any], path: Path, value: Any) -> None:

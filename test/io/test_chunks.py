@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import pathlib
 
 import numpy as np
 import pytest
@@ -358,11 +359,13 @@ def _steps(store, steps, shape, pool=None) -> np.ndarray:
 
 
 @pytest.mark.parametrize("pool", [False, True], ids=["inline", "on-a-pool"])
-def test_a_chunk_directory_is_made_once_not_once_per_chunk(tmp_path, monkeypatch, pool):
-    """Zarr's file step makes a chunk's directory for every chunk (a syscall and a
-    FileExistsError raised and caught: 29% of each put thread's time on the H100
-    host), though the chunks of a step share a few: made once per directory."""
-    import pathlib
+def test_each_chunk_directory_is_one_mkdir(tmp_path, monkeypatch, pool):
+    """Zarr's file step makes a chunk's directory for every chunk (29% of each put
+    thread's time on the H100 host), and where its parent is new too (every lead
+    time of Earth2Studio's stores) tries it first, fails, makes the parent and
+    tries again: made here once per directory, one ``os.mkdir`` each, parents
+    first."""
+    import os
     from collections import Counter
     from concurrent.futures import ThreadPoolExecutor
 
@@ -379,15 +382,14 @@ def test_a_chunk_directory_is_made_once_not_once_per_chunk(tmp_path, monkeypatch
             compressors=None,
         )
     made = Counter()
-    mkdir = pathlib.Path.mkdir
+    mkdir = os.mkdir
 
-    def counted(self, mode=0o777, parents=False, exist_ok=False):
-        if parents:  # not Path.mkdir's own retry of the same directory
-            made[self.relative_to(tmp_path / "ours").as_posix()] += 1
-        return mkdir(self, mode, parents, exist_ok)
+    def counted(path, mode=0o777, **kwargs):
+        made[pathlib.Path(path).relative_to(tmp_path / "ours").as_posix()] += 1
+        return mkdir(path, mode, **kwargs)
 
     store = LocalStore(tmp_path / "ours")
-    monkeypatch.setattr(pathlib.Path, "mkdir", counted)
+    monkeypatch.setattr(os, "mkdir", counted)
     with ThreadPoolExecutor(4) as executor:
         values = _steps(store, range(4), shape, executor if pool else None)
     monkeypatch.undo()
@@ -397,7 +399,14 @@ def test_a_chunk_directory_is_made_once_not_once_per_chunk(tmp_path, monkeypatch
     chunk_keys = [k for k in ours if "/c/" in k]
     directories = {k.rsplit("/", 1)[0] for k in chunk_keys}
     assert len(directories) == 16 and len(chunk_keys) == 2 * 16
-    assert {d: made[d] for d in directories} == dict.fromkeys(directories, 1)
+    everything = {p for d in directories for p in _up_to(d, "t2m")}
+    assert {k: n for k, n in made.items() if k != "."} == dict.fromkeys(everything, 1)
+
+
+def _up_to(directory: str, top: str) -> list[str]:
+    """``directory`` and its parents below ``top`` (relative paths)."""
+    parts = directory.split("/")
+    return ["/".join(parts[:n]) for n in range(parts.index(top) + 2, len(parts) + 1)]
 
 
 def test_two_directories_are_made_at_once(tmp_path, monkeypatch):
@@ -405,38 +414,37 @@ def test_two_directories_are_made_at_once(tmp_path, monkeypatch):
     directory of its own: making one must not wait for another being made (under
     one lock the put threads waited there most of their time). Two threads each
     make a directory of another stripe, and each mkdir waits for the other's."""
-    import pathlib
+    import os
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
     from earth2studio_compile.io import chunks
 
-    candidates = [
-        tmp_path / "c" / str(m) / "0" / str(s) / "0"
-        for m in range(4)
-        for s in range(32)
-    ]
+    candidates = [tmp_path / "c" / str(m) / "0" for m in range(64)]
     first = candidates[0]
     second = next(
         d for d in candidates if chunks._stripe(d) is not chunks._stripe(first)
     )
     both = threading.Barrier(2, timeout=10)
-    mkdir = pathlib.Path.mkdir
+    mkdir = os.mkdir
 
-    def meeting(self, mode=0o777, parents=False, exist_ok=False):
-        if self in (first, second) and parents:
+    def meeting(path, mode=0o777, **kwargs):
+        if pathlib.Path(path) in (first, second):
             both.wait()  # BrokenBarrierError unless the other is making its own
-        return mkdir(self, mode, parents, exist_ok)
+        return mkdir(path, mode, **kwargs)
 
-    monkeypatch.setattr(pathlib.Path, "mkdir", meeting)
-    known: set[pathlib.Path] = set()
+    (tmp_path / "c").mkdir()
+    monkeypatch.setattr(os, "mkdir", meeting)
+    known = {tmp_path / "c"}
     with ThreadPoolExecutor(2) as pool:
         futures = [
-            pool.submit(chunks._make_directory, d, known) for d in (first, second)
+            pool.submit(chunks._make_directory, d, known, tmp_path)
+            for d in (first, second)
         ]
         for future in futures:
             future.result()
-    assert first.is_dir() and second.is_dir() and known == {first, second}
+    assert first.is_dir() and second.is_dir()
+    assert known == {tmp_path / "c", first, first.parent, second, second.parent}
 
 
 def test_a_removed_chunk_directory_is_made_again(tmp_path):
