@@ -13,6 +13,7 @@
 # spy. In this order, as device time allows (the sixteenth's calls were counted in
 # full: 1800 s is about four calls of 400 s with the machine's start):
 #   bash docs/bench/2026-11-27-h100-sixteenth/next_calls.sh "$OUT" dlesym-gpu  # ~250 s (+141 s without .whl-e2g)
+#   bash docs/bench/2026-11-27-h100-sixteenth/next_calls.sh "$OUT" dlesym-gpu latlon  # after it, same machine
 #   bash docs/bench/2026-11-27-h100-thirteenth/next_calls.sh "$OUT" gpu        # ~420 s
 #   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" build       # ~370 s
 #   bash docs/bench/2026-11-27-h100-sixteenth/next_calls.sh "$OUT" dlwp-disk   # ~500 s
@@ -21,7 +22,9 @@
 # dlesym-gpu: DLESyM's published GPU test (issue 33) with its NVTX ranges quieted
 #   inside its whole regions (ac9a9a1), never run on a GPU; earth2grid from
 #   .whl-e2g if carried, else built from third_party/ (its wheel comes back in a
-#   tar: the name has a "+", which $OUT does not return as a file).
+#   tar: the name has a "+", which $OUT does not return as a file). With `latlon`:
+#   the DLESyMLatLon case of the same test (its regions' graphs from the Inductor
+#   cache the first call left in /tmp, on the same machine).
 # dlwp-disk: issue 34's second target, DLWP 16 x 20 with all 7 variables to a
 #   Zarr store on disk (9.8 GB per call), upstream eager on ZarrBackend, eager +
 #   OverlappedIO and compile=True + OverlappedIO, one fresh process each and the
@@ -35,9 +38,13 @@ case "$phase" in
   dlesym-gpu)
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
       --target /tmp/site .whl-dlesym/*.whl
+    limit=540
     if ls .whl-e2g/*.whl >/dev/null 2>&1; then
       wheels=(.whl-e2g/*.whl)
+    elif ls /tmp/e2g-whl/*.whl >/dev/null 2>&1; then  # built by a call before
+      wheels=(/tmp/e2g-whl/*.whl)
     else
+      limit=400
       start=$(date +%s)
       TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 bash .ci/build-earth2grid.sh /tmp/e2g-whl \
         >"$out/earth2grid-build.log" 2>&1
@@ -47,11 +54,14 @@ case "$phase" in
     fi
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
       --target /tmp/site "${wheels[@]}"
-    timeout 480 python3 -m pytest -m gpu -q -p no:cacheprovider -rfEs \
-      --durations=5 --junitxml="$out/dlesym.xml" test/tools/zoo/test_dlesym.py \
-      >"$out/dlesym.log" 2>&1
+    case="${3:-dlesym}"
+    [ "$case" = latlon ] && case=dlesym-latlon
+    timeout "$limit" python3 -m pytest -m gpu -q -p no:cacheprovider -rfEs \
+      --durations=5 --junitxml="$out/$case.xml" \
+      "test/tools/zoo/test_dlesym.py::test_published_dlesym_on_the_gpu_matches_eager[$case]" \
+      >"$out/$case.log" 2>&1
     echo "exit $?"
-    tail -30 "$out/dlesym.log"
+    tail -30 "$out/$case.log"
     ;;
   dlwp-disk)
     python3 -m earth2studio_compile.tools.bench workflow --jobs dlwp-ens-all \

@@ -12,7 +12,8 @@ sizes. ``sfno`` is a user-style prognostic around torch-harmonics' SFNO, since
 Earth2Studio's own SFNO wrapper needs makani, which is not on PyPI. ``aurora`` needs
 the ``microsoft-aurora`` package (its builder imports it, the zoo does not);
 ``stormcast`` needs only physicsnemo; ``ace2`` needs Ai2's ``fme`` with
-torch-harmonics 0.8.0 (:mod:`.ace2` says how CI installs them); ``dlesym`` needs
+torch-harmonics 0.8.0 (:mod:`.ace2` says how CI installs them); ``dlesym`` and
+``dlesym-latlon`` (DLESyMLatLon: the same networks behind lat/lon regridding) need
 ``earth2grid``, built from the source in ``third_party/`` (:mod:`.dlesym`).
 
 Modules: :mod:`.grid` (grids, and the module path every zoo class is published
@@ -38,7 +39,7 @@ from earth2studio_compile._imports import quiet_imports
 from earth2studio_compile.tools.zoo.ace2 import ace2
 from earth2studio_compile.tools.zoo.aurora import aurora
 from earth2studio_compile.tools.zoo.data import Prefetched, SeededRandom, random_source
-from earth2studio_compile.tools.zoo.dlesym import dlesym
+from earth2studio_compile.tools.zoo.dlesym import dlesym, dlesym_latlon
 from earth2studio_compile.tools.zoo.grid import Grid
 from earth2studio_compile.tools.zoo.shipped import dlwp, fcn, persistence
 from earth2studio_compile.tools.zoo.stormcast import stormcast
@@ -65,6 +66,7 @@ __all__ = [
     "aurora",
     "build",
     "dlesym",
+    "dlesym_latlon",
     "dlwp",
     "fcn",
     "persistence",
@@ -84,6 +86,7 @@ MODELS = (
     "stormcast",
     "ace2",
     "dlesym",
+    "dlesym-latlon",
 )
 SIZES = ("small", "medium", "full")
 
@@ -98,6 +101,7 @@ _BUILDERS: dict[str, Callable[..., torch.nn.Module]] = {
     "stormcast": stormcast,
     "ace2": ace2,
     "dlesym": dlesym,
+    "dlesym-latlon": dlesym_latlon,
 }
 
 

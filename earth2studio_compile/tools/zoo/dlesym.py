@@ -7,7 +7,9 @@ over two 48-hour steps, with the atmosphere's 48-hour means of ``z1000`` and
 ``ws10m`` coupled in), on a HEALPix grid of ``12 x nside x nside`` pixels. The
 wrapper takes ready networks and its grid size, so neither size needs a subclass;
 constants, normalisation and the networks' weights are random (seeded), nothing is
-downloaded.
+downloaded. ``dlesym_latlon`` wraps the same networks in
+:class:`earth2studio.models.px.DLESyMLatLon`, which regrids from and to a 721 x 1440
+lat/lon grid around them.
 
 Needs ``earth2grid`` (NVlabs), which Earth2Studio's module imports and which is not
 on the package index: CI builds it from the source vendored in ``third_party/``
@@ -204,6 +206,41 @@ def dlesym(size: str = "small", seed: int = 0) -> torch.nn.Module:
     torch.nn.Module
         An ``earth2studio.models.px.DLESyM``, on CPU
     """
+    from earth2studio.models.px.dlesym import DLESyM
+
+    return _coupled(DLESyM, size, seed)
+
+
+def dlesym_latlon(size: str = "small", seed: int = 0) -> torch.nn.Module:
+    """Earth2Studio DLESyMLatLon: :func:`dlesym`'s networks behind lat/lon regridding.
+
+    The same networks, constants and normalisation as ``dlesym(size, seed)``; the
+    wrapper takes and returns fields on a 721 x 1440 equiangular lat/lon grid
+    (whatever ``size``: Earth2Studio fixes it), with the base variables ``u10m``,
+    ``v10m``, ``z300`` and ``z700`` in place of the derived ``ws10m`` and
+    ``tau300-700``, and regrids to and from the HEALPix grid with earth2grid
+    around the networks' HEALPix loop.
+
+    Parameters
+    ----------
+    size : str, optional
+        As for :func:`dlesym` (the HEALPix grid and networks), by default "small"
+    seed : int, optional
+        As for :func:`dlesym`, by default 0
+
+    Returns
+    -------
+    torch.nn.Module
+        An ``earth2studio.models.px.DLESyMLatLon``, on CPU
+    """
+    from earth2studio.models.px.dlesym import DLESyMLatLon
+
+    return _coupled(DLESyMLatLon, size, seed)
+
+
+def _coupled(cls: type[torch.nn.Module], size: str, seed: int) -> torch.nn.Module:
+    """``cls`` (DLESyM or a subclass taking its arguments) around the random
+    networks, constants and normalisation of ``size`` and ``seed``."""
     import earth2grid
     from earth2studio.models.px.dlesym import (
         _ATMOS_COUPLING_VARIABLES,
@@ -214,7 +251,6 @@ def dlesym(size: str = "small", seed: int = 0) -> torch.nn.Module:
         _OCEAN_INPUT_TIMES,
         _OCEAN_OUTPUT_TIMES,
         _OCEAN_VARIABLES,
-        DLESyM,
     )
 
     torch.manual_seed(seed)
@@ -233,7 +269,7 @@ def dlesym(size: str = "small", seed: int = 0) -> torch.nn.Module:
     n_out = len(_ATMOS_VARIABLES) + len(_OCEAN_VARIABLES)
     scale = (1, 1, 1, n_out, 1, 1, 1)
     constants = (12, _CONSTANTS, nside, nside)
-    return DLESyM(
+    return cls(
         atmos_model,
         ocean_model,
         hpx_lat=lat,

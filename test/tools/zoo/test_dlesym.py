@@ -1,5 +1,5 @@
-"""The zoo's DLESyM (tools/zoo/dlesym.py) in a compile session: the small size on
-the CPU, the published one (GPU-marked) on CUDA.
+"""The zoo's DLESyM and DLESyMLatLon (tools/zoo/dlesym.py) in a compile session: the
+small size on the CPU, the published one (GPU-marked) on CUDA.
 
 Needs ``earth2grid``, which Earth2Studio's DLESyM module imports and which is not on
 the package index: skipped elsewhere, so the README's test command skips it. CI
@@ -164,14 +164,18 @@ def padding_sees_cuda(monkeypatch):
     assert pushed == ["HEALPixPadding:forward"], "the padding marks no NVTX range"
 
 
+# DLESyM first: DLESyMLatLon's networks are the same (tools/zoo/dlesym.py), so its
+# regions' graphs come from the Inductor cache the first one filled.
+@pytest.mark.parametrize("name", ["dlesym", "dlesym-latlon"])
 def test_compiled_dlesym_matches_eager_four_regions_one_graph_each(
-    logs, padding_sees_cuda
+    name, logs, padding_sees_cuda
 ):
     """With the padding's NVTX calls, as on CUDA: the regions whole, one graph
     each, no break (regression: without the entry's ``quiet_nvtx`` every pad
     broke the graph and each region fell back at a recompile storm, here as on
-    an H100)."""
-    model = zoo.build("dlesym")
+    an H100). DLESyMLatLon alike, its lat/lon regridding eager around them (the
+    valid outputs compared are its 721 x 1440 fields)."""
+    model = zoo.build(name)
     session, _ = _compiled_matches_eager(model, REL_L2)
     regions = {r.region: r for r in session.report.regions}
     assert sorted(regions) == REGIONS, session.report.summary()
@@ -209,7 +213,10 @@ def _cuda_padding() -> bool:
 
 @pytest.mark.gpu
 @pytest.mark.published
-def test_published_dlesym_on_the_gpu_matches_eager(logs, strict_fp32, record_property):
+@pytest.mark.parametrize("name", ["dlesym", "dlesym-latlon"])
+def test_published_dlesym_on_the_gpu_matches_eager(
+    name, logs, strict_fp32, record_property
+):
     """nside 64, the authors' widths, built on a CUDA machine (so the atmosphere
     pads with earth2grid's CUDA kernel, and every pad marks an NVTX range, which
     the table's ``quiet_nvtx`` makes a no-op inside the regions' calls: without
@@ -223,10 +230,12 @@ def test_published_dlesym_on_the_gpu_matches_eager(logs, strict_fp32, record_pro
     decoder's second call, which the eager fallback raised too). A region holding
     a ConvGRUBlock notices at its first call and compiles again without CUDA
     graphs (its one recompile); the others keep them. Needs an earth2grid built
-    on a CUDA machine (``.ci/build-earth2grid.sh`` there)."""
+    on a CUDA machine (``.ci/build-earth2grid.sh`` there). DLESyMLatLon: the
+    same networks and checks, behind its eager lat/lon regridding (not yet run on
+    a GPU)."""
     if not _cuda_padding():
         pytest.skip("earth2grid was built without its CUDA padding (on a CPU)")
-    model = zoo.build("dlesym", size="full")
+    model = zoo.build(name, size="full")
     session, worst = _compiled_matches_eager(model, GPU_REL_L2, device="cuda")
     report = session.report
     record_property("rel_l2", worst)
