@@ -15,6 +15,7 @@
 #   bash docs/bench/2026-11-27-h100-sixteenth/next_calls.sh "$OUT" dlesym-gpu  # ~250 s (+141 s without .whl-e2g)
 #   bash docs/bench/2026-11-27-h100-sixteenth/next_calls.sh "$OUT" dlesym-gpu latlon  # after it, same machine
 #   bash docs/bench/2026-11-27-h100-thirteenth/next_calls.sh "$OUT" gpu        # ~420 s
+#   bash docs/bench/2026-11-27-h100-sixteenth/next_calls.sh "$OUT" writes      # ~120 s
 #   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" build       # ~370 s
 #   bash docs/bench/2026-11-27-h100-sixteenth/next_calls.sh "$OUT" dlwp-disk   # ~500 s
 #   bash docs/bench/2026-11-27-h100-fourteenth/next_calls.sh "$OUT" spy        # ~150 s
@@ -25,6 +26,11 @@
 #   tar: the name has a "+", which $OUT does not return as a file). With `latlon`:
 #   the DLESyMLatLon case of the same test (its regions' graphs from the Inductor
 #   cache the first call left in /tmp, on the same machine).
+# writes: writes5.py (fourteenth) at HEAD, OverlappedIO's writes of FCN's ensemble
+#   steps against Zarr's file pattern by hand, 8 threads: the sixteenth session made
+#   a chunk's directories without the one lock every put thread waited on (each
+#   chunk of these stores has a directory of its own) and with one mkdir each; the
+#   fourteenth measured 4.9-5.4 GB/s against 6.8 by hand.
 # dlwp-disk: issue 34's second target, DLWP 16 x 20 with all 7 variables to a
 #   Zarr store on disk (9.8 GB per call), upstream eager on ZarrBackend, eager +
 #   OverlappedIO and compile=True + OverlappedIO, one fresh process each and the
@@ -63,6 +69,10 @@ case "$phase" in
     echo "exit $?"
     tail -30 "$out/$case.log"
     ;;
+  writes)
+    ROWS=zput-8,ov-8,ov-8-again timeout 300 python3 \
+      docs/bench/2026-11-27-h100-fourteenth/writes5.py "$out" 2>&1 | grep -v DEBUG
+    ;;
   dlwp-disk)
     python3 -m earth2studio_compile.tools.bench workflow --jobs dlwp-ens-all \
       --io overlapped --ways warm --fresh-repeats 1 --cache-from /tmp/built-dlwp \
@@ -70,5 +80,5 @@ case "$phase" in
       >"$out/dlwp-ens-all.log" 2>&1
     sed -n '/Whole call/,/^$/p' "$out/dlwp-ens-all.log" | tail -8
     ;;
-  *) echo "phase: dlesym-gpu or dlwp-disk (the others: the paths above)" >&2; exit 2 ;;
+  *) echo "phase: dlesym-gpu, writes or dlwp-disk (the others: the paths above)" >&2; exit 2 ;;
 esac
