@@ -400,7 +400,12 @@ def test_each_chunk_directory_is_one_mkdir(tmp_path, monkeypatch, pool):
     directories = {k.rsplit("/", 1)[0] for k in chunk_keys}
     assert len(directories) == 16 and len(chunk_keys) == 2 * 16
     everything = {p for d in directories for p in _up_to(d, "t2m")}
-    assert {k: n for k, n in made.items() if k != "."} == dict.fromkeys(everything, 1)
+    made.pop(".", None)  # the store's own, as it opens
+    assert set(made) == everything
+    assert {d: made[d] for d in directories} == dict.fromkeys(directories, 1)
+    # A parent two chunks' directories share may be tried by both threads at once
+    # (the later one finds it made): at most once per thread.
+    assert all(made[p] <= (4 if pool else 1) for p in everything)
 
 
 def _up_to(directory: str, top: str) -> list[str]:
@@ -412,7 +417,7 @@ def _up_to(directory: str, top: str) -> list[str]:
 def test_two_directories_are_made_at_once(tmp_path, monkeypatch):
     """Each chunk of Earth2Studio's stores (one per member and lead time) has a
     directory of its own: making one must not wait for another being made (under
-    one lock the put threads waited there most of their time). Two threads each
+    one lock the put threads waited there more than they wrote). Two threads each
     make a directory of another stripe, and each mkdir waits for the other's."""
     import os
     import threading
