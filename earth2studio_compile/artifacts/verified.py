@@ -150,11 +150,20 @@ def against_eager(
     str | None
         Why ``out`` is not eager's answer; None when it is
     """
-    sealed = seal(runner.path, weights_print(module))
-    if known(runner.path, sealed):
-        runner.verified_earlier = True
+    sealed, held = _seal_held(runner, module)
+    if held:
         return None
     return _eager_agrees(runner, module, args, kwargs, out, precision, sealed)
+
+
+def _seal_held(runner: AotRunner, module: torch.nn.Module) -> tuple[str | None, bool]:
+    """The artifact's :func:`seal` with ``module``'s weights, and whether it is
+    known; where it is, ``runner.verified_earlier`` is set."""
+    sealed = seal(runner.path, weights_print(module))
+    held = known(runner.path, sealed)
+    if held:
+        runner.verified_earlier = True
+    return sealed, held
 
 
 def _eager_agrees(
@@ -221,9 +230,8 @@ def seal_built(
             runner = loaded
         # A seal already held needs no call: a build that finds its artifact
         # (tools.build run again) runs neither the artifact nor eager.
-        sealed = seal(runner.path, weights_print(target.module))
-        if known(runner.path, sealed):
-            runner.verified_earlier = True
+        sealed, held = _seal_held(runner, target.module)
+        if held:
             return None
         with torch.no_grad(), precision.scope(target.precision, target.device):
             out = runner(*args, **kwargs)

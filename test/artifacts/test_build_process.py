@@ -140,6 +140,19 @@ def test_the_build_lock_lies_beside_the_artifact(tmp_path):
     assert lock.name.startswith(artifact.name)
 
 
+def _built(tmp_path):
+    """A build process's job for :func:`_target` run to its end in ``tmp_path``:
+    the target, its first-call arguments, the cache root, the job's directory and
+    the artifact's."""
+    target, args = _target(), (torch.randn(4, 8),)
+    key, _ = target.aot_key(args, {})
+    job, root = tmp_path / "job", tmp_path / "cache"
+    job.mkdir()
+    _save_job(job, key, target, args, root)
+    assert build_process.build_job(job)
+    return target, args, root, job, aot_root(root) / key
+
+
 def test_a_built_artifact_that_gives_eager_s_answer_is_sealed_for_its_weights(
     tmp_path, monkeypatch
 ):
@@ -148,15 +161,9 @@ def test_a_built_artifact_that_gives_eager_s_answer_is_sealed_for_its_weights(
     next process loads it without an eager call. An artifact that gives another
     answer, or a bf16 region holding submodules in fp32 (the session holds them),
     is not sealed."""
-    target, args = _target(), (torch.randn(4, 8),)
-    key, _ = target.aot_key(args, {})
-    job, root = tmp_path / "job", tmp_path / "cache"
-    job.mkdir()
-    _save_job(job, key, target, args, root)
-    assert build_process.build_job(job)
+    target, args, root, job, artifact = _built(tmp_path)
     result = json.loads((job / build_process.RESULT).read_text())
     assert result["ok"] and result["sealed"] is None, result
-    artifact = aot_root(root) / key
     weights = verified.weights_print(target.module)
     assert verified.known(artifact, verified.seal(artifact, weights))
 
@@ -180,13 +187,7 @@ def test_a_built_artifact_that_gives_eager_s_answer_is_sealed_for_its_weights(
 def test_sealing_an_artifact_whose_seal_is_held_runs_nothing(tmp_path, monkeypatch):
     """A build that finds its artifact already sealed for these weights (tools.build
     run again) records nothing new and calls neither the artifact nor eager."""
-    target, args = _target(), (torch.randn(4, 8),)
-    key, _ = target.aot_key(args, {})
-    job, root = tmp_path / "job", tmp_path / "cache"
-    job.mkdir()
-    _save_job(job, key, target, args, root)
-    assert build_process.build_job(job)
-    artifact = aot_root(root) / key
+    target, args, root, _, artifact = _built(tmp_path)
     assert verified.known(
         artifact, verified.seal(artifact, verified.weights_print(target.module))
     )
