@@ -129,6 +129,8 @@ _RUNS_SIXTEENTH = tuple(
         "dlwp-ens-cba9c9e.json",
     )
 )
+_SEVENTEENTH = "2026-11-28-h100-seventeenth/"
+_RUNS_SEVENTEENTH = (_SEVENTEENTH + "dlwp-ens-all-b56e9b4.json",)
 MODELS = "docs/models.md"
 FIGURES: tuple[Figure, ...] = (
     Figure(
@@ -376,5 +378,15 @@ FIGURES: tuple[Figure, ...] = (
     Figure("ensembles-h100-sixteenth-floors", PERF, _RUNS_SIXTEENTH, workflow_floors),
     Figure(
         "ensembles-h100-sixteenth-first", PERF, _RUNS_SIXTEENTH, workflow_first_steps
+    ),
+    Figure("ensembles-h100-seventeenth", PERF, _RUNS_SEVENTEENTH, workflow),
+    Figure(
+        "ensembles-h100-seventeenth-floors", PERF, _RUNS_SEVENTEENTH, workflow_floors
+    ),
+    Figure(
+        "ensembles-h100-seventeenth-first",
+        PERF,
+        _RUNS_SEVENTEENTH,
+        workflow_first_steps,
     ),
 )
