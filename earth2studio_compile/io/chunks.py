@@ -29,17 +29,22 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
-import os
 import threading
-import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, wait
 from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 
-__all__ = ["chunk_pieces", "store_by_chunk", "store_local"]
+from earth2studio_compile.io.directories import known_directories, make_directory
+
+__all__ = ["chunk_pieces", "directories_ahead", "store_by_chunk", "store_local"]
+
+#: Chunk directories :func:`directories_ahead` makes at most per call: about as many
+#: as the directories a store keeps known (``directories._KNOWN_AT_MOST``), within
+#: which a larger store's first chunks (its first members' lead times) are made.
+AHEAD_AT_MOST = 1 << 13
 
 
 def chunk_pieces(
@@ -185,10 +190,10 @@ def store_local(
     2026-11-27, docs/bench/2026-11-27-h100-fourteenth). A chunk's directory is made
     once per store, not for every chunk as that file step does, and made again
     where it was removed; directories are made side by side (see
-    :func:`_make_directory`). In Earth2Studio's stores (one chunk per member and
-    lead time) each chunk has a directory of its own, so the ``Path.mkdir`` that
-    took 29% of each writer thread's time in a py-spy profile of a forecast on the
-    H100 host is still made for each; the saving is where chunks share one.
+    :func:`~earth2studio_compile.io.directories.make_directory`). In Earth2Studio's
+    stores (one chunk per member and lead time) each chunk has a directory of its
+    own, so they are made for each: ahead of the writes, by
+    :func:`directories_ahead`, where the store's arrays are new.
 
     Parameters
     ----------
@@ -227,19 +232,65 @@ def store_local(
     return True
 
 
-def _local_put(array: Any) -> Callable[[tuple[slice, ...], np.ndarray], None] | None:
-    """A function storing one whole chunk of ``array`` synchronously (see
-    :func:`store_local`), or None unless the array is bytes-codec-only in an open,
-    writable ``LocalStore`` (exactly that class: a subclass may store otherwise)."""
+def directories_ahead(
+    arrays: Sequence[Any], stop: threading.Event, at_most: int = AHEAD_AT_MOST
+) -> int:
+    """Make the directories :func:`store_local` would make as the chunks of
+    ``arrays`` are written, ahead of their writes (see
+    :mod:`~earth2studio_compile.io.directories`).
+
+    Only for arrays :func:`store_local` stores (bytes codec alone, in an open,
+    writable ``LocalStore``). Chunks are taken in the order of their grid (in
+    Earth2Studio's stores, a member's lead times, then the next member's: the order
+    an ensemble's batches write them), the arrays' chunks at one position one after
+    another, until ``at_most`` directories or ``stop``. A directory made ahead is
+    one the writers would have made: its chunk comes in the same store's writes.
+
+    Parameters
+    ----------
+    arrays : Sequence[zarr.AsyncArray]
+        Arrays just created, none of their chunks written
+    stop : threading.Event
+        Set to stop after the directory being made
+    at_most : int, optional
+        Directories made at most, by default :data:`AHEAD_AT_MOST`
+
+    Returns
+    -------
+    int
+        Chunk directories made (with their new parents)
+    """
+    grids: dict[tuple[int, ...], list[Any]] = {}
+    for array in arrays:
+        if _local_codec(array) is not None:
+            grids.setdefault(tuple(array.cdata_shape), []).append(array)
+    made = 0
+    for grid, alike in grids.items():
+        tops = [
+            (a, a.store_path.store, known_directories(a.store_path.store))
+            for a in alike
+        ]
+        for coords in itertools.product(*map(range, grid)):
+            for array, store, known in tops:
+                if stop.is_set() or made >= at_most:
+                    return made
+                key = array.metadata.encode_chunk_key(coords)
+                directory = (store.root / (array.store_path / key).path).parent
+                if directory not in known:
+                    make_directory(directory, known, store.root / array.store_path.path)
+                    made += 1
+    return made
+
+
+def _local_codec(array: Any) -> Any:
+    """The bytes codec of ``array`` where it is bytes-codec-only in an open, writable
+    ``LocalStore`` (exactly that class: a subclass may store otherwise), else None."""
     try:
         from zarr.codecs import BytesCodec
         from zarr.core.codec_pipeline import BatchedCodecPipeline
-        from zarr.storage import LocalStore, _local
-        from zarr.storage._local import _put
+        from zarr.storage import LocalStore
     except ImportError:  # another Zarr: its async path
         return None
-    # A Zarr without it: its whole file step, a mkdir per chunk.
-    atomic_write = getattr(_local, "_atomic_write", None)
     store = array.store_path.store
     pipeline = array.codec_pipeline
     if (
@@ -252,8 +303,22 @@ def _local_put(array: Any) -> Callable[[tuple[slice, ...], np.ndarray], None] | 
         or type(pipeline.array_bytes_codec) is not BytesCodec
     ):
         return None
-    codec = pipeline.array_bytes_codec
-    known = _known_directories(store)
+    return pipeline.array_bytes_codec
+
+
+def _local_put(array: Any) -> Callable[[tuple[slice, ...], np.ndarray], None] | None:
+    """A function storing one whole chunk of ``array`` synchronously (see
+    :func:`store_local`), or None where :func:`_local_codec` finds none."""
+    codec = _local_codec(array)
+    if codec is None:
+        return None
+    from zarr.storage import _local
+    from zarr.storage._local import _put
+
+    # A Zarr without it: its whole file step, a mkdir per chunk.
+    atomic_write = getattr(_local, "_atomic_write", None)
+    store = array.store_path.store
+    known = known_directories(store)
     # Made with the array (its metadata is there): where a new chunk's directories
     # start at the latest.
     top = store.root / array.store_path.path
@@ -269,7 +334,7 @@ def _local_put(array: Any) -> Callable[[tuple[slice, ...], np.ndarray], None] | 
             return
         directory = path.parent
         if directory not in known:
-            _make_directory(directory, known, top)
+            make_directory(directory, known, top)
         try:
             _write(atomic_write, path, encoded)
         except FileNotFoundError:
@@ -278,90 +343,6 @@ def _local_put(array: Any) -> Callable[[tuple[slice, ...], np.ndarray], None] | 
             _write(atomic_write, path, encoded)
 
     return put
-
-
-#: Directories made by :func:`_local_put` in each open local store (by ``id``, as a
-#: ``LocalStore`` is unhashable; dropped with the store), as many as
-#: ``_KNOWN_AT_MOST`` a store. Per store, not per ``_local_put``: that is per step,
-#: and a step's chunks may go into directories an earlier step made.
-_known: dict[int, set[Path]] = {}
-_known_lock = threading.Lock()
-_KNOWN_AT_MOST = 1 << 14
-#: Locks a directory is made under, by its hash: the chunks of one directory wait
-#: for each other, those of others mostly not. Under one lock, every directory made
-#: waited for every other: where a chunk's directory is new at each lead time
-#: (Earth2Studio's stores, one chunk per member and lead time), the put threads
-#: waited on it more than they wrote (py-spy, this project's CPU machine,
-#: 2026-11-27: 2798 samples waiting, about 1100 writing).
-_STRIPES = tuple(threading.Lock() for _ in range(64))
-
-
-def _known_directories(store: Any) -> set[Path]:
-    """The directories made in ``store`` so far (see ``_known``), a set kept while
-    the store lives."""
-    key = id(store)
-    with _known_lock:
-        known = _known.get(key)
-        if known is None:
-            known = _known[key] = set()
-            # Before the store's id can be another's. The callback takes no lock:
-            # it may run in a garbage collection on a thread holding _known_lock.
-            weakref.finalize(store, _known.pop, key, None)
-    return known
-
-
-def _stripe(directory: Path) -> threading.Lock:
-    """The lock ``directory`` is made under (see ``_STRIPES``)."""
-    return _STRIPES[hash(directory) % len(_STRIPES)]
-
-
-def _make_directory(directory: Path, known: set[Path], top: Path) -> None:
-    """Make ``directory`` and its parents below ``top`` that are not known, each
-    with one ``os.mkdir`` from the top down, and add them to ``known``.
-
-    ``Path.mkdir(parents=True)``, as Zarr's file step calls it, first tries the
-    directory itself, which fails where its parent is new too (in Earth2Studio's
-    stores, at every lead time): a syscall and an exception more per chunk. Under
-    the directory's stripe lock, checked again there, rather than a benign race
-    (two threads both making it): threads that meet at a new directory make it
-    once, while other directories are made at the same time (a parent shared by
-    two, made by either, is taken as made). The caller's lock-free ``in`` is safe
-    against the ``add`` and ``clear`` here: a set's own operations are atomic
-    under the GIL (and locked per set where there is none).
-
-    Parameters
-    ----------
-    directory : Path
-        A chunk's directory
-    known : set[Path]
-        The directories made in its store (see ``_known``)
-    top : Path
-        The array's directory, which exists
-    """
-    with _stripe(directory):
-        if directory in known:
-            return
-        missing = []
-        while (
-            directory not in known
-            and directory != top
-            and directory.parent != directory
-        ):
-            missing.append(directory)
-            directory = directory.parent
-        try:
-            for made in reversed(missing):
-                try:
-                    os.mkdir(made)
-                except FileExistsError:
-                    if not made.is_dir():
-                        raise
-        except FileNotFoundError:
-            # One taken to be there was removed (by someone else): made again.
-            missing[0].mkdir(parents=True, exist_ok=True)
-        if len(known) + len(missing) > _KNOWN_AT_MOST:  # bounded: made again if needed
-            known.clear()
-        known.update(missing[:_KNOWN_AT_MOST])  # the deepest first
 
 
 def _write(atomic_write: Callable[..., Any], path: Path, value: Any) -> None:

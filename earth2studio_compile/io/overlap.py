@@ -45,6 +45,7 @@ import numpy as np
 import torch
 from loguru import logger
 
+from earth2studio_compile.io.directories import Ahead
 from earth2studio_compile.io.host import HostPool
 from earth2studio_compile.io.writers import SerialWriter, Writer, parallel_writer
 
@@ -121,6 +122,7 @@ class OverlappedIO:
         self._parallel = parallel if self.workers > 1 else None
         self._lock = threading.RLock()
         self._writer: Writer | None = None
+        self._ahead: Ahead | None = None  # the arrays last added, prepared
         # Waits for the writer if this is dropped unclosed; set while writes pend.
         self._finalizer: weakref.finalize | None = None
         self._steps: deque[list[Future[bool]]] = deque()  # a future per array
@@ -171,6 +173,12 @@ class OverlappedIO:
             self.flush()
             self._check()
             self.io.add_array(coords, array_name, **kwargs)
+            if self._parallel is not None:
+                names = [array_name] if isinstance(array_name, str) else array_name
+                try:
+                    self._ahead = self._parallel.ahead(self.io, list(names))
+                except Exception as err:  # it only saves the writers work
+                    logger.debug(f"OverlappedIO: nothing prepared ahead: {err!r}")
 
     def write(
         self,
@@ -245,6 +253,9 @@ class OverlappedIO:
             Whatever a background write raised, if not raised before
         """
         with self._lock:
+            ahead, self._ahead = self._ahead, None
+            if ahead is not None:
+                ahead.stop()
             self._retire(len(self._steps))
             self._pool.clear()
             writer, self._writer = self._writer, None

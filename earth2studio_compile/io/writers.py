@@ -21,7 +21,8 @@ backend's own ``write`` would have stored those before the failing one).
   files does so on a few threads per lane, :data:`FILE_THREADS` in all). Whole
   chunks of an uncompressed array in a local directory skip the event loop: Zarr's
   own encode and file steps, called from one pool of :data:`FILE_THREADS` shared
-  by the lanes (:func:`.chunks.store_local`). Measured
+  by the lanes (:func:`.chunks.store_local`), in chunk directories made ahead
+  from the moment the arrays are added (:meth:`ZarrWriter.ahead`). Measured
   against one shared loop with a future per array (as Earth2Studio's
   ``AsyncZarrBackend`` does), the lanes were faster on a writing-bound CPU rollout.
 
@@ -43,7 +44,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import torch
 
-from earth2studio_compile.io.chunks import store_by_chunk, store_local
+from earth2studio_compile.io.chunks import (
+    directories_ahead,
+    store_by_chunk,
+    store_local,
+)
+from earth2studio_compile.io.directories import Ahead
 
 # Type hints only: importing Earth2Studio takes a minute on a small machine, and
 # the package is imported before it (the demo's banner comes first).
@@ -146,6 +152,27 @@ class _Lanes(ABC):
 
     def _lane(self, name: str | None) -> int:
         return self._lane_of.setdefault(name, len(self._lane_of) % len(self._lanes))
+
+    @staticmethod
+    def ahead(io: IOBackend, names: Sequence[str]) -> Ahead | None:
+        """What prepares the arrays ``names``, just added to ``io``, for their
+        writes while the workflow computes its first step: none here (see
+        :meth:`ZarrWriter.ahead`).
+
+        Parameters
+        ----------
+        io : IOBackend
+            The backend this writer class stores into
+        names : Sequence[str]
+            Arrays it has just created
+
+        Returns
+        -------
+        Ahead | None
+            Running until stopped (``stop()`` before the next ``add_array``, and
+            before the backend is closed), or None
+        """
+        return None
 
     def submit(
         self,
@@ -375,6 +402,35 @@ class ZarrWriter(_Lanes):
             if self.own_copies
             else None
         )
+
+    @staticmethod
+    def ahead(io: IOBackend, names: Sequence[str]) -> Ahead | None:
+        """The new arrays' chunk directories, made on a thread from now on, where
+        ``io`` is a directory on disk (:func:`.chunks.directories_ahead`).
+
+        Parameters
+        ----------
+        io : IOBackend
+            A ``ZarrBackend``
+        names : Sequence[str]
+            Arrays it has just created
+
+        Returns
+        -------
+        Ahead | None
+            Making their directories until done or stopped; None for a store
+            that is not a local directory
+        """
+        from zarr.storage import LocalStore
+
+        root = io.root  # type: ignore[attr-defined]
+        if type(root.store) is not LocalStore:
+            return None
+
+        def make(stop: threading.Event) -> int:
+            return directories_ahead([root[n].async_array for n in names], stop)
+
+        return Ahead(make, f"{_PREFIX}({type(io).__name__}) directories")
 
     def _jobs(
         self,

@@ -414,44 +414,6 @@ def _up_to(directory: str, top: str) -> list[str]:
     return ["/".join(parts[:n]) for n in range(parts.index(top) + 2, len(parts) + 1)]
 
 
-def test_two_directories_are_made_at_once(tmp_path, monkeypatch):
-    """Each chunk of Earth2Studio's stores (one per member and lead time) has a
-    directory of its own: making one must not wait for another being made (under
-    one lock the put threads waited there more than they wrote). Two threads each
-    make a directory of another stripe, and each mkdir waits for the other's."""
-    import os
-    import threading
-    from concurrent.futures import ThreadPoolExecutor
-
-    from earth2studio_compile.io import chunks
-
-    candidates = [tmp_path / "c" / str(m) / "0" for m in range(64)]
-    first = candidates[0]
-    second = next(
-        d for d in candidates if chunks._stripe(d) is not chunks._stripe(first)
-    )
-    both = threading.Barrier(2, timeout=10)
-    mkdir = os.mkdir
-
-    def meeting(path, mode=0o777, **kwargs):
-        if pathlib.Path(path) in (first, second):
-            both.wait()  # BrokenBarrierError unless the other is making its own
-        return mkdir(path, mode, **kwargs)
-
-    (tmp_path / "c").mkdir()
-    monkeypatch.setattr(os, "mkdir", meeting)
-    known = {tmp_path / "c"}
-    with ThreadPoolExecutor(2) as pool:
-        futures = [
-            pool.submit(chunks._make_directory, d, known, tmp_path)
-            for d in (first, second)
-        ]
-        for future in futures:
-            future.result()
-    assert first.is_dir() and second.is_dir()
-    assert known == {tmp_path / "c", first, first.parent, second, second.parent}
-
-
 def test_a_removed_chunk_directory_is_made_again(tmp_path):
     """A directory known to be there that someone removed between two steps (or a
     step's chunks): made again and every chunk stored, nothing lost."""
@@ -496,21 +458,80 @@ def test_a_zarr_without_its_atomic_write_gets_its_whole_file_step(
     assert len([p for p in puts if p.is_relative_to(chunks)]) == 8
 
 
-def test_the_directories_known_are_a_stores_few_and_go_with_it(tmp_path, monkeypatch):
-    """The directories made are kept per store, to its end, and only so many: a
-    long forecast's store does not keep every directory it ever made, nor a closed
-    one any."""
-    import gc
+def _grid_directories(path, at="t2m") -> list[str]:
+    """The innermost directories below ``path``'s array's chunks, relative, sorted."""
+    return sorted(
+        d.relative_to(path / at).as_posix()
+        for d in (path / at / "c").rglob("*")
+        if d.is_dir() and not any(c.is_dir() for c in d.iterdir())
+    )
 
-    from earth2studio_compile.io import chunks
 
-    monkeypatch.setattr(chunks, "_KNOWN_AT_MOST", 3)
+def test_directories_made_ahead_leave_the_writes_no_mkdir(tmp_path, monkeypatch):
+    """Every chunk directory of a new array made ahead (Earth2Studio's stores: a
+    directory per member and lead time, new when its chunk is written): the writes
+    that follow make none, and store Zarr's own files."""
+    import os
+    import threading
+
+    from earth2studio_compile.io.chunks import directories_ahead
+
+    store = _local(tmp_path / "ours", compressors=None)
+    made = directories_ahead([_opened(store)], threading.Event())
+    # One chunk a member and step: c/<member>/<step>/0/0, its directory c/m/s/0.
+    expected = [f"c/{m}/{s}/0" for m in range(4) for s in range(3)]
+    assert made == 12 and _grid_directories(tmp_path / "ours") == expected
+    mkdir, tried = os.mkdir, []
+
+    def counted(path, mode=0o777, **kwargs):
+        tried.append(path)
+        return mkdir(path, mode, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", counted)
+    values = _steps(store, range(3), SHAPE)
+    monkeypatch.undo()
+    assert tried == []
+    zarrs = _local(tmp_path / "zarrs", compressors=None)
+    zarr.open_array(zarrs, path="t2m", mode="r+")[:] = values
+    assert _files(tmp_path / "ours") == _files(tmp_path / "zarrs")
+
+
+def test_directories_ahead_go_in_the_grids_order_to_their_bound(tmp_path):
+    """A member's lead times first, as an ensemble's batches write them, each
+    position's directory for every array alike; no more than asked, none once
+    stopped."""
+    import threading
+
+    from earth2studio_compile.io.chunks import directories_ahead
+
     store = _local(tmp_path / "s", compressors=None)
-    values = _steps(store, [0, 1], SHAPE)  # 8 directories
-    key = id(store)
-    assert 0 < len(chunks._known[key]) <= 3
-    stored = zarr.open_array(store, path="t2m", mode="r")[:, :2]
-    np.testing.assert_array_equal(stored, values[:, :2], strict=True)
-    del store
-    gc.collect()
-    assert key not in chunks._known
+    zarr.create_array(
+        store, name="u10", shape=SHAPE, chunks=CHUNKS, dtype="float32", compressors=None
+    )
+    arrays = [_opened(store, "t2m"), _opened(store, "u10")]
+    assert directories_ahead(arrays, threading.Event(), at_most=5) == 5
+    first = ["c/0/0/0", "c/0/1/0", "c/0/2/0"]
+    assert _grid_directories(tmp_path / "s", "t2m") == first
+    assert _grid_directories(tmp_path / "s", "u10") == first[:2]
+    stopped = threading.Event()
+    stopped.set()
+    assert directories_ahead(arrays, stopped) == 0
+    assert _grid_directories(tmp_path / "s", "u10") == first[:2]
+
+
+@pytest.mark.parametrize("where", ["compressed", "memory"])
+def test_directories_ahead_only_where_store_local_writes(tmp_path, where):
+    """A compressed array, or a store in memory: Zarr's own writes, nothing made."""
+    import threading
+
+    from earth2studio_compile.io.chunks import directories_ahead
+
+    if where == "memory":
+        store = MemoryStore()
+        zarr.create_array(
+            store, name="t2m", shape=SHAPE, chunks=CHUNKS, dtype="float32"
+        )
+    else:
+        store = _local(tmp_path / "s")  # Zarr's default compressor
+    assert directories_ahead([_opened(store)], threading.Event()) == 0
+    assert not (tmp_path / "s" / "t2m" / "c").exists()

@@ -26,6 +26,7 @@ from io_helpers import (
     own_threads,  # noqa: F401 (autouse fixture)
     read_back,
     run_ensemble,
+    threads_left,
     zarr_writes,
 )
 
@@ -271,3 +272,59 @@ def test_a_cuda_rollout_of_views_is_stored_bitwise_with_bounded_buffers(
         assert io.host_bytes <= (max_pending + 1) * step_bytes
     for name in names:
         np.testing.assert_array_equal(backend.root[name][:], sync.root[name][:])
+
+
+def test_a_new_stores_chunk_directories_are_made_before_its_writes(
+    tmp_path, monkeypatch
+):
+    """Added arrays on disk: their chunk directories are made on a thread from then
+    on (the workflow's first step), and a maker still running when the writer is
+    closed is stopped first, nothing made after."""
+    from earth2studio.io import ZarrBackend
+
+    from earth2studio_compile.io import writers
+
+    done, made = threading.Event(), []
+    shipped = writers.directories_ahead
+
+    def recorded(arrays, stop):
+        made.append(shipped(arrays, stop))
+        done.set()
+        return made[-1]
+
+    monkeypatch.setattr(writers, "directories_ahead", recorded)
+    coords = OrderedDict(ensemble=np.arange(3), lead_time=np.arange(2), x=np.arange(4))
+    io = OverlappedIO(ZarrBackend(str(tmp_path / "s.zarr")))
+    io.add_array(coords, ["t2m", "u10"])
+    assert done.wait(30) and made == [12]
+    chunks = tmp_path / "s.zarr" / "t2m" / "c"
+    assert sorted(p.relative_to(chunks).as_posix() for p in chunks.glob("*/*")) == [
+        f"{m}/{s}" for m in range(3) for s in range(2)
+    ]
+    for s in range(2):
+        step = OrderedDict(coords, lead_time=np.array([s]))
+        x = torch.full((3, 1, 4), float(s))
+        io.write([x, -x], step, ["t2m", "u10"])
+    io.flush()
+    stored = zarr_read(tmp_path / "s.zarr", "u10")
+    np.testing.assert_array_equal(stored[:, 1], np.full((3, 4), -1.0, "float32"))
+
+    # A maker that would go on: stopped by close, before it returns.
+    stopped = threading.Event()
+
+    def endless(arrays, stop):
+        while not stop.wait(0.01):
+            pass
+        stopped.set()
+        return 0
+
+    monkeypatch.setattr(writers, "directories_ahead", endless)
+    io.add_array(OrderedDict(lead_time=np.arange(2), x=np.arange(4)), "v")
+    io.close()
+    assert stopped.is_set() and threads_left() == []
+
+
+def zarr_read(path: Path, name: str) -> np.ndarray:
+    import zarr
+
+    return zarr.open_array(str(path), path=name, mode="r")[:]
