@@ -16,7 +16,7 @@
 #   bash docs/bench/2026-11-28-h100-seventeenth/next_calls.sh "$OUT" writes6     # ~90 s
 #   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" build        # ~380 s
 #   bash docs/bench/2026-11-28-h100-seventeenth/next_calls.sh "$OUT" dlwp-disk   # ~330 s
-#   bash docs/bench/2026-11-28-h100-seventeenth/next_calls.sh "$OUT" gil         # ~200 s
+#   bash docs/bench/2026-11-28-h100-seventeenth/next_calls.sh "$OUT" gil         # ~150 s
 #   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" rows fcn     # ~450 s
 #   bash docs/bench/2026-11-27-h100-sixteenth/next_calls.sh "$OUT" dlesym-gpu   # ~250 s (+141 s without .whl-e2g)
 #
@@ -26,10 +26,12 @@
 #   all made (the writes alone).
 # dlwp-disk: issue 34's second target again at HEAD (the directories made ahead),
 #   the sixteenth's phase (needs `build` first: /tmp/built-dlwp).
-# gil: the DLWP on-disk compile=True row under `py-spy --gil` (200 Hz): in the
+# gil: the DLWP on-disk compile=True row under `py-spy --idle --native` (100 Hz,
+#   native frames: a thread waiting for the GIL shows `take_gil`): in the
 #   seventeenth session its workflow thread spent 1.5 s in the model's iterator and
 #   1.2 s in io.write after the first step (0.3-0.8 and 0.1 in memory with 3
-#   variables): is it waiting for the GIL while the writers run?
+#   variables, 2 ms a write against 25 here): is it waiting for the GIL while the
+#   writers run, or for the device (its copies queued on the caller's stream)?
 set -uo pipefail
 out="$1"
 phase="$2"
@@ -42,7 +44,7 @@ case "$phase" in
   gil)
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
       --target /tmp/spy .whl-spy/*.whl
-    /tmp/spy/bin/py-spy record -r 200 --gil --threads --subprocesses --nonblocking \
+    /tmp/spy/bin/py-spy record -r 100 --idle --native --threads --subprocesses \
       -f raw -o "$out/gil-dlwp-disk.raw" -- python3 -m earth2studio_compile.tools.bench \
       workflow --jobs dlwp-ens-all --io overlapped --ways warm --fresh-repeats 1 \
       --no-floor --cache-from /tmp/built-dlwp --deadline 300 \
