@@ -10,9 +10,10 @@
   in a local directory by Zarr's own file step without an event loop.
 - :mod:`~earth2studio_compile.io.directories`: chunk directories made once each,
   and ahead of the writes where the arrays are new.
-- :mod:`~earth2studio_compile.io.writers`: the :class:`Writer` protocol and the
-  writers that store each step (one thread for any backend; per-array lanes for
-  ``KVBackend`` and ``ZarrBackend``).
+- :mod:`~earth2studio_compile.io.writers`: the :class:`Writer` protocol and which
+  writer stores a backend's steps: :mod:`~earth2studio_compile.io.lanes` (one
+  thread for any backend, per-array lanes for ``KVBackend``) or
+  :mod:`~earth2studio_compile.io.zarr_writer` (``ZarrBackend``).
 """
 
 from earth2studio_compile.io.overlap import OverlappedIO, drain

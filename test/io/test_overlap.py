@@ -282,17 +282,17 @@ def test_a_new_stores_chunk_directories_are_made_before_its_writes(
     closed is stopped first, nothing made after."""
     from earth2studio.io import ZarrBackend
 
-    from earth2studio_compile.io import writers
+    from earth2studio_compile.io import zarr_writer
 
     done, made = threading.Event(), []
-    shipped = writers.directories_ahead
+    shipped = zarr_writer.directories_ahead
 
     def recorded(arrays, stop):
         made.append(shipped(arrays, stop))
         done.set()
         return made[-1]
 
-    monkeypatch.setattr(writers, "directories_ahead", recorded)
+    monkeypatch.setattr(zarr_writer, "directories_ahead", recorded)
     coords = OrderedDict(ensemble=np.arange(3), lead_time=np.arange(2), x=np.arange(4))
     io = OverlappedIO(ZarrBackend(str(tmp_path / "s.zarr")))
     io.add_array(coords, ["t2m", "u10"])
@@ -318,7 +318,7 @@ def test_a_new_stores_chunk_directories_are_made_before_its_writes(
         stopped.set()
         return 0
 
-    monkeypatch.setattr(writers, "directories_ahead", endless)
+    monkeypatch.setattr(zarr_writer, "directories_ahead", endless)
     io.add_array(OrderedDict(lead_time=np.arange(2), x=np.arange(4)), "v")
     io.close()
     assert stopped.is_set() and threads_left() == []

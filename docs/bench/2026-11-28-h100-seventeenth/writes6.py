@@ -64,7 +64,7 @@ def main():
     from earth2studio.io import ZarrBackend
     from earth2studio.utils.coords import split_coords
 
-    from earth2studio_compile.io import OverlappedIO, writers
+    from earth2studio_compile.io import OverlappedIO, zarr_writer
 
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
@@ -143,7 +143,7 @@ def main():
                 lat=lat,
                 lon=lon,
             )
-            shipped = writers.directories_ahead
+            shipped = zarr_writer.directories_ahead
             done = threading.Event()
 
             def watched(arrays, stop):
@@ -152,7 +152,7 @@ def main():
                 finally:
                     done.set()
 
-            writers.directories_ahead = watched
+            zarr_writer.directories_ahead = watched
             try:
                 with zarr.config.set({"threading.max_workers": 8}):
                     io = OverlappedIO(
@@ -186,7 +186,7 @@ def main():
                     else:
                         seconds = timed(lambda: (add(), steps()))
             finally:
-                writers.directories_ahead = shipped
+                zarr_writer.directories_ahead = shipped
             stored = zarr.open_array(str(d / "s.zarr"), path="v3", mode="r")
             last = stored[2 * B - 1, 0, STEPS // 2 - 1]
             assert np.array_equal(last, want), "not stored"
