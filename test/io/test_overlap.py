@@ -328,3 +328,35 @@ def zarr_read(path: Path, name: str) -> np.ndarray:
     import zarr
 
     return zarr.open_array(str(path), path=name, mode="r")[:]
+
+
+def test_a_compiled_call_overlaps_only_a_plain_zarr_backend(tmp_path):
+    """compile=True wraps what it was measured to speed up, a ZarrBackend in memory
+    or on disk; never a backend that writes in the background already, one not
+    measured, a subclass, one whose instance writes otherwise, nor a wrapper."""
+    import os
+
+    from earth2studio.io import AsyncZarrBackend, KVBackend, NetCDF4Backend, ZarrBackend
+
+    from earth2studio_compile.io import for_compiled_call
+
+    class Mine(ZarrBackend):
+        pass
+
+    for io in (ZarrBackend(), ZarrBackend(str(tmp_path / "a.zarr"))):
+        wrapped = for_compiled_call(io)
+        assert isinstance(wrapped, OverlappedIO) and wrapped.io is io
+        assert wrapped.workers == min(8, os.cpu_count() or 1)  # the defaults
+        assert wrapped.max_pending == 2
+    patched = ZarrBackend()
+    patched.write = lambda *args: None
+    others = [
+        KVBackend(),
+        AsyncZarrBackend(str(tmp_path / "b.zarr"), OrderedDict()),
+        NetCDF4Backend(str(tmp_path / "c.nc"), backend_kwargs={"mode": "w"}),
+        Mine(),
+        patched,
+        OverlappedIO(ZarrBackend()),
+        None,
+    ]
+    assert [for_compiled_call(io) for io in others] == [None] * len(others)
