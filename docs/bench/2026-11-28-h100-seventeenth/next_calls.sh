@@ -16,6 +16,7 @@
 #   bash docs/bench/2026-11-28-h100-seventeenth/next_calls.sh "$OUT" writes6     # ~90 s
 #   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" build        # ~380 s
 #   bash docs/bench/2026-11-28-h100-seventeenth/next_calls.sh "$OUT" dlwp-disk   # ~330 s
+#   bash docs/bench/2026-11-28-h100-seventeenth/next_calls.sh "$OUT" plain       # ~450 s
 #   bash docs/bench/2026-11-28-h100-seventeenth/next_calls.sh "$OUT" gil         # ~150 s
 #   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" rows fcn     # ~450 s
 #   bash docs/bench/2026-11-27-h100-sixteenth/next_calls.sh "$OUT" dlesym-gpu   # ~250 s (+141 s without .whl-e2g)
@@ -26,6 +27,9 @@
 #   all made (the writes alone).
 # dlwp-disk: issue 34's second target again at HEAD (the directories made ahead),
 #   the sixteenth's phase (needs `build` first: /tmp/built-dlwp).
+# plain: compile=True on a plain ZarrBackend (b50ac5d wraps it in OverlappedIO for
+#   the call) against upstream eager on it: the FCN ensemble on disk and the DLWP
+#   ensemble in memory, one fresh process a row (needs `build` first).
 # gil: the DLWP on-disk compile=True row under `py-spy --idle --native` (100 Hz,
 #   native frames: a thread waiting for the GIL shows `take_gil`): in the
 #   seventeenth session its workflow thread spent 1.5 s in the model's iterator and
@@ -41,6 +45,17 @@ case "$phase" in
     timeout 240 python3 "$here/writes6.py" "$out" 2>&1 | grep -v DEBUG
     ;;
   dlwp-disk) bash docs/bench/2026-11-27-h100-sixteenth/next_calls.sh "$out" dlwp-disk ;;
+  plain)
+    # The sources of the sixteenth session's rows of each job.
+    for job in fcn-ens:zarr-disk:fcn:prefetched dlwp-ens:memory-zarr:dlwp:random; do
+      IFS=: read -r name io model source <<<"$job"
+      python3 -m earth2studio_compile.tools.bench workflow --jobs "$name" --io "$io" \
+        --ways warm --fresh-repeats 1 --source "$source" --cache-from "/tmp/built-$model" \
+        --deadline 240 --json "$out/$name-plain.json" --workdir /tmp/wf \
+        >"$out/$name-plain.log" 2>&1
+      sed -n '/Whole call/,/^$/p' "$out/$name-plain.log" | tail -4
+    done
+    ;;
   gil)
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
       --target /tmp/spy .whl-spy/*.whl
@@ -52,5 +67,5 @@ case "$phase" in
     gzip "$out/gil-dlwp-disk.raw"
     sed -n '/Whole call/,/^$/p' "$out/dlwp-ens-all-gil.log"
     ;;
-  *) echo "phase: writes6, dlwp-disk or gil (the others: the paths above)" >&2; exit 2 ;;
+  *) echo "phase: writes6, dlwp-disk, plain or gil (the others: the paths above)" >&2; exit 2 ;;
 esac
