@@ -66,6 +66,9 @@ case "$phase" in
       --json "$out/dlwp-ens-all-gil.json" --workdir /tmp/wf >"$out/dlwp-ens-all-gil.log" 2>&1
     gzip "$out/gil-dlwp-disk.raw"
     sed -n '/Whole call/,/^$/p' "$out/dlwp-ens-all-gil.log"
+    python3 "$here/spy_digest.py" "$out/gil-dlwp-disk.raw.gz" --depth 4 \
+      --process '"run": "compiled"' >"$out/gil-dlwp-disk-digest.txt"
+    head -60 "$out/gil-dlwp-disk-digest.txt"
     ;;
   *) echo "phase: writes6, dlwp-disk, plain or gil (the others: the paths above)" >&2; exit 2 ;;
 esac
