@@ -348,6 +348,8 @@ class HostPool:
             self._drop_coming(key)
         out, missed = [], {}
         for key, device in zip(keys, devices):
+            if not self.pin_memory:  # unpinned by an allocation of this step's
+                key = _unpinned(key)
             free, coming = self._free.get(key), self._coming.get(key)
             if free:
                 out.append(free.pop())
@@ -367,7 +369,14 @@ class HostPool:
         return torch.empty(numel, dtype=dtype)
 
     def _allocate(self, key: _Key, device: torch.device) -> torch.Tensor:
-        buffer = self._new(key, device)
+        try:
+            buffer = self._new(key, device)
+        except RuntimeError as err:  # CUDA could not pin it: go on without pinning
+            if not key[2]:
+                raise
+            self._unpin(err)
+            key = _unpinned(key)
+            buffer = self._new(key, device)
         self._count(key, ahead=False)
         logger.debug(
             f"OverlappedIO: {'pinned ' * key[2]}host buffer of "
@@ -376,8 +385,29 @@ class HostPool:
         )
         return buffer
 
+    def _unpin(self, err: BaseException) -> None:
+        """Pinned memory could not be had: this pool's buffers are plain from now
+        on, its copies synchronous (still bitwise the same), and what it counted as
+        pinned is counted as plain, so that the bound on what it holds stays."""
+        logger.warning(
+            f"OverlappedIO: pinned host memory could not be allocated ({err}); "
+            "copies go to plain host memory from now on, synchronously: the writes "
+            "still overlap the steps, the copies no longer do."
+        )
+        self.pin_memory = False
+        for key in [k for k in self._free if k[2]]:
+            self._free.setdefault(_unpinned(key), []).extend(self._free.pop(key))
+        for key in [k for k in self._coming if k[2]]:
+            self._coming.setdefault(_unpinned(key), deque()).extend(
+                self._coming.pop(key)
+            )
+        for key in [k for k in self._alive if k[2]]:
+            self._alive[_unpinned(key)] += self._alive.pop(key)
+
     def _make_ahead(self, key: _Key, device: torch.device, alive: int) -> None:
         """Have buffers of ``key`` made on a thread until ``alive`` exist."""
+        if not self.pin_memory:  # also where unpinned since the step's keys were made
+            key = _unpinned(key)
         n = alive - self._alive[key]
         if n <= 0:
             return
@@ -439,6 +469,11 @@ class HostPool:
         ready = torch.cuda.Event()
         ready.record(torch.cuda.current_stream(device))
         return ready
+
+
+def _unpinned(key: _Key) -> _Key:
+    """``key`` for a plain (not pinned) buffer."""
+    return key[0], key[1], False
 
 
 def _key_bytes(key: _Key) -> int:

@@ -200,6 +200,28 @@ def test_free_buffers_a_step_does_not_need_are_let_go():
     assert pool.held_bytes == 0
 
 
+def test_pinned_memory_refused_is_plain_memory_from_then_on(logs):
+    """Where CUDA cannot pin a buffer (here a machine without CUDA refuses, as a
+    host short of memory would): the step gets plain buffers, one WARNING, the pool
+    pins no more, and what it holds stays within its bound."""
+    from conftest import messages
+
+    pool, cpu = HostPool(pin_memory=True, ahead=1), torch.device("cpu")
+    pinned, plain = (torch.float32, 1000, True), (torch.float32, 1000, False)
+    first = pool._take([pinned, pinned], [cpu, cpu])
+    assert not pool.pin_memory and len(first) == 2
+    assert all(b.numel() == 1000 and not b.is_pinned() for b in first)
+    pool.give(first)
+    for _ in range(3):  # the later steps ask as a pool that pins no more does
+        pool.give(pool._take([plain, plain], [cpu, cpu]))
+    warned = [m for m in messages(logs, "WARNING") if "pinned host memory" in m]
+    assert len(warned) == 1
+    assert set(pool._alive) == {plain} and pool.allocated == (1 + 1) * 2
+    assert pool.peak_bytes <= 4 * 4000
+    pool.clear()
+    assert pool.held_bytes == 0
+
+
 @pytest.mark.gpu
 def test_cuda_views_are_one_copy_into_reused_pinned_buffers_before_later_work():
     pool, x = HostPool(pin_memory=True), torch.randn(2, 1, 1, NVAR, 64, 128).cuda()
