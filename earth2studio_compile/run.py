@@ -76,11 +76,12 @@ _COMPILE_DOC = """    compile : bool, optional
         ``earth2studio_compile.io.OverlappedIO`` writes in the background and
         is flushed before the workflow returns; with compile=True a
         ``ZarrBackend`` is written so too, for the call (its writes were what
-        bound a compiled call), and is returned written whole. The environment variable
-        ``EARTH2STUDIO_COMPILE_PRECISION`` (``fp32``, ``tf32``, ``bf16``) sets the
-        compiled cores' precision; its accuracy cost is in the summary. A bad
-        value is an error with ``compile=True`` and one WARNING with
-        ``compile=False``, which runs upstream's workflow whatever it says.
+        bound a compiled call), and is returned written whole. The environment
+        variable ``EARTH2STUDIO_COMPILE_PRECISION`` (``fp32``, ``tf32``,
+        ``bf16``) sets the compiled cores' precision; its accuracy cost is in
+        the summary. A bad value is an error with ``compile=True`` and one
+        WARNING with ``compile=False``, which runs upstream's workflow whatever
+        it says.
 """
 
 
