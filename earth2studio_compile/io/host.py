@@ -358,6 +358,9 @@ class HostPool:
             else:
                 out.append(self._allocate(key, device))
                 missed[key] = device
+        if not self.pin_memory:  # unpinned by one of this step's allocations
+            keys = [_unpinned(k) for k in keys]
+            missed = {_unpinned(k): d for k, d in missed.items()}
         for key, device in missed.items():
             self._make_ahead(key, device, (self.ahead + 1) * keys.count(key))
         return out
@@ -406,8 +409,6 @@ class HostPool:
 
     def _make_ahead(self, key: _Key, device: torch.device, alive: int) -> None:
         """Have buffers of ``key`` made on a thread until ``alive`` exist."""
-        if not self.pin_memory:  # also where unpinned since the step's keys were made
-            key = _unpinned(key)
         n = alive - self._alive[key]
         if n <= 0:
             return

@@ -210,6 +210,7 @@ def test_pinned_memory_refused_is_plain_memory_from_then_on(logs):
     pinned, plain = (torch.float32, 1000, True), (torch.float32, 1000, False)
     first = pool._take([pinned, pinned], [cpu, cpu])
     assert not pool.pin_memory and len(first) == 2
+    assert pool.allocated_ahead == 2  # the step's plain buffers made ahead, as ever
     assert all(b.numel() == 1000 and not b.is_pinned() for b in first)
     pool.give(first)
     for _ in range(3):  # the later steps ask as a pool that pins no more does
