@@ -266,20 +266,22 @@ def directories_ahead(
             grids.setdefault(tuple(array.cdata_shape), []).append(array)
     made = 0
     for grid, alike in grids.items():
-        tops = [
-            (a, a.store_path.store, known_directories(a.store_path.store))
-            for a in alike
-        ]
+        tops = [(a, _top(a), known_directories(a.store_path.store)) for a in alike]
         for coords in itertools.product(*map(range, grid)):
-            for array, store, known in tops:
+            for array, top, known in tops:
                 if stop.is_set() or made >= at_most:
                     return made
-                key = array.metadata.encode_chunk_key(coords)
-                directory = (store.root / (array.store_path / key).path).parent
+                directory = (top / array.metadata.encode_chunk_key(coords)).parent
                 if directory not in known:
-                    make_directory(directory, known, store.root / array.store_path.path)
+                    make_directory(directory, known, top)
                     made += 1
     return made
+
+
+def _top(array: Any) -> Path:
+    """The directory of ``array`` in its local store (made with the array: its
+    metadata is there); a chunk's file is this joined with the chunk's key."""
+    return Path(array.store_path.store.root) / array.store_path.path
 
 
 def _local_codec(array: Any) -> Any:
@@ -317,18 +319,15 @@ def _local_put(array: Any) -> Callable[[tuple[slice, ...], np.ndarray], None] | 
 
     # A Zarr without it: its whole file step, a mkdir per chunk.
     atomic_write = getattr(_local, "_atomic_write", None)
-    store = array.store_path.store
-    known = known_directories(store)
-    # Made with the array (its metadata is there): where a new chunk's directories
-    # start at the latest.
-    top = store.root / array.store_path.path
+    known = known_directories(array.store_path.store)
+    top = _top(array)  # where a new chunk's directories start at the latest
 
     def put(outer: tuple[slice, ...], piece: np.ndarray) -> None:
         key, chunk, spec = _chunk(array, outer, piece)
         # The bytes codec returns a buffer for every chunk (None is for codecs that
         # drop one).
         encoded = cast(Any, codec._encode_sync(chunk, spec))
-        path = store.root / (array.store_path / key).path
+        path = top / key
         if atomic_write is None:
             _put(path, encoded)
             return
