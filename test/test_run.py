@@ -385,9 +385,10 @@ def test_builds_held_back_are_launched_when_the_block_raises():
     assert launched == [1, 1]
 
 
-def _zarr_rollout(compile: bool, io=None, nsteps: int = 3):
-    """A toy deterministic rollout into ``io`` (a fresh in-memory ZarrBackend by
-    default), from seeded data; the io the workflow returned and the stored arrays."""
+def _zarr_rollout(io=None, nsteps: int = 3):
+    """A toy deterministic rollout with compile=True into ``io`` (a fresh in-memory
+    ZarrBackend by default), from seeded data; the io the workflow returned and the
+    stored arrays."""
     import numpy as np
     from earth2studio.io import ZarrBackend
 
@@ -403,7 +404,7 @@ def _zarr_rollout(compile: bool, io=None, nsteps: int = 3):
         io,
         device=torch.device("cpu"),
         verbose=False,
-        compile=compile,
+        compile=True,
     )
     names = [str(v) for v in model.output_coords(model.input_coords())["variable"]]
     return returned, {v: np.asarray(io.root[v][:]) for v in names}
@@ -430,14 +431,14 @@ def test_compile_true_overlaps_a_zarr_backends_writes_and_returns_it(logs, monke
 
     monkeypatch.setattr(zarr_writer, "store_by_chunk", watched)
     given = ZarrBackend()
-    returned, overlapped = _zarr_rollout(True, given)
+    returned, overlapped = _zarr_rollout(given)
     assert returned is given
     assert threads and all(n.startswith("OverlappedIO") for n in threads)
     infos = [m for m in messages(logs, "INFO") if "writes overlap" in m]
     assert len(infos) == 1 and "ZarrBackend" in infos[0]
     monkeypatch.setattr(run, "for_compiled_call", lambda io: None)
     threads.clear()
-    _, synchronous = _zarr_rollout(True)
+    _, synchronous = _zarr_rollout()
     assert threads == []
     assert overlapped.keys() == synchronous.keys() and overlapped
     for name, value in synchronous.items():
@@ -468,7 +469,7 @@ def test_a_failed_write_of_an_overlapped_call_is_raised_after_the_steps_before(
     monkeypatch.setattr(zarr_writer, "store_by_chunk", failing)
     io = ZarrBackend()
     with pytest.raises(OSError, match="disk full"):
-        _zarr_rollout(True, io, nsteps=4)
+        _zarr_rollout(io, nsteps=4)
     fields = [io.root[k] for k in io.root.array_keys() if io.root[k].ndim == 4]
     assert fields and {0, 1} <= set(stores)
     for field in fields:  # time, lead time, lat, lon: the first two lead times
