@@ -131,6 +131,15 @@ _RUNS_SIXTEENTH = tuple(
 )
 _SEVENTEENTH = "2026-11-28-h100-seventeenth/"
 _RUNS_SEVENTEENTH = (_SEVENTEENTH + "dlwp-ens-all-b56e9b4.json",)
+_EIGHTEENTH = "2026-11-28-h100-eighteenth/"
+_RUNS_EIGHTEENTH = tuple(
+    _EIGHTEENTH + f
+    for f in (
+        "dlwp-ens-all-f39ef9f.json",
+        "fcn-ens-plain-f39ef9f.json",
+        "dlwp-ens-plain-f39ef9f.json",
+    )
+)
 MODELS = "docs/models.md"
 FIGURES: tuple[Figure, ...] = (
     Figure(
@@ -388,5 +397,9 @@ FIGURES: tuple[Figure, ...] = (
         PERF,
         _RUNS_SEVENTEENTH,
         workflow_first_steps,
+    ),
+    Figure("ensembles-h100-eighteenth", PERF, _RUNS_EIGHTEENTH, workflow),
+    Figure(
+        "ensembles-h100-eighteenth-first", PERF, _RUNS_EIGHTEENTH, workflow_first_steps
     ),
 )
