@@ -201,15 +201,22 @@ FIRST_STEP = (
 FIRST_WRITES = 8
 
 
+_Phases = tuple[
+    dict[str, float], dict[str, float], dict[str, float], list[float], list[float], Any
+]
+
+
 @contextlib.contextmanager
-def _thread_phases(
-    model: Any, io: Any, perturbation: Any
-) -> Iterator[tuple[dict[str, float], dict[str, float], list[float], list[float], Any]]:
+def _thread_phases(model: Any, io: Any, perturbation: Any) -> Iterator[_Phases]:
     """Seconds the workflow's thread spends in the model's iterator (``iterator_s``:
     each step's model work, and whatever it waits for), upstream's ``map_coords``
     and ``split_coords``, and ``io.write`` (``write_s``), summed over one call; with
     ``OverlappedIO``, also ``blocked_s`` (its writes waiting for a free step). What
     the call spends elsewhere (fetching data, setting up) is the wall less these.
+    The same phases' CPU seconds on that thread (``time.thread_time``): a phase
+    whose wall time is well above its CPU time waited, for the GIL or for a lock,
+    not for the device (CUDA spins the host thread while it waits for a stream by
+    default, which counts as CPU time).
     Also the ``perf_counter`` at which each ``io.write`` call began, and the
     first step's seconds by :data:`FIRST_STEP` (until the first forecast step
     reached the IO: the model's ``to``, upstream's ``fetch_data``, ``io.add_array``,
@@ -228,16 +235,18 @@ def _thread_phases(
     sums = dict.fromkeys(
         ("iterator_s", "map_coords_s", "split_coords_s", "write_s"), 0.0
     )
+    cpu = dict.fromkeys(sums, 0.0)
     first = dict.fromkeys(FIRST_STEP, 0.0)
     names = ("fetch_data", "map_coords", "split_coords")
     saved = {n: getattr(upstream, n) for n in names}
     writes: list[float] = []
     each_write: list[float] = []
 
-    def add(key: str, t0: float, in_first: bool) -> None:
+    def add(key: str, t0: float, c0: float, in_first: bool) -> None:
         spent = time.perf_counter() - t0
         if f"{key}_s" in sums:
             sums[f"{key}_s"] += spent
+            cpu[f"{key}_s"] += time.thread_time() - c0
         if in_first:
             first[key] += spent
         if key == "write" and len(each_write) < FIRST_WRITES:
@@ -248,13 +257,13 @@ def _thread_phases(
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             # Write 1 hands the IO the first forecast step: the first step's end.
             in_first = key in first and len(writes) < (1 if key == "write" else 2)
-            t0 = time.perf_counter()
+            c0, t0 = time.thread_time(), time.perf_counter()
             if starts is not None:
                 starts.append(t0)
             try:
                 return fn(*args, **kwargs)
             finally:
-                add(key, t0, in_first)
+                add(key, t0, c0, in_first)
 
         return wrapper
 
@@ -263,13 +272,13 @@ def _thread_phases(
     def create_iterator(*args: Any, **kwargs: Any) -> Iterator[Any]:
         steps = create(*args, **kwargs)
         while True:
-            t0 = time.perf_counter()
+            c0, t0 = time.thread_time(), time.perf_counter()
             try:
                 item = next(steps)
             except StopIteration:
                 return
             finally:
-                add("iterator", t0, len(writes) < 2)
+                add("iterator", t0, c0, len(writes) < 2)
             yield item
 
     io.write = timed("write", io.write, writes)
@@ -281,7 +290,7 @@ def _thread_phases(
     blocked = getattr(io, "blocked_s", None)
     try:
         perturb = None if perturbation is None else timed("perturbation", perturbation)
-        yield sums, first, writes, each_write, perturb
+        yield sums, cpu, first, writes, each_write, perturb
     finally:
         for name, fn in saved.items():
             setattr(upstream, name, fn)
@@ -318,10 +327,11 @@ def call(
         ``run``, ``wall_s`` (the call until the store is written and the device is
         idle), ``returned_s`` (until the workflow returned), ``first_step_s`` (until
         the first forecast step reached the IO), ``store_bytes`` (on
-        disk), ``thread_s`` (where the workflow's thread spent the call) and
-        ``first_step`` (where its first step went: :func:`_thread_phases`),
-        ``write_seconds`` (each of its first :data:`FIRST_WRITES` writes) and,
-        compiled, ``report`` (its summary and regions)
+        disk), ``thread_s`` (where the workflow's thread spent the call;
+        ``thread_cpu_s`` its CPU seconds there) and ``first_step`` (where its
+        first step went: :func:`_thread_phases`), ``write_seconds`` (each of
+        its first :data:`FIRST_WRITES` writes) and, compiled, ``report`` (its
+        summary and regions)
     """
     import numpy as np
     import torch
@@ -364,7 +374,7 @@ def call(
     scoped = spec["precision"] if spec["precision"] == "bf16" else None
     marks: dict[str, float] = {}
     timing = _thread_phases(model, io, perturbation)
-    with timing as (phases, first, writes, each_write, perturb):
+    with timing as (phases, cpu, first, writes, each_write, perturb):
         rest = [model, data, io] + ([perturb] if perturb is not None else [])
         with eager_precision(model, None if compiled else scoped):
             start = marks["start"] = time.perf_counter()
@@ -379,6 +389,7 @@ def call(
         "store_bytes": _store_bytes_then_remove(io),
         "report": _report(compiled),
         "thread_s": phases,
+        "thread_cpu_s": cpu,
         "first_step": first,
         "write_seconds": each_write,
     }

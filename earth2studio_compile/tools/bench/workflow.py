@@ -50,7 +50,8 @@ and tying the two would triple every fresh row's device time by default. Every r
 runs once before any repeat, then the repeats come in rounds, each round the rows in
 their first order (eager, cold, warm, second, per IO): drift across a run spreads
 over every row alike, and a deadline drops repeats, judged by the first sample of
-their kind, never a whole row. ``--no-floor`` leaves the floor process out.
+their kind, never a whole row. ``--no-floor`` leaves the floor process out;
+``--no-eager`` the eager ones (a compiled call alone, to profile it).
 
 Precision: ``tf32`` (the default) sets PyTorch's global TF32 switches in every row,
 eager and compiled, the one line a user adds, so eager in the same precision is the
@@ -137,6 +138,8 @@ def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
             for repeat in range(2, args.fresh_repeats + 1):
                 for n, row in enumerate(rows):
                     specs += _round(args, row, repeat, first_io=n == 0, done=specs)
+    if args.no_eager:
+        specs = [s for s in specs if s.get("run") != "eager"]
     return specs
 
 

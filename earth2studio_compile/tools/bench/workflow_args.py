@@ -108,6 +108,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "measure them in another run)",
     )
     p.add_argument(
+        "--no-eager",
+        action="store_true",
+        help="no eager processes: the compiled rows alone, compared with nothing "
+        "(to profile a compiled call without waiting for upstream's; their ratios "
+        "stay blank)",
+    )
+    p.add_argument(
         "--precision",
         default="tf32",
         help=f"comma-separated, each its own rows: {', '.join(PRECISIONS)} "

@@ -213,6 +213,8 @@ _THREAD = {
     "write_s": "io.write",
     "blocked_s": "of it blocked",
 }
+#: ``thread_cpu_s`` keys shown, and their column names.
+_CPU = {"iterator_s": "model iterator CPU", "write_s": "io.write CPU"}
 
 
 def _processes(
@@ -254,10 +256,11 @@ def workflow_threads(datas: Sequence[Mapping[str, Any]]) -> str:
             number(r["wall_s"], ".2f"),
             number(r.get("first_step_s"), ".2f"),
             *(number(r["thread_s"].get(k), ".2f") for k in _THREAD),
+            *(number(r.get("thread_cpu_s", {}).get(k), ".2f") for k in _CPU),
         ]
         for r, cells in _processes(datas, "thread_s")
     ]
-    header = ["call s", "first step s", *_THREAD.values()]
+    header = ["call s", "first step s", *_THREAD.values(), *_CPU.values()]
     return _per_process(
         header,
         rows,
@@ -265,7 +268,10 @@ def workflow_threads(datas: Sequence[Mapping[str, Any]]) -> str:
         "thread, timed around upstream's calls: model iterator = waiting for the "
         "model's next step (its compute, or the GIL while other threads hold it), "
         "io.write = in the IO's write (an OverlappedIO's: its host copies queued, "
-        "or blocked on the bound of steps pending when the writers are behind).",
+        "or blocked on the bound of steps pending when the writers are behind); "
+        "CPU = the thread's CPU time in them (from 2026-11-28): well under their "
+        "time, it waited for the GIL or a lock (CUDA spins the thread while it "
+        "waits for the device, which counts as CPU).",
     )
 
 

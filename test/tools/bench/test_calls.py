@@ -35,6 +35,11 @@ def test_workflow_calls_of_an_ensemble_and_overlapped_writes(tmp_path, monkeypat
         assert set(spent) == {"iterator_s", "map_coords_s", "split_coords_s", "write_s"}
         assert all(v > 0 for v in spent.values())
         assert sum(spent.values()) < row["returned_s"]
+        # the same phases' CPU time on the workflow's thread: at most their wall
+        cpu = row["thread_cpu_s"]
+        assert set(cpu) == set(spent) - {"blocked_s"}
+        assert all(v > 0 for v in cpu.values())
+        assert all(cpu[k] <= spent[k] + 0.02 for k in cpu)
         first = row["first_step"]  # where the first step went, each part timed
         assert list(first) == list(calls.FIRST_STEP)
         assert all(v > 0 for v in first.values())

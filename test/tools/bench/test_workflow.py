@@ -219,6 +219,29 @@ def test_cache_from_gives_warm_and_second_rows_what_a_build_left(monkeypatch, tm
     assert [p.name for p in built.rglob("*")] == ["aot", "k", "meta.json"]
 
 
+def test_no_eager_runs_the_compiled_rows_alone(monkeypatch, tmp_path, capsys):
+    """--no-eager: no eager process (to profile a compiled call without upstream's
+    before it), the compiled rows compared with nothing, the tables still print."""
+    from earth2studio_compile.tools.bench import workflow
+
+    built = tmp_path / "built"
+    built.mkdir()
+    argv = ["--jobs", "dlwp-ens-all", "--device", "cpu", "--io", "overlapped"]
+    argv += ["--ways", "warm", "--no-floor", "--no-eager", "--cache-from", str(built)]
+    specs = workflow.plan(workflow.parse(argv))
+    assert [(s["io"], s["way"], s["run"]) for s in specs] == [
+        ("overlapped", "warm", "compiled")
+    ]
+    assert workflow.compared_with(specs) == {0: []}
+    monkeypatch.setattr(workflow, "CHILD", ("-c", _SEEDED_CHILD))
+    out = tmp_path / "wf.json"
+    assert workflow.main([*argv, "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["run"], r["wall_s"]) for r in rows] == [("compiled", 1.0)]
+    assert "eager_wall_s" not in rows[0]
+    assert "Whole call" in capsys.readouterr().out
+
+
 def test_workflow_deadline_starts_nothing(monkeypatch, tmp_path, capsys):
     from earth2studio_compile.tools.bench import workflow
 

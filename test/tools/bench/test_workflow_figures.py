@@ -124,7 +124,8 @@ def test_the_thread_table_has_a_line_per_process_and_its_run_named():
         {**base, "io": "async-zarr", "way": "fresh", "run": "eager", "wall_s": 6.0}
         | {"first_step_s": 1.3, "thread_s": spent | {"write_s": 3.7}},
         {**base, "io": "overlapped", "way": "warm", "run": "compiled", "wall_s": 4.5}
-        | {"thread_s": spent | {"write_s": 1.7, "blocked_s": 0.5}},
+        | {"thread_s": spent | {"write_s": 1.7, "blocked_s": 0.5}}
+        | {"thread_cpu_s": {"iterator_s": 0.4, "write_s": 0.3}},
         {**base, "io": "overlapped", "way": "fresh", "run": "eager", "wall_s": 4.0},
     ]
     text = tables.workflow_threads([{"rows": rows}])
@@ -134,12 +135,12 @@ def test_the_thread_table_has_a_line_per_process_and_its_run_named():
     cells = [c.strip() for c in first.strip("|").split("|")]
     first_cells = ["AsyncZarrBackend (disk)", "upstream, eager", "fresh process"]
     assert cells[:5] == [*first_cells, "6.00", "1.30"]
-    assert cells[5:] == ["2.00", "0.00", "0.01", "3.70", "-"]
+    assert cells[5:] == ["2.00", "0.00", "0.01", "3.70", "-", "-", "-"]
     cells = [c.strip() for c in second.strip("|").split("|")]
     assert (
         cells[1] == "compile=True"
         and cells[4] == "-"
-        and cells[-2:] == ["1.70", "0.50"]
+        and cells[-4:] == ["1.70", "0.50", "0.40", "0.30"]
     )
     assert not rest[0].strip()  # the third row timed nothing: the caption follows
 
