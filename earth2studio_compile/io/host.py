@@ -11,7 +11,11 @@ that sparse, as before. Nor is a tensor whose last two dimensions (a field: what
 store's chunk holds) are not one run of memory, as DLWP's outputs interleave their
 variables: its host view would have the same strides, and every store of it would
 gather from the whole step's bytes (56 cache lines read per value of a field of a
-batch of 8); it is copied contiguous, the gather done by the device.
+batch of 8); it is copied contiguous, the gather done by the device, and such views
+of one storage, alike in shape, are gathered together: one ``torch.stack`` and one
+copy for the step, not a gather and a copy per variable (the PyTorch calls of a
+write are made on the workflow's thread, each letting go of the GIL and taking it
+back while the writers run).
 
 :class:`HostPool` holds the host buffers, reused across steps. A step takes its
 buffers in :meth:`HostPool.stage` and gives them back in :meth:`HostPool.give` once
@@ -68,18 +72,41 @@ class Block:
     ----------
     source : torch.Tensor
         What is copied: a one-dimensional span of a storage, or one tensor whole
-        (copied contiguous)
+        (copied contiguous); where :attr:`parts` are gathered, the first of them
     members : tuple[tuple[int, tuple[int, ...], tuple[int, ...], int], ...]
         Per tensor: its index in the step, shape, strides and offset in the buffer
+    parts : tuple[torch.Tensor, ...]
+        Tensors of one shape copied contiguous one after another (stacked), or
+        none: :attr:`source` alone
     """
 
     source: torch.Tensor
     members: tuple[tuple[int, tuple[int, ...], tuple[int, ...], int], ...]
+    parts: tuple[torch.Tensor, ...] = ()
 
     @property
     def numel(self) -> int:
         """Elements copied."""
-        return self.source.numel()
+        return self.source.numel() * (len(self.parts) or 1)
+
+    def copy_into(self, buffer: torch.Tensor, non_blocking: bool = False) -> None:
+        """Copy the block into ``buffer``.
+
+        Parameters
+        ----------
+        buffer : torch.Tensor
+            One-dimensional, :attr:`numel` elements
+        non_blocking : bool, optional
+            Queue a copy between devices on the current stream, by default False
+        """
+        if not self.parts:
+            buffer.view(self.source.shape).copy_(self.source, non_blocking=non_blocking)
+            return
+        out = buffer.view(len(self.parts), *self.source.shape)
+        if buffer.device == self.source.device:
+            torch.stack(self.parts, out=out)
+        else:  # gathered on the device, then one copy
+            out.copy_(torch.stack(self.parts), non_blocking=non_blocking)
 
     def views(self, buffer: torch.Tensor) -> list[tuple[int, torch.Tensor]]:
         """The block's tensors as views of ``buffer``, a copy of :attr:`source`.
@@ -128,6 +155,17 @@ def _fields_in_rows(t: torch.Tensor) -> bool:
     return reach <= max(1, shape.numel())
 
 
+def _gatherable(t: torch.Tensor) -> bool:
+    """Whether ``t`` may be stacked with views like it (a strided tensor with
+    elements, its values as stored)."""
+    return (
+        t.layout == torch.strided
+        and t.numel() > 0
+        and not t.is_conj()
+        and not t.is_neg()
+    )
+
+
 def _contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     strides, step = [], 1
     for n in reversed(shape):
@@ -145,6 +183,18 @@ def _alone(i: int, t: torch.Tensor) -> Block:
             return _spanned(t, start, end, [(i, t)])
     shape = tuple(t.shape)
     return Block(t, ((i, shape, _contiguous_strides(shape), 0),))
+
+
+def _gathered(members: list[tuple[int, torch.Tensor]]) -> Block:
+    """Tensors of one shape, stacked: each contiguous, one after another."""
+    first = members[0][1]
+    shape, n = tuple(first.shape), first.numel()
+    strides = _contiguous_strides(shape)
+    return Block(
+        first,
+        tuple((i, shape, strides, k * n) for k, (i, _) in enumerate(members)),
+        tuple(t for _, t in members),
+    )
 
 
 def _spanned(
@@ -172,14 +222,20 @@ def plan_copies(tensors: Sequence[torch.Tensor]) -> list[Block]:
     Returns
     -------
     list[Block]
-        One block per shared storage (views of it) or per tensor; every tensor is in
-        exactly one, in the order of their first tensor
+        One block per shared storage (its views, spanned, or gathered where their
+        fields do not lie in rows) or per tensor; every tensor is in exactly one, in
+        the order of their first tensor
     """
     groups: dict[tuple, list[tuple[int, torch.Tensor]]] = {}
+    unfit: dict[tuple, list[tuple[int, torch.Tensor]]] = {}  # copied contiguous
     alone: list[Block] = []
     for i, t in enumerate(tensors):
         if not _spannable(t):
-            alone.append(_alone(i, t))
+            if _gatherable(t):
+                key = (t.device, t.dtype, t.untyped_storage().data_ptr(), t.shape)
+                unfit.setdefault(key, []).append((i, t))
+            else:
+                alone.append(_alone(i, t))
             continue
         storage = t.untyped_storage()
         if _span(t)[1] * t.element_size() > storage.nbytes():
@@ -187,6 +243,11 @@ def plan_copies(tensors: Sequence[torch.Tensor]) -> list[Block]:
             continue
         groups.setdefault((t.device, t.dtype, storage.data_ptr()), []).append((i, t))
     blocks = alone
+    for members in unfit.values():
+        if len(members) > 1:
+            blocks.append(_gathered(members))
+        else:
+            blocks += [_alone(i, t) for i, t in members]
     for members in groups.values():
         spans = [_span(t) for _, t in members]
         start, end = min(s for s, _ in spans), max(e for _, e in spans)
@@ -282,7 +343,7 @@ class HostPool:
             if block.source.is_cuda:
                 cuda.setdefault(block.source.device, []).append((block, buffer))
             else:
-                buffer.view(block.source.shape).copy_(block.source)
+                block.copy_into(buffer)
             for i, view in block.views(buffer):
                 host[i] = view
         ready = [self._copy_from(device, pairs) for device, pairs in cuda.items()]
@@ -464,9 +525,7 @@ class HostPool:
         event to wait for before reading them."""
         for block, buffer in pairs:
             # A CUDA block's buffer is pinned exactly when the pool pins (its key).
-            buffer.view(block.source.shape).copy_(
-                block.source, non_blocking=self.pin_memory
-            )
+            block.copy_into(buffer, non_blocking=self.pin_memory)
         ready = torch.cuda.Event()
         ready.record(torch.cuda.current_stream(device))
         return ready

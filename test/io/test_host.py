@@ -115,11 +115,21 @@ def test_interleaved_variables_are_copied_contiguous_for_the_store():
     x = torch.randn(lat * lon, batch * nvar).t().reshape(batch, 1, nvar, lat, lon)
     assert x.stride()[-1] == batch * nvar
     views = [x.select(2, i) for i in range(nvar)]
-    blocks = plan_copies(views)
-    assert len(blocks) == nvar and all(b.numel == views[0].numel() for b in blocks)
-    staged = HostPool(pin_memory=False).stage(views)
+    # Gathered by the device in one stack, one copy for the step: not a gather and
+    # a copy per variable, each a few PyTorch calls on the workflow's thread.
+    (block,) = plan_copies(views)
+    assert block.numel == x.numel() and len(block.parts) == nvar
+    pool = HostPool(pin_memory=False)
+    staged = pool.stage(views)
+    assert pool.copies == 1 and len(staged.buffers) == 1
     _same(staged.host, views)
     assert all(h.is_contiguous() for h in staged.host)
+    # Views of another shape, or of another tensor, are not gathered with them.
+    y = torch.randn(lat * lon, batch * nvar).t().reshape(batch, 1, nvar, lat, lon)
+    mixed = [*views[:2], x[:4, :, 0], y.select(2, 0), y.select(2, 1)]
+    blocks = plan_copies(mixed)
+    assert [len(b.parts) for b in blocks] == [2, 0, 2]
+    _same(HostPool(pin_memory=False).stage(mixed).host, mixed)
 
 
 def test_cpu_copies_are_made_before_stage_returns():
@@ -244,13 +254,36 @@ def test_cuda_views_are_one_copy_into_reused_pinned_buffers_before_later_work():
     assert pool.copies == 5 and pool.allocated == 1
 
 
+@pytest.mark.gpu
+def test_cuda_interleaved_views_are_gathered_by_the_device_in_one_copy():
+    # DLWP's output on the device: one stack and one copy into one pinned buffer,
+    # ordered before the caller's later work as any copy.
+    batch, nvar, lat, lon = 8, 7, 33, 64
+    x = torch.randn(lat * lon, batch * nvar).cuda().t()
+    x = x.reshape(batch, 1, nvar, lat, lon)
+    pool = HostPool(pin_memory=True)
+    for step in range(3):
+        expected = [v.cpu() for v in (x.select(2, i) for i in range(nvar))]
+        torch.cuda._sleep(10_000_000)
+        views = [x.select(2, i) for i in range(nvar)]
+        staged = pool.stage(views)
+        x.mul_(-1.0)  # in place, once write() returned
+        assert pool.copies == step + 1 and staged.buffers[0].is_pinned()
+        staged.ready[0].synchronize()
+        _same(staged.host, expected)
+        buffers = staged.buffers
+        del staged, views
+        pool.give(buffers)
+    assert pool.allocated == 1
+
+
 def test_a_step_of_several_buffers_of_one_size_has_them_made_ahead_for_each():
-    # A field whose rows are not one run of memory is copied by itself: a block per
-    # variable, all of one size.
-    pool, x = HostPool(pin_memory=False, ahead=1), _state().transpose(-1, -2)
+    # Tensors of their own whose rows are not one run of memory: each copied by
+    # itself, a block per variable, all of one size.
+    pool = HostPool(pin_memory=False, ahead=1)
     for step in range(4):
-        x.normal_()
-        _stage_and_give(pool, _split(x))
+        fields = [torch.randn(2, 7, 5).transpose(-1, -2) for _ in range(NVAR)]
+        _stage_and_give(pool, fields)
     assert pool.allocated == 2 * NVAR and pool.allocated_ahead == NVAR
     pool.clear()
     assert pool.held_bytes == 0
