@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, wait
@@ -271,17 +272,20 @@ def directories_ahead(
             for array, top, known in tops:
                 if stop.is_set() or made >= at_most:
                     return made
-                directory = (top / array.metadata.encode_chunk_key(coords)).parent
+                key = array.metadata.encode_chunk_key(coords)
+                directory = f"{top}/{key}".rpartition("/")[0]
                 if directory not in known:
                     make_directory(directory, known, top)
                     made += 1
     return made
 
 
-def _top(array: Any) -> Path:
+def _top(array: Any) -> str:
     """The directory of ``array`` in its local store (made with the array: its
-    metadata is there); a chunk's file is this joined with the chunk's key."""
-    return Path(array.store_path.store.root) / array.store_path.path
+    metadata is there), normalised; a chunk's file is this, ``/`` and the chunk's
+    key (Zarr's keys are ``/``-separated)."""
+    root = os.fspath(array.store_path.store.root)
+    return os.path.normpath(os.path.join(root, array.store_path.path))
 
 
 def _local_codec(array: Any) -> Any:
@@ -327,19 +331,20 @@ def _local_put(array: Any) -> Callable[[tuple[slice, ...], np.ndarray], None] | 
         # The bytes codec returns a buffer for every chunk (None is for codecs that
         # drop one).
         encoded = cast(Any, codec._encode_sync(chunk, spec))
-        path = top / key
+        path = f"{top}/{key}"
         if atomic_write is None:
-            _put(path, encoded)
+            _put(Path(path), encoded)
             return
-        directory = path.parent
+        directory = path.rpartition("/")[0]
         if directory not in known:
             make_directory(directory, known, top)
+        # Zarr's file step takes a Path: one made per chunk, here only.
         try:
-            _write(atomic_write, path, encoded)
+            _write(atomic_write, Path(path), encoded)
         except FileNotFoundError:
             # Removed since it was made (by someone else): made again, not lost.
-            directory.mkdir(parents=True, exist_ok=True)
-            _write(atomic_write, path, encoded)
+            os.makedirs(directory, exist_ok=True)
+            _write(atomic_write, Path(path), encoded)
 
     return put
 

@@ -10,6 +10,11 @@ H100's host, 2026-11-28, docs/bench/2026-11-28-h100-seventeenth). :class:`Ahead`
 makes the new arrays' directories on a thread of its own from the moment they are
 added, while the workflow's first step is computed and nothing is written yet, so
 that :func:`~earth2studio_compile.io.chunks.store_local` finds them made.
+
+Directories are plain strings (``os.path``), not ``pathlib.Path``: a put thread
+checks and makes one per chunk, holding the GIL the workflow's thread waits for,
+and ``Path``'s parsing, hashing and comparing were a third of its Python per chunk
+(cProfile, this project's CPU machine, 2026-11-28).
 """
 
 from __future__ import annotations
@@ -19,7 +24,6 @@ import threading
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
-from pathlib import Path
 from typing import Any
 
 from loguru import logger
@@ -29,7 +33,7 @@ __all__ = ["Ahead", "known_directories", "make_directory"]
 #: Directories made in each open local store (by ``id``, as a ``LocalStore`` is
 #: unhashable; dropped with the store), as many as ``_KNOWN_AT_MOST`` a store. Per
 #: store, not per step: a step's chunks may go into directories an earlier step made.
-_known: dict[int, set[Path]] = {}
+_known: dict[int, set[str]] = {}
 _known_lock = threading.Lock()
 _KNOWN_AT_MOST = 1 << 14
 #: Locks a directory is made under, by its hash: the chunks of one directory wait
@@ -41,7 +45,7 @@ _KNOWN_AT_MOST = 1 << 14
 _STRIPES = tuple(threading.Lock() for _ in range(64))
 
 
-def known_directories(store: Any) -> set[Path]:
+def known_directories(store: Any) -> set[str]:
     """The directories made in ``store`` so far (see ``_known``), a set kept while
     the store lives.
 
@@ -52,7 +56,7 @@ def known_directories(store: Any) -> set[Path]:
 
     Returns
     -------
-    set[Path]
+    set[str]
         Its directories known to exist; the caller adds to it only through
         :func:`make_directory`
     """
@@ -67,12 +71,12 @@ def known_directories(store: Any) -> set[Path]:
     return known
 
 
-def _stripe(directory: Path) -> threading.Lock:
+def _stripe(directory: str) -> threading.Lock:
     """The lock ``directory`` is made under (see ``_STRIPES``)."""
     return _STRIPES[hash(directory) % len(_STRIPES)]
 
 
-def make_directory(directory: Path, known: set[Path], top: Path) -> None:
+def make_directory(directory: str, known: set[str], top: str) -> None:
     """Make ``directory`` and its parents below ``top`` that are not known, each
     with one ``os.mkdir`` from the top down, and add them to ``known``.
 
@@ -88,34 +92,33 @@ def make_directory(directory: Path, known: set[Path], top: Path) -> None:
 
     Parameters
     ----------
-    directory : Path
-        A chunk's directory
-    known : set[Path]
+    directory : str
+        A chunk's directory, normalised (``os.path.normpath``), below ``top``
+    known : set[str]
         The directories made in its store (see :func:`known_directories`)
-    top : Path
-        The array's directory, which exists
+    top : str
+        The array's directory, normalised, which exists
     """
     with _stripe(directory):
         if directory in known:
             return
         missing = []
-        while (
-            directory not in known
-            and directory != top
-            and directory.parent != directory
-        ):
+        while directory not in known and directory != top:
+            parent = os.path.dirname(directory)
+            if parent == directory:  # the root: not below top after all
+                break
             missing.append(directory)
-            directory = directory.parent
+            directory = parent
         try:
             for made in reversed(missing):
                 try:
                     os.mkdir(made)
                 except FileExistsError:
-                    if not made.is_dir():
+                    if not os.path.isdir(made):
                         raise
         except FileNotFoundError:
             # One taken to be there was removed (by someone else): made again.
-            missing[0].mkdir(parents=True, exist_ok=True)
+            os.makedirs(missing[0], exist_ok=True)
         if len(known) + len(missing) > _KNOWN_AT_MOST:  # bounded: made again if needed
             known.clear()
         known.update(missing[:_KNOWN_AT_MOST])  # the deepest first

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import os
-import pathlib
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +21,7 @@ def test_two_directories_are_made_at_once(tmp_path, monkeypatch):
     directory of its own: making one must not wait for another being made (under
     one lock the put threads waited there more than they wrote). Two threads each
     make a directory of another stripe, and each mkdir waits for the other's."""
-    candidates = [tmp_path / "c" / str(m) / "0" for m in range(64)]
+    candidates = [str(tmp_path / "c" / str(m) / "0") for m in range(64)]
     first = candidates[0]
     second = next(
         d
@@ -33,21 +32,21 @@ def test_two_directories_are_made_at_once(tmp_path, monkeypatch):
     mkdir = os.mkdir
 
     def meeting(path, mode=0o777, **kwargs):
-        if pathlib.Path(path) in (first, second):
+        if os.fspath(path) in (first, second):
             both.wait()  # BrokenBarrierError unless the other is making its own
         return mkdir(path, mode, **kwargs)
 
     (tmp_path / "c").mkdir()
     monkeypatch.setattr(os, "mkdir", meeting)
-    known = {tmp_path / "c"}
+    known = {str(tmp_path / "c")}
+    top = str(tmp_path)
     with ThreadPoolExecutor(2) as pool:
-        futures = [
-            pool.submit(make_directory, d, known, tmp_path) for d in (first, second)
-        ]
+        futures = [pool.submit(make_directory, d, known, top) for d in (first, second)]
         for future in futures:
             future.result()
-    assert first.is_dir() and second.is_dir()
-    assert known == {tmp_path / "c", first, first.parent, second, second.parent}
+    assert os.path.isdir(first) and os.path.isdir(second)
+    parents = {os.path.dirname(first), os.path.dirname(second)}
+    assert known == {str(tmp_path / "c"), first, second, *parents}
 
 
 def test_the_directories_known_are_a_stores_few_and_go_with_it(tmp_path, monkeypatch):
@@ -62,7 +61,9 @@ def test_the_directories_known_are_a_stores_few_and_go_with_it(tmp_path, monkeyp
     assert known_directories(store) is known
     for m in range(4):
         for step in range(2):
-            make_directory(tmp_path / "c" / str(m) / str(step), known, tmp_path)
+            make_directory(
+                str(tmp_path / "c" / str(m) / str(step)), known, str(tmp_path)
+            )
     assert all((tmp_path / "c" / str(m) / "1").is_dir() for m in range(4))
     key = id(store)
     assert directories._known[key] is known and 0 < len(known) <= 3
