@@ -65,8 +65,8 @@ _MB = 1e6
 
 @dataclass(frozen=True)
 class Block:
-    """One copy: ``source`` into a one-dimensional buffer of its size, and where each
-    of the step's tensors lies in that buffer.
+    """One copy: ``source`` (or its ``parts``, stacked) into a one-dimensional buffer
+    of its size, and where each of the step's tensors lies in that buffer.
 
     Attributes
     ----------
@@ -109,7 +109,8 @@ class Block:
             out.copy_(torch.stack(self.parts), non_blocking=non_blocking)
 
     def views(self, buffer: torch.Tensor) -> list[tuple[int, torch.Tensor]]:
-        """The block's tensors as views of ``buffer``, a copy of :attr:`source`.
+        """The block's tensors as views of ``buffer``, a copy of the block
+        (:meth:`copy_into`).
 
         Parameters
         ----------
