@@ -4,8 +4,10 @@
   any Earth2Studio IO backend, :func:`drain`, which the workflows call on return,
   and :func:`for_compiled_call`, the wrapper a compile=True call gives a
   ``ZarrBackend``.
-- :mod:`~earth2studio_compile.io.host`: a step's host copies, one per block of views
-  of one storage, into buffers reused across steps (:class:`~.host.HostPool`).
+- :mod:`~earth2studio_compile.io.copies`: a step's copies planned, one per block of
+  views of one storage (or per tensor, or per gathered group of them).
+- :mod:`~earth2studio_compile.io.host`: the copies made, into host buffers reused
+  across steps (:class:`~.host.HostPool`).
 - :mod:`~earth2studio_compile.io.pinned`: pinned host buffers made by registering
   ordinary memory with CUDA: quicker, and without stalling other threads.
 - :mod:`~earth2studio_compile.io.chunks`: a step stored one whole chunk at a time,

@@ -15,7 +15,8 @@ from collections import deque
 import pytest
 import torch
 
-from earth2studio_compile.io.host import MAX_SPAN, HostPool, plan_copies
+from earth2studio_compile.io.copies import plan_copies
+from earth2studio_compile.io.host import HostPool
 
 NVAR = 26
 
@@ -99,37 +100,17 @@ def test_separate_tensors_odd_layouts_and_empty_ones_are_each_their_own_copy():
     assert staged.host[2].is_contiguous()
 
 
-def test_the_span_limit():
-    x = torch.randn(4, 3, 2, 5)  # (batch, variable, lat, lon)
-    # Variables 0 and 1 of 3: a span of 110 elements for 80 (1.4x) is one block...
-    assert len(plan_copies([x[:, 0], x[:, 1]])) == 1
-    # ...variable 0 alone spans 100 for 40 (2.5x): copied contiguous.
-    assert plan_copies([x[:, 0]])[0].numel == 40
-    assert MAX_SPAN == 2.0
-
-
-def test_interleaved_variables_are_copied_contiguous_for_the_store():
-    # DLWP's output (its regridding's transpose): the variables of a batch interleave,
-    # (batch, time, variable, lat, lon) with strides (7, 7, 1, 7 * 8 * lon, 7 * 8).
+def test_interleaved_variables_are_one_copy_into_one_buffer():
+    # DLWP's output: its variables interleave (test_copies.py); the step is one
+    # copy into one host buffer, each variable contiguous there.
     batch, nvar, lat, lon = 8, 7, 5, 6
     x = torch.randn(lat * lon, batch * nvar).t().reshape(batch, 1, nvar, lat, lon)
-    assert x.stride()[-1] == batch * nvar
     views = [x.select(2, i) for i in range(nvar)]
-    # Gathered by the device in one stack, one copy for the step: not a gather and
-    # a copy per variable, each a few PyTorch calls on the workflow's thread.
-    (block,) = plan_copies(views)
-    assert block.numel == x.numel() and len(block.parts) == nvar
     pool = HostPool(pin_memory=False)
     staged = pool.stage(views)
     assert pool.copies == 1 and len(staged.buffers) == 1
     _same(staged.host, views)
     assert all(h.is_contiguous() for h in staged.host)
-    # Views of another shape, or of another tensor, are not gathered with them.
-    y = torch.randn(lat * lon, batch * nvar).t().reshape(batch, 1, nvar, lat, lon)
-    mixed = [*views[:2], x[:4, :, 0], y.select(2, 0), y.select(2, 1)]
-    blocks = plan_copies(mixed)
-    assert [len(b.parts) for b in blocks] == [2, 0, 2]
-    _same(HostPool(pin_memory=False).stage(mixed).host, mixed)
 
 
 def test_cpu_copies_are_made_before_stage_returns():
