@@ -46,6 +46,9 @@ from types import FrameType
 from typing import Any
 
 from earth2studio_compile.tools.bench.floors import FLOOR_WRITERS, storage_floor
+from earth2studio_compile.tools.bench.phases import (
+    thread_phases,
+)
 
 #: Workflows of a job, and the IO backends of a row (the first three by default).
 WORKFLOWS = ("deterministic", "ensemble")
@@ -183,123 +186,6 @@ def _report(compiled: bool) -> dict[str, Any] | None:
     return {"summary": report.summary(), "regions": regions}
 
 
-#: What the workflow does before its first forecast step reaches the IO, timed
-#: in the call's ``first_step`` (seconds, first step only): upstream's names.
-FIRST_STEP = (
-    "to",
-    "fetch_data",
-    "add_array",
-    "perturbation",
-    "map_coords",
-    "iterator",
-    "write",
-)
-
-
-#: ``io.write`` calls timed one by one (``write_seconds``): the initial state's
-#: and the first steps', where an IO's host buffers are still being allocated.
-FIRST_WRITES = 8
-
-
-_Phases = tuple[
-    dict[str, float], dict[str, float], dict[str, float], list[float], list[float], Any
-]
-
-
-@contextlib.contextmanager
-def _thread_phases(model: Any, io: Any, perturbation: Any) -> Iterator[_Phases]:
-    """Seconds the workflow's thread spends in the model's iterator (``iterator_s``:
-    each step's model work, and whatever it waits for), upstream's ``map_coords``
-    and ``split_coords``, and ``io.write`` (``write_s``), summed over one call; with
-    ``OverlappedIO``, also ``blocked_s`` (its writes waiting for a free step). What
-    the call spends elsewhere (fetching data, setting up) is the wall less these.
-    The same phases' CPU seconds on that thread (``time.thread_time``): a phase
-    whose wall time is well above its CPU time waited, for the GIL or for a lock,
-    not for the device (CUDA spins the host thread while it waits for a stream by
-    default, which counts as CPU time).
-    Also the ``perf_counter`` at which each ``io.write`` call began, and the
-    first step's seconds by :data:`FIRST_STEP` (until the first forecast step
-    reached the IO: the model's ``to``, upstream's ``fetch_data``, ``io.add_array``,
-    the perturbation, ``map_coords``, the iterator's initial state and first step,
-    the initial state's write), the seconds of each of the first
-    :data:`FIRST_WRITES` ``io.write`` calls, and the perturbation to hand the
-    workflow.
-
-    Upstream's workflows look ``fetch_data``, ``map_coords`` and ``split_coords``
-    up in their module, ``to`` and ``create_iterator`` on the model, ``write`` and
-    ``add_array`` on the IO: each is wrapped for the call (an instance attribute
-    over the class's method, on the model and the IO), then put back.
-    """
-    import earth2studio.run as upstream
-
-    sums = dict.fromkeys(
-        ("iterator_s", "map_coords_s", "split_coords_s", "write_s"), 0.0
-    )
-    cpu = dict.fromkeys(sums, 0.0)
-    first = dict.fromkeys(FIRST_STEP, 0.0)
-    names = ("fetch_data", "map_coords", "split_coords")
-    saved = {n: getattr(upstream, n) for n in names}
-    writes: list[float] = []
-    each_write: list[float] = []
-
-    def add(key: str, t0: float, c0: float, in_first: bool) -> None:
-        spent = time.perf_counter() - t0
-        if f"{key}_s" in sums:
-            sums[f"{key}_s"] += spent
-            cpu[f"{key}_s"] += time.thread_time() - c0
-        if in_first:
-            first[key] += spent
-        if key == "write" and len(each_write) < FIRST_WRITES:
-            each_write.append(spent)
-
-    def timed(key: str, fn: Any, starts: list[float] | None = None) -> Any:
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            # Write 1 hands the IO the first forecast step: the first step's end.
-            in_first = key in first and len(writes) < (1 if key == "write" else 2)
-            c0, t0 = time.thread_time(), time.perf_counter()
-            if starts is not None:
-                starts.append(t0)
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                add(key, t0, c0, in_first)
-
-        return wrapper
-
-    create = model.create_iterator
-
-    def create_iterator(*args: Any, **kwargs: Any) -> Iterator[Any]:
-        steps = create(*args, **kwargs)
-        while True:
-            c0, t0 = time.thread_time(), time.perf_counter()
-            try:
-                item = next(steps)
-            except StopIteration:
-                return
-            finally:
-                add("iterator", t0, c0, len(writes) < 2)
-            yield item
-
-    io.write = timed("write", io.write, writes)
-    io.add_array = timed("add_array", io.add_array)
-    model.create_iterator = create_iterator
-    model.to = timed("to", model.to)
-    for name, fn in saved.items():
-        setattr(upstream, name, timed(name, fn))
-    blocked = getattr(io, "blocked_s", None)
-    try:
-        perturb = None if perturbation is None else timed("perturbation", perturbation)
-        yield sums, cpu, first, writes, each_write, perturb
-    finally:
-        for name, fn in saved.items():
-            setattr(upstream, name, fn)
-        del model.create_iterator, model.to  # the class's again
-        del io.write, io.add_array
-        if blocked is not None:
-            sums["blocked_s"] = io.blocked_s - blocked
-
-
 def background_builds(
     timeout: float | None = None, cancel: bool = False
 ) -> dict[str, Any]:
@@ -329,8 +215,8 @@ def call(
         the first forecast step reached the IO), ``store_bytes`` (on
         disk), ``thread_s`` (where the workflow's thread spent the call;
         ``thread_cpu_s`` its CPU seconds there) and ``first_step`` (where its
-        first step went: :func:`_thread_phases`), ``write_seconds`` (each of
-        its first :data:`FIRST_WRITES` writes) and, compiled, ``report`` (its
+        first step went: :func:`.phases.thread_phases`), ``write_seconds`` (each of
+        its first :data:`.phases.FIRST_WRITES` writes) and, compiled, ``report`` (its
         summary and regions)
     """
     import numpy as np
@@ -373,8 +259,8 @@ def call(
     # the global switches already set for the whole process.
     scoped = spec["precision"] if spec["precision"] == "bf16" else None
     marks: dict[str, float] = {}
-    timing = _thread_phases(model, io, perturbation)
-    with timing as (phases, cpu, first, writes, each_write, perturb):
+    with thread_phases(model, io, perturbation) as phases:
+        perturb = phases.perturbation
         rest = [model, data, io] + ([perturb] if perturb is not None else [])
         with eager_precision(model, None if compiled else scoped):
             start = marks["start"] = time.perf_counter()
@@ -385,13 +271,13 @@ def call(
         "wall_s": wall,
         "returned_s": marks["returned"] - start,
         # The initial state is write 0: write 1 hands the IO the first forecast step.
-        "first_step_s": writes[1] - start if len(writes) > 1 else None,
+        "first_step_s": (phases.writes[1] - start if len(phases.writes) > 1 else None),
         "store_bytes": _store_bytes_then_remove(io),
         "report": _report(compiled),
-        "thread_s": phases,
-        "thread_cpu_s": cpu,
-        "first_step": first,
-        "write_seconds": each_write,
+        "thread_s": phases.spent,
+        "thread_cpu_s": phases.cpu,
+        "first_step": phases.first,
+        "write_seconds": phases.each_write,
     }
 
 

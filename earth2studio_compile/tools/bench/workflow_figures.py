@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from earth2studio_compile.tools.bench.calls import FIRST_STEP, OVERLAPPED
+from earth2studio_compile.tools.bench.calls import OVERLAPPED
+from earth2studio_compile.tools.bench.phases import FIRST_STEP
 from earth2studio_compile.tools.bench.tables import markdown, number
 from earth2studio_compile.tools.bench.workflow_tables import (
     larger_floor_s,

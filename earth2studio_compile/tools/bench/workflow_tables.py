@@ -17,7 +17,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from earth2studio_compile.tools.bench.calls import FIRST_STEP, IN_MEMORY, OVERLAPPED
+from earth2studio_compile.tools.bench.calls import IN_MEMORY, OVERLAPPED
+from earth2studio_compile.tools.bench.phases import FIRST_STEP
 from earth2studio_compile.tools.bench.text import format_table
 
 SAME = ("job", "precision")

@@ -12,7 +12,7 @@ def test_workflow_calls_of_an_ensemble_and_overlapped_writes(tmp_path, monkeypat
     """The child's calls in this process: upstream's ensemble eager then ours
     compiled (a padded last batch) into AsyncZarrBackend, the floors of a batched
     ensemble, and a compiled deterministic call writing through OverlappedIO."""
-    from earth2studio_compile.tools.bench import calls
+    from earth2studio_compile.tools.bench import calls, phases
 
     monkeypatch.delenv("EARTH2STUDIO_COMPILE_PRECISION", raising=False)
     base = {"model": "fcn", "size": "small", "device": "cpu", "precision": "tf32"}
@@ -41,7 +41,7 @@ def test_workflow_calls_of_an_ensemble_and_overlapped_writes(tmp_path, monkeypat
         assert all(v > 0 for v in cpu.values())
         assert all(cpu[k] <= spent[k] + 0.02 for k in cpu)
         first = row["first_step"]  # where the first step went, each part timed
-        assert list(first) == list(calls.FIRST_STEP)
+        assert list(first) == list(phases.FIRST_STEP)
         assert all(v > 0 for v in first.values())
         assert sum(first.values()) < row["first_step_s"]
         assert first["iterator"] < spent["iterator_s"]

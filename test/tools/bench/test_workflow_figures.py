@@ -195,7 +195,7 @@ def test_the_first_step_table_splits_each_process_first_step():
     order the workflow makes them, the rest, and the eager calls made beside a
     first call ahead; a row without the timing is left out."""
     from earth2studio_compile.tools.bench import workflow_figures as tables
-    from earth2studio_compile.tools.bench.calls import FIRST_STEP
+    from earth2studio_compile.tools.bench.phases import FIRST_STEP
 
     base = {"model": "fcn", "steps": 10, "members": 8, "batch_size": 4}
     base |= {"precision": "tf32", "kind": "fresh"}

@@ -176,7 +176,7 @@ def test_a_row_run_in_several_processes_is_its_medians():
 
 
 def test_first_step_table_names_where_each_process_first_step_went():
-    from earth2studio_compile.tools.bench.calls import FIRST_STEP
+    from earth2studio_compile.tools.bench.phases import FIRST_STEP
     from earth2studio_compile.tools.bench.workflow_tables import derive, tables
 
     rows = _rows()
