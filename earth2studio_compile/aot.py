@@ -31,10 +31,10 @@ from earth2studio_compile.cache import (
     cache_root,
     use_local_cache,
 )
-from earth2studio_compile.models import check_paths, unused_arguments
 from earth2studio_compile.options import CompileOptions
 from earth2studio_compile.planning import plan
 from earth2studio_compile.session import example_input
+from earth2studio_compile.spec import check_paths, unused_arguments
 from earth2studio_compile.staging import first_device
 
 # Type hints only: importing Earth2Studio takes a minute on a small machine, and

@@ -45,16 +45,16 @@ from earth2studio_compile.executors import (
     root_of,
 )
 from earth2studio_compile.metrics import Laps, synchronize, timed
-from earth2studio_compile.models import unused_arguments
 from earth2studio_compile.report import describe
+from earth2studio_compile.spec import unused_arguments
 from earth2studio_compile.staging import Call
 
 if TYPE_CHECKING:
     from earth2studio_compile.hooks import Hooks
-    from earth2studio_compile.models import ModelSpec
     from earth2studio_compile.options import CompileOptions
     from earth2studio_compile.probe import SpeedProbe
     from earth2studio_compile.report import RegionReport
+    from earth2studio_compile.spec import ModelSpec
     from earth2studio_compile.staging import BatchPadding
 
 __all__ = ["FirstCall", "RegionState"]

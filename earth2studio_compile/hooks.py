@@ -8,9 +8,9 @@ from typing import Any
 import torch
 
 from earth2studio_compile._torch import MODULE_SLOT
-from earth2studio_compile.models import ModelSpec
 from earth2studio_compile.opaque import OpaqueSubmodule, find_opaque
 from earth2studio_compile.precision import KeepFp32
+from earth2studio_compile.spec import ModelSpec
 
 
 class Hooks:

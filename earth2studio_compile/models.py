@@ -1,8 +1,8 @@
 """Which part of a model to compile: the declarative model table and the generic path.
 
-Each Earth2Studio prognostic class maps to a :class:`ModelSpec`: the dotted paths of
-its tensor-only core network(s), which ``torch.compile`` handles, or the reason it
-runs eagerly. Everything else in a model (coordinate systems, numpy datetimes,
+Each Earth2Studio prognostic class maps to a :class:`~.spec.ModelSpec`: the dotted
+paths of its tensor-only core network(s), which ``torch.compile`` handles, or the
+reason it runs eagerly. Everything else in a model (coordinate systems, numpy datetimes,
 zenith angles, sparse regridding, ONNX or JAX sessions) stays out of the trace.
 
 Models not in the table take the generic path
@@ -13,14 +13,13 @@ can add their own classes with :func:`register_model`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from earth2studio_compile.patches import DLWP_ZENITH, MethodPatch
+from earth2studio_compile.patches import DLWP_ZENITH
 from earth2studio_compile.precision import tf32_enabled
+from earth2studio_compile.spec import ModelSpec
 
 __all__ = [
     "MODEL_TABLE",
@@ -30,174 +29,6 @@ __all__ = [
     "register_model",
     "sfno_inductor_options",
 ]
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """What to compile in one model class.
-
-    Parameters
-    ----------
-    regions : tuple[str, ...], optional
-        Dotted attribute paths of the ``nn.Module`` cores to compile in place, e.g.
-        ``("model",)``. Empty means the model runs eagerly and ``reason`` says why.
-    reason : str | None, optional
-        Why the model is not compiled (required when ``regions`` is empty)
-    exclude : tuple[str, ...], optional
-        Class names of submodules kept eager by splitting the region: its largest
-        subtrees without them compile, each as its own graph
-    opaque : tuple[str, ...], optional
-        Class names of submodules kept eager *inside* the region: each call becomes
-        one opaque operator in a single compiled graph (and CUDA graph), see
-        :mod:`earth2studio_compile.opaque`. They must take and return tensors only
-    cudagraphs : bool, optional
-        With the default ``mode=None`` on CUDA, compile with CUDA graphs
-        (``"reduce-overhead"``). False picks Inductor's default mode instead, for
-        models where replaying graphs costs more than it saves (measured, see the
-        note), by default True
-    inductor_options : Mapping | Callable[[torch.device], Mapping] | None, optional
-        Inductor options for this model (or a function of the device returning
-        them), used when the user chose neither ``mode`` nor ``options``, by
-        default None
-    pad_batch : bool, optional
-        The core treats batch samples independently, so a smaller batch (an
-        ensemble's last one) is padded to the compiled size instead of recompiling
-    wrapped : tuple[str, ...], optional
-        Paths of models this model wraps (``"dx_model.*"`` for each element of a
-        list); their own table entries apply under that prefix
-    fp32_modules : tuple[str, ...], optional
-        Class names of submodules kept in fp32, outside autocast, when a session
-        runs the model in ``"bf16"`` (spectral convolutions: complex bf16 FFTs are
-        not supported, and their error would dominate)
-    precisions_refused : Mapping[str, str], optional
-        Precisions this model must not run in, each with the reason; a session
-        asked for one runs the model with PyTorch's global settings and says why
-    covers : tuple[str, ...], optional
-        Paths of further submodules whose parameters the entry describes (an eager
-        entry's network, say). A subclass that matches the entry only through a base
-        class and holds parameters outside ``regions``, ``wrapped`` and ``covers``
-        is not what the entry describes: it takes the generic path
-    patches : tuple[MethodPatch, ...], optional
-        Bitwise-identical replacements for the model's own methods, set on the
-        instance while a session is open (:mod:`earth2studio_compile.patches`)
-    unused_arguments : Mapping[str, tuple[str, ...]], optional
-        Non-tensor parameters of a region's ``forward``, each with the class names
-        of the submodules that read it: in a region holding none of them its
-        value changes nothing, and an ahead-of-time artifact built for one value
-        serves every value (export bakes values in; otherwise each value is
-        another artifact)
-    quiet_nvtx : bool, optional
-        Make ``torch.cuda.nvtx``'s range and mark functions no-ops for the
-        duration of each of the regions' calls (:mod:`earth2studio_compile.nvtx`),
-        for cores that mark NVTX ranges where CUDA is available: Dynamo cannot put
-        those calls in a graph, and each one breaks it (physicsnemo's HEALPix
-        padding broke DLESyM's at every pad). A profile then shows no such ranges
-        while the regions run, by default False
-    note : str, optional
-        Where the core comes from, for the documentation table
-    """
-
-    regions: tuple[str, ...] = ()
-    reason: str | None = None
-    exclude: tuple[str, ...] = ()
-    opaque: tuple[str, ...] = ()
-    cudagraphs: bool = True
-    inductor_options: (
-        Mapping[str, Any] | Callable[[torch.device], Mapping[str, Any]] | None
-    ) = field(default=None, compare=False)
-    pad_batch: bool = False
-    wrapped: tuple[str, ...] = ()
-    fp32_modules: tuple[str, ...] = ()
-    precisions_refused: Mapping[str, str] = field(default_factory=dict, compare=False)
-    covers: tuple[str, ...] = ()
-    patches: tuple[MethodPatch, ...] = field(default=(), compare=False)
-    unused_arguments: Mapping[str, tuple[str, ...]] = field(
-        default_factory=dict, compare=False
-    )
-    quiet_nvtx: bool = False
-    note: str = ""
-
-    def __post_init__(self) -> None:
-        for name in (
-            "regions",
-            "exclude",
-            "opaque",
-            "wrapped",
-            "fp32_modules",
-            "covers",
-        ):
-            object.__setattr__(self, name, check_paths(getattr(self, name), name))
-        if not all(isinstance(p, MethodPatch) for p in self.patches):
-            raise TypeError(
-                f"patches must hold MethodPatch objects, got {self.patches!r}"
-            )
-        object.__setattr__(self, "patches", tuple(self.patches))
-        if not self.regions and not self.wrapped and not self.reason:
-            raise ValueError(
-                "A ModelSpec without regions needs a reason saying why the model "
-                "runs eagerly."
-            )
-
-
-def unused_arguments(spec: ModelSpec, core: torch.nn.Module) -> tuple[str, ...]:
-    """The parameters of ``core``'s ``forward`` that ``spec`` says it does not
-    read: those whose reading submodules it holds none of.
-
-    Parameters
-    ----------
-    spec : ModelSpec
-        The model's table entry
-    core : torch.nn.Module
-        One of its regions' cores
-
-    Returns
-    -------
-    tuple[str, ...]
-        The parameter names, sorted
-    """
-    held = {type(m).__name__ for m in core.modules()}
-    named = spec.unused_arguments.items()
-    return tuple(sorted(n for n, readers in named if not held & set(readers)))
-
-
-def check_paths(value: Any, name: str) -> tuple[str, ...]:
-    """Validate a tuple of dotted paths or class names (``regions=``, ``exclude=``...).
-
-    Parameters
-    ----------
-    value : Any
-        What the caller passed
-    name : str
-        The parameter's name, for the error
-
-    Returns
-    -------
-    tuple[str, ...]
-        The names as a tuple
-
-    Raises
-    ------
-    TypeError
-        ``value`` is a bare string, not a sequence, or holds a non-string or an
-        empty string
-    """
-    if isinstance(value, str):
-        raise TypeError(
-            f"{name} must be a tuple of strings, got the str {value!r}. "
-            f"Write {name}=({value!r},)."
-        )
-    if not isinstance(value, (tuple, list)):
-        raise TypeError(
-            f"{name} must be a tuple of strings, got {type(value).__name__} "
-            f"({value!r}). For example {name}=('model',)."
-        )
-    for item in value:
-        if not isinstance(item, str) or not item.strip():
-            raise TypeError(
-                f"{name} must hold non-empty strings (dotted submodule paths such as "
-                f"'model' or 'net.blocks.0'), got {item!r} in {tuple(value)!r}."
-            )
-    return tuple(value)
 
 
 _PX = "earth2studio.models.px."

@@ -7,7 +7,7 @@ broke the graph, and the frames resumed after the breaks, shared by every layer,
 recompiled per size until Dynamo's limit (DLESyM on an H100, 2026-11-27). Inside
 :func:`quiet`, ``torch.cuda.nvtx``'s ``range_push``, ``range_pop``, ``range`` and
 ``mark`` are this module's Python no-ops, which Dynamo inlines to nothing; a model
-whose :class:`~earth2studio_compile.models.ModelSpec` sets ``quiet_nvtx`` gets them
+whose :class:`~earth2studio_compile.spec.ModelSpec` sets ``quiet_nvtx`` gets them
 around each of its regions' calls (compiled, eager and probe calls alike,
 :meth:`~earth2studio_compile.region.CompiledRegion.__call__`). The no-ops are the
 same objects every time: Dynamo guards on the identity of the functions it traced,

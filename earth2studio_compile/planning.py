@@ -17,8 +17,9 @@ import torch
 from torch.nn.parameter import is_lazy
 
 from earth2studio_compile import _torch
-from earth2studio_compile.models import ModelSpec, lookup
+from earth2studio_compile.models import lookup
 from earth2studio_compile.patches import MethodPatch
+from earth2studio_compile.spec import ModelSpec
 
 # Type hints only: importing Earth2Studio takes a minute on a small machine, and
 # the package is imported before it (the demo's banner comes first).

@@ -58,10 +58,10 @@ from earth2studio_compile.first_call import FirstCall, RegionState
 from earth2studio_compile.hooks import Hooks
 from earth2studio_compile.measured import record, warn_fallback
 from earth2studio_compile.metrics import Laps
-from earth2studio_compile.models import ModelSpec
 from earth2studio_compile.options import CompileOptions
 from earth2studio_compile.probe import SpeedProbe, signature
 from earth2studio_compile.report import RegionReport, describe, interruption
+from earth2studio_compile.spec import ModelSpec
 from earth2studio_compile.staging import (
     BatchPadding,
     Call,

@@ -15,7 +15,6 @@ from loguru import logger
 
 from earth2studio_compile._torch import MODULE_SLOT
 from earth2studio_compile.cache import cache_root, usable_root, use_local_cache
-from earth2studio_compile.models import check_paths
 from earth2studio_compile.options import CompileOptions
 from earth2studio_compile.patches import Patches
 from earth2studio_compile.planning import Plan, plan, table_patches
@@ -27,6 +26,7 @@ from earth2studio_compile.report import (
     describe,
     interruption,
 )
+from earth2studio_compile.spec import check_paths
 
 # Type hints only: importing Earth2Studio takes a minute on a small machine, and
 # the package is imported before it (the demo's banner comes first).

@@ -9,9 +9,10 @@ import inspect
 import pytest
 import torch
 
-from earth2studio_compile import MODEL_TABLE, ModelSpec, plan, register_model
-from earth2studio_compile.models import TORCH_HARMONICS_SFNO, lookup, unused_arguments
+from earth2studio_compile import MODEL_TABLE, plan, register_model
+from earth2studio_compile.models import TORCH_HARMONICS_SFNO, lookup
 from earth2studio_compile.options import CompileOptions, CompilePolicy
+from earth2studio_compile.spec import unused_arguments
 from earth2studio_compile.tools import zoo
 
 
@@ -83,16 +84,6 @@ def test_stormcast_unets_keep_their_layout_and_their_cuda_graphs():
     assert "options" not in mine.torch_kwargs()
 
 
-def test_an_argument_counts_as_unused_only_without_its_readers():
-    class Reader(torch.nn.Module):
-        pass
-
-    spec = ModelSpec(regions=("model",), unused_arguments={"step": ("Reader",)})
-    assert unused_arguments(spec, torch.nn.Linear(2, 2)) == ("step",)
-    assert unused_arguments(spec, torch.nn.Sequential(Reader())) == ()
-    assert unused_arguments(ModelSpec(regions=("model",)), Reader()) == ()
-
-
 def test_aurora_stages_read_their_rollout_step_only_through_lora():
     import earth2studio.models.px as px
 
@@ -121,10 +112,6 @@ def test_register_and_override():
     assert [p for p, _ in plan(Mine(), regions=("b",)).targets] == ["b"]
     with pytest.raises(ValueError, match="no nn.Module at 'c'"):
         plan(Mine(), regions=("c",))
-    with pytest.raises(TypeError, match="regions=\\('a',\\)"):
-        ModelSpec(regions="a")
-    with pytest.raises(ValueError, match="needs a reason"):
-        ModelSpec()
 
 
 def test_published_table_is_current():
