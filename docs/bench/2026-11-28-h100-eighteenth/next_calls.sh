@@ -13,6 +13,7 @@
 # ".whl-dlesym" for dlesym-gpu. In this order, as device time allows (1800 s,
 # counted in full: about four calls of 400 s with the machine's start):
 #   bash docs/bench/2026-11-28-h100-eighteenth/next_calls.sh "$OUT" contention  # ~100 s
+#   bash docs/bench/2026-11-28-h100-eighteenth/next_calls.sh "$OUT" gpu-io      # ~60 s
 #   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" build        # ~380 s
 #   bash docs/bench/2026-11-28-h100-eighteenth/next_calls.sh "$OUT" gil         # ~150 s
 #   bash docs/bench/2026-11-28-h100-seventeenth/next_calls.sh "$OUT" dlwp-disk  # ~330 s
@@ -23,6 +24,9 @@
 #   slowed by the GIL (its CPU time well under its wall time) or by the device,
 #   with OverlappedIO writing DLWP-shaped steps to disk, and which lever moves it
 #   (the switch interval, fewer writer threads, one device gather per step).
+# gpu-io: the GPU-marked IO tests (6ccbb89's gather on the device among them:
+#   test_cuda_interleaved_views_are_gathered_by_the_device_in_one_copy); chain it
+#   with contention in one call.
 # gil: the DLWP on-disk compile=True row alone (--no-eager: the eighteenth's ran
 #   only upstream's eager row before its deadline) under `py-spy --idle --native`
 #   (100 Hz; a thread waiting for the GIL shows `take_gil`), with the bench's new
@@ -34,6 +38,10 @@ here=docs/bench/2026-11-28-h100-eighteenth
 case "$phase" in
   contention)
     timeout 300 python3 "$here/contention.py" "$out" 2>&1 | grep -v DEBUG
+    ;;
+  gpu-io)
+    timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider test/io \
+      --junitxml="$out/gpu-io.xml" 2>&1 | tail -5
     ;;
   gil)
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
@@ -50,5 +58,5 @@ case "$phase" in
       >"$out/gil-dlwp-disk-digest.txt"
     head -60 "$out/gil-dlwp-disk-digest.txt"
     ;;
-  *) echo "phase: contention or gil (the others: the paths above)" >&2; exit 2 ;;
+  *) echo "phase: contention, gpu-io or gil (the others: the paths above)" >&2; exit 2 ;;
 esac
