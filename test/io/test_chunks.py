@@ -261,10 +261,20 @@ def test_a_local_directory_gets_zarrs_files_without_an_event_loop(
     monkeypatch.setattr(BatchedCodecPipeline, "encode", refused)
     monkeypatch.setattr(LocalStore, "set", refused)
     monkeypatch.setattr(asyncio, "to_thread", refused)
+    specs = []
+    spec_of = type(array.metadata).get_chunk_spec
+    monkeypatch.setattr(
+        type(array.metadata),
+        "get_chunk_spec",
+        lambda *args: specs.append(args[1]) or spec_of(*args),
+    )
     with ThreadPoolExecutor(2) as executor:
         assert store_local(array, selection, value, executor if pool else None)
     assert _files(tmp_path / "ours") == _files(tmp_path / "zarrs")
     assert len([k for k in _files(tmp_path / "ours") if "/c/" in k]) == 4
+    # The chunks' spec made once for the call's 4 chunks (alike on a regular grid),
+    # before any is handed to the pool.
+    assert len(specs) == 1
 
 
 @pytest.mark.parametrize(
