@@ -342,13 +342,13 @@ def _local_put(array: Any) -> Callable[[tuple[slice, ...], np.ndarray], None] | 
         directory = path.rpartition("/")[0]
         if directory not in known:
             make_directory(directory, known, top)
-        # Zarr's file step takes a Path: one made per chunk, here only.
+        file = Path(path)  # Zarr's file step takes a Path: one per chunk, here only
         try:
-            _write(atomic_write, Path(path), encoded)
+            _write(atomic_write, file, encoded)
         except FileNotFoundError:
             # Removed since it was made (by someone else): made again, not lost.
             os.makedirs(directory, exist_ok=True)
-            _write(atomic_write, Path(path), encoded)
+            _write(atomic_write, file, encoded)
 
     return put
 

@@ -108,15 +108,20 @@ def _span(t: torch.Tensor) -> tuple[int, int]:
     return start, start + 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
 
 
-def _spannable(t: torch.Tensor) -> bool:
-    """Whether ``t`` may be copied as a span of its storage, its strides kept."""
+def _plain(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a strided tensor with elements, its values as stored: one
+    that may be copied as a span of its storage or stacked with views like it."""
     return (
         t.layout == torch.strided
         and t.numel() > 0
         and not t.is_conj()
         and not t.is_neg()
-        and _fields_in_rows(t)
     )
+
+
+def _spannable(t: torch.Tensor) -> bool:
+    """Whether ``t`` may be copied as a span of its storage, its strides kept."""
+    return _plain(t) and _fields_in_rows(t)
 
 
 def _fields_in_rows(t: torch.Tensor) -> bool:
@@ -127,17 +132,6 @@ def _fields_in_rows(t: torch.Tensor) -> bool:
         return False
     reach = 1 + sum((n - 1) * abs(s) for n, s in zip(shape, stride))
     return reach <= max(1, shape.numel())
-
-
-def _gatherable(t: torch.Tensor) -> bool:
-    """Whether ``t`` may be stacked with views like it (a strided tensor with
-    elements, its values as stored)."""
-    return (
-        t.layout == torch.strided
-        and t.numel() > 0
-        and not t.is_conj()
-        and not t.is_neg()
-    )
 
 
 def _contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
@@ -204,12 +198,12 @@ def plan_copies(tensors: Sequence[torch.Tensor]) -> list[Block]:
     unfit: dict[tuple, list[tuple[int, torch.Tensor]]] = {}  # copied contiguous
     alone: list[Block] = []
     for i, t in enumerate(tensors):
-        if not _spannable(t):
-            if _gatherable(t):
-                key = (t.device, t.dtype, t.untyped_storage().data_ptr(), t.shape)
-                unfit.setdefault(key, []).append((i, t))
-            else:
-                alone.append(_alone(i, t))
+        if not _plain(t):
+            alone.append(_alone(i, t))
+            continue
+        if not _fields_in_rows(t):
+            key = (t.device, t.dtype, t.untyped_storage().data_ptr(), t.shape)
+            unfit.setdefault(key, []).append((i, t))
             continue
         storage = t.untyped_storage()
         if _span(t)[1] * t.element_size() > storage.nbytes():

@@ -46,9 +46,7 @@ from types import FrameType
 from typing import Any
 
 from earth2studio_compile.tools.bench.floors import FLOOR_WRITERS, storage_floor
-from earth2studio_compile.tools.bench.phases import (
-    thread_phases,
-)
+from earth2studio_compile.tools.bench.phases import thread_phases
 
 #: Workflows of a job, and the IO backends of a row (the first three by default).
 WORKFLOWS = ("deterministic", "ensemble")
