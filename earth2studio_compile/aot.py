@@ -16,14 +16,14 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from loguru import logger
 
 from earth2studio_compile import precision as _precision
 from earth2studio_compile._torch import MODULE_SLOT, tree_map
-from earth2studio_compile.artifacts import verified
+from earth2studio_compile.artifacts import hints, verified
 from earth2studio_compile.artifacts.aot_build import build_region, detached
 from earth2studio_compile.artifacts.aot_load import AotRunner, load_runner
 from earth2studio_compile.artifacts.key import RegionTarget
@@ -75,13 +75,32 @@ class Built:
     verified: bool = False
 
 
+class Captured(NamedTuple):
+    """A core's first call in one forward of its model (:func:`capture_calls`).
+
+    Attributes
+    ----------
+    args : tuple[Any, ...]
+        Detached copies of its positional arguments
+    kwargs : dict[str, Any]
+        Detached copies of its keyword arguments
+    inference : bool
+        Whether it ran in inference mode (Earth2Studio's models run their
+        forward under ``torch.inference_mode``)
+    """
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    inference: bool
+
+
 def capture_calls(
     model: PrognosticModel | DiagnosticModel,
     modules: Sequence[torch.nn.Module],
     x: torch.Tensor,
     coords: CoordSystem,
-) -> dict[int, tuple[tuple[Any, ...], dict[str, Any]]]:
-    """Each core's first call's arguments, from one forward of ``model``.
+) -> dict[int, Captured]:
+    """Each core's first call, from one forward of ``model``.
 
     Parameters
     ----------
@@ -96,11 +115,11 @@ def capture_calls(
 
     Returns
     -------
-    dict[int, tuple[tuple[Any, ...], dict[str, Any]]]
-        ``id`` of each core that was called -> detached copies of its first call's
-        positional and keyword arguments
+    dict[int, Captured]
+        ``id`` of each core that was called -> its first call
     """
     seen: dict[int, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+    inference: dict[int, bool] = {}
 
     def hook(m: torch.nn.Module, args: Any, kwargs: Any) -> None:
         if id(m) not in seen:
@@ -108,6 +127,7 @@ def capture_calls(
                 lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t,
                 (tuple(args), dict(kwargs)),
             )
+            inference[id(m)] = torch.is_inference_mode_enabled()
 
     handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in modules]
     try:
@@ -116,7 +136,8 @@ def capture_calls(
     finally:
         for h in handles:
             h.remove()
-    return {k: detached(v) for k, v in seen.items()}
+    calls = {k: detached(v) for k, v in seen.items()}
+    return {k: Captured(a, kw, inference[k]) for k, (a, kw) in calls.items()}
 
 
 def build(
@@ -134,7 +155,10 @@ def build(
     The regions are the ones :class:`~earth2studio_compile.CompileSession` compiles
     (the model table, or the generic path); each core's input is captured from one
     forward of ``model`` on :func:`~earth2studio_compile.example_input`. Artifacts
-    go under :func:`~earth2studio_compile.cache_root`. Defaults are what
+    go under :func:`~earth2studio_compile.cache_root`, each with a hint of the
+    inputs it was built for (:mod:`earth2studio_compile.artifacts.hints`), as a
+    first call leaves: the next process's first call then runs ahead of its
+    workflow's, while the workflow fetches its data. Defaults are what
     ``compile=True`` uses, so a later ``compile=True`` run finds them.
 
     Parameters
@@ -206,7 +230,7 @@ def build(
         if id(module) not in calls:
             out.append(Built(label, None, "skipped", reason="not called by forward"))
             continue
-        args, kwargs = calls[id(module)]
+        args, kwargs, inference = calls[id(module)]
         target = RegionTarget.resolve(
             module,
             owner=owner,
@@ -224,6 +248,7 @@ def build(
             if isinstance(runner, AotRunner):
                 present = Built(label, runner.path, "present")
                 out.append(_sealed(present, target, calls, runner))
+                hints.remember(target, root, args, kwargs, inference)
                 continue
         start = time.perf_counter()
         try:
@@ -234,20 +259,23 @@ def build(
             continue
         done = Built(label, built, "built", time.perf_counter() - start)
         out.append(_sealed(done, target, calls))
+        # As a first call leaves one: the next process's first call then runs
+        # ahead of its workflow's, while the data is fetched (CompiledRegion.ahead).
+        hints.remember(target, root, args, kwargs, inference)
     return out
 
 
 def _sealed(
     built: Built,
     target: RegionTarget,
-    calls: dict[int, tuple[tuple[Any, ...], dict[str, Any]]],
+    calls: dict[int, Captured],
     runner: AotRunner | None = None,
 ) -> Built:
     """``built``, its artifact (``runner`` where it is loaded already) verified
     against eager on the captured call and sealed
     (:func:`~earth2studio_compile.artifacts.verified.seal_built`): the forecast's
     first call then skips its own eager call."""
-    args, kwargs = calls[id(target.module)]
+    args, kwargs, _ = calls[id(target.module)]
     why = verified.seal_built(target, args, kwargs, root=None, runner=runner)
     built.verified = why is None
     if why is not None:

@@ -68,6 +68,7 @@ def remember(
     root: Path | None,
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
+    inference: bool | None = None,
 ) -> None:
     """Keep the structure of a first call's inputs (tensors only; a call with other
     arguments is not kept). Never raises: a hint is only ever a guess.
@@ -80,6 +81,9 @@ def remember(
         Cache root
     args, kwargs : tuple[Any, ...], Mapping[str, Any]
         The call's arguments, as the region was called
+    inference : bool | None, optional
+        Whether the call ran in inference mode; None: whether it is on here, by
+        default None
     """
     try:
         path = hint_path(target, root)
@@ -92,7 +96,9 @@ def remember(
             "tensors": [
                 [list(x.shape), str(x.dtype).removeprefix("torch.")] for x in leaves
             ],
-            "inference": torch.is_inference_mode_enabled(),
+            "inference": (
+                torch.is_inference_mode_enabled() if inference is None else inference
+            ),
         }
         make_private_dir(path.parent)
         write_file(path, json.dumps(hint).encode())

@@ -37,6 +37,21 @@ def test_a_first_calls_inputs_come_back_made_up_with_their_shapes(tmp_path):
     assert kwargs["extra"][0].shape == (1, 4, 8, 8) and inference is False
 
 
+def test_a_call_made_in_inference_mode_elsewhere_is_kept_as_such(tmp_path):
+    """build() captures the core's call inside the model's inference mode and keeps
+    its hint after it: the mode is the call's, not the one around remember()."""
+    target = _target()
+    x = torch.randn(2, 4, 8, 8)
+    remember(target, tmp_path, (x,), {}, inference=True)
+    assert recall(target, tmp_path)[2] is True
+    with torch.inference_mode():
+        remember(target, tmp_path, (x,), {}, inference=False)
+    assert recall(target, tmp_path)[2] is False
+    with torch.inference_mode():
+        remember(target, tmp_path, (x,), {})
+    assert recall(target, tmp_path)[2] is True
+
+
 def test_what_is_not_kept_or_not_readable_gives_nothing(tmp_path):
     target = _target()
     remember(target, tmp_path, (torch.ones(1), 2.0), {})  # a number: not kept
