@@ -140,6 +140,11 @@ _RUNS_EIGHTEENTH = tuple(
         "dlwp-ens-plain-f39ef9f.json",
     )
 )
+_NINETEENTH = "2026-11-28-h100-nineteenth/"
+_RUNS_NINETEENTH = tuple(
+    _NINETEENTH + f
+    for f in ("dlwp-ens-all-da38751.json", "fcn-ens-overlapped-da38751.json")
+)
 MODELS = "docs/models.md"
 FIGURES: tuple[Figure, ...] = (
     Figure(
@@ -401,5 +406,12 @@ FIGURES: tuple[Figure, ...] = (
     Figure("ensembles-h100-eighteenth", PERF, _RUNS_EIGHTEENTH, workflow),
     Figure(
         "ensembles-h100-eighteenth-first", PERF, _RUNS_EIGHTEENTH, workflow_first_steps
+    ),
+    Figure("ensembles-h100-nineteenth", PERF, _RUNS_NINETEENTH, workflow),
+    Figure(
+        "ensembles-h100-nineteenth-threads", PERF, _RUNS_NINETEENTH, workflow_threads
+    ),
+    Figure(
+        "ensembles-h100-nineteenth-first", PERF, _RUNS_NINETEENTH, workflow_first_steps
     ),
 )

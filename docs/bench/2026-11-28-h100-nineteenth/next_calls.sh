@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The next session's device calls (the nineteenth ran contention, build, gil,
+# DLWP's seven variables on disk and the FCN ensemble on disk at da38751; see
+# README.md here). One phase per device call, chained on one warm machine (/tmp
+# stays while it is held; it goes back after 30 minutes held, so the rows run in
+# the same hold as `build`). Every call first installs the wheels:
+#   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+#     --upgrade --target /tmp/site .whl/*.whl
+#   export PYTHONPATH=/tmp/site:$PWD/.shim:$PWD PYTHONUNBUFFERED=1
+#   export EARTH2STUDIO_COMPILE_BENCH_COMMIT=<the commit of the tree sent>
+# carry [".whl", ".shim"]. In this order, as device time allows (1800 s, counted
+# in full):
+#   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" build        # ~430 s
+#   bash docs/bench/2026-11-28-h100-nineteenth/next_calls.sh "$OUT" hint        # ~10 s, same call
+#   bash docs/bench/2026-11-28-h100-seventeenth/next_calls.sh "$OUT" dlwp-disk  # ~300 s
+#   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" rows fcn     # ~420 s
+#   bash docs/bench/2026-11-28-h100-nineteenth/next_calls.sh "$OUT" procs       # ~70 s
+#
+# hint: the hints build() now leaves (40bd880) beside its artifacts: with them
+#   the compiled rows' first call runs ahead of the workflow's (their region
+#   phases gain ahead_wait or ahead_eager; the first step loses the artifact's
+#   first run, 0.39 s of DLWP's and 0.29 s of FCN's at da38751).
+# procs: contention.py's rows that the da38751 run did not reach or lost
+#   (procs-disk, its ring now in /dev/shm) beside ov-disk and threads-disk: do
+#   writer processes move the bytes at plain threads' rate, leaving the loop's
+#   thread alone?
+set -uo pipefail
+out="$1"
+phase="$2"
+case "$phase" in
+  hint)
+    for model in fcn dlwp; do
+      echo "$model: $(find "/tmp/built-$model" -path '*hints*' -name '*.json' | wc -l) hint(s)"
+      find "/tmp/built-$model" -path '*hints*' -name '*.json' -exec cat {} \; -exec echo \;
+    done
+    ;;
+  procs)
+    ROWS=procs-disk,ov-disk,threads-disk timeout 300 python3 \
+      docs/bench/2026-11-28-h100-eighteenth/contention.py "$out" 2>&1 | grep -v DEBUG
+    ;;
+  *) echo "phase: hint or procs (the others: the paths above)" >&2; exit 2 ;;
+esac
