@@ -13,13 +13,17 @@
 #   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" build        # ~430 s
 #   bash docs/bench/2026-11-28-h100-nineteenth/next_calls.sh "$OUT" hint        # ~10 s, same call
 #   bash docs/bench/2026-11-28-h100-seventeenth/next_calls.sh "$OUT" dlwp-disk  # ~300 s
-#   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" rows fcn     # ~420 s
+#   bash docs/bench/2026-11-28-h100-nineteenth/next_calls.sh "$OUT" fcn         # ~500 s
 #   bash docs/bench/2026-11-28-h100-nineteenth/next_calls.sh "$OUT" procs       # ~70 s
 #
 # hint: the hints build() now leaves (40bd880) beside its artifacts: with them
 #   the compiled rows' first call runs ahead of the workflow's (their region
 #   phases gain ahead_wait or ahead_eager; the first step loses the artifact's
 #   first run, 0.39 s of DLWP's and 0.29 s of FCN's at da38751).
+# fcn: the FCN ensemble on disk (issue 34's third target) with both of its
+#   baselines in one run: upstream eager on ZarrBackend and on AsyncZarrBackend
+#   ("≥ 2x upstream eager with AsyncZarrBackend"), eager + OverlappedIO, and
+#   compile=True on each, with the floors.
 # procs: contention.py's rows that the da38751 run did not reach or lost
 #   (procs-disk, its ring now in /dev/shm) beside ov-disk and threads-disk: do
 #   writer processes move the bytes at plain threads' rate, leaving the loop's
@@ -34,9 +38,16 @@ case "$phase" in
       find "/tmp/built-$model" -path '*hints*' -name '*.json' -exec cat {} \; -exec echo \;
     done
     ;;
+  fcn)
+    python3 -m earth2studio_compile.tools.bench workflow --jobs fcn-ens \
+      --io overlapped,async-zarr --ways warm --fresh-repeats 1 \
+      --source prefetched --cache-from /tmp/built-fcn --deadline 560 \
+      --json "$out/fcn-ens.json" --workdir /tmp/wf >"$out/fcn-ens.log" 2>&1
+    sed -n '/Whole call/,/^$/p' "$out/fcn-ens.log" | tail -8
+    ;;
   procs)
     ROWS=procs-disk,ov-disk,threads-disk timeout 300 python3 \
       docs/bench/2026-11-28-h100-eighteenth/contention.py "$out" 2>&1 | grep -v DEBUG
     ;;
-  *) echo "phase: hint or procs (the others: the paths above)" >&2; exit 2 ;;
+  *) echo "phase: hint, fcn or procs (the others: the paths above)" >&2; exit 2 ;;
 esac
