@@ -14,6 +14,7 @@
 #   bash docs/bench/2026-11-28-h100-nineteenth/next_calls.sh "$OUT" hint        # ~10 s, same call
 #   bash docs/bench/2026-11-28-h100-seventeenth/next_calls.sh "$OUT" dlwp-disk  # ~300 s
 #   bash docs/bench/2026-11-28-h100-nineteenth/next_calls.sh "$OUT" fcn         # ~500 s
+#   bash docs/bench/2026-11-28-h100-nineteenth/next_calls.sh "$OUT" steady      # ~120 s
 #   bash docs/bench/2026-11-28-h100-nineteenth/next_calls.sh "$OUT" procs       # ~70 s
 #
 # hint: the hints build() now leaves (40bd880) beside its artifacts: with them
@@ -24,6 +25,9 @@
 #   baselines in one run: upstream eager on ZarrBackend and on AsyncZarrBackend
 #   ("≥ 2x upstream eager with AsyncZarrBackend"), eager + OverlappedIO, and
 #   compile=True on each, with the floors.
+# steady: steady.py here: FCN's compiled call again under torch.profiler, after a
+#   first call in the same process (cache: a copy of /tmp/built-fcn): which CUDA
+#   calls block the workflow's thread each step, and from where.
 # procs: contention.py's rows that the da38751 run did not reach or lost
 #   (procs-disk, its ring now in /dev/shm) beside ov-disk and threads-disk: do
 #   writer processes move the bytes at plain threads' rate, leaving the loop's
@@ -45,9 +49,14 @@ case "$phase" in
       --json "$out/fcn-ens.json" --workdir /tmp/wf >"$out/fcn-ens.log" 2>&1
     sed -n '/Whole call/,/^$/p' "$out/fcn-ens.log" | tail -8
     ;;
+  steady)
+    rm -rf /tmp/steady-cache && cp -r /tmp/built-fcn /tmp/steady-cache
+    EARTH2STUDIO_COMPILE_CACHE=/tmp/steady-cache timeout 400 python3 \
+      docs/bench/2026-11-28-h100-nineteenth/steady.py "$out" 2>&1 | grep -v DEBUG | tail -60
+    ;;
   procs)
     ROWS=procs-disk,ov-disk,threads-disk timeout 300 python3 \
       docs/bench/2026-11-28-h100-eighteenth/contention.py "$out" 2>&1 | grep -v DEBUG
     ;;
-  *) echo "phase: hint, fcn or procs (the others: the paths above)" >&2; exit 2 ;;
+  *) echo "phase: hint, fcn, steady or procs (the others: the paths above)" >&2; exit 2 ;;
 esac
