@@ -35,7 +35,11 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from earth2studio_compile.tools import zoo
-from earth2studio_compile.tools.bench.calls import call, set_precision
+from earth2studio_compile.tools.bench.calls import (
+    background_builds,
+    call,
+    set_precision,
+)
 from earth2studio_compile.tools.bench.workflow_args import JOBS
 
 #: CUDA runtime and driver calls that make the calling host thread wait.
@@ -83,6 +87,9 @@ def main() -> None:
         start = time.perf_counter()
         if label == "first":
             row = call(spec, model, device, tmp, compiled=True)
+            # A build this call started (no artifact in the cache) would run beside
+            # the profiled call: cancelled, and said.
+            row.update(background_builds(cancel=True))
         else:
             activities = [ProfilerActivity.CPU]
             if device.type == "cuda":
@@ -99,6 +106,8 @@ def main() -> None:
             + json.dumps({k: round(v, 3) for k, v in row["thread_cpu_s"].items()})
             + f" ({time.perf_counter() - start:.1f} s with the profiler's own work)"
         )
+        if row.get("background"):
+            say(f"  background builds cancelled: {row['background']}")
     events = prof.events()
     threads: dict = {}
     for e in events:
