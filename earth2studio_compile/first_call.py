@@ -35,7 +35,7 @@ import torch
 from loguru import logger
 
 from earth2studio_compile import module_state, resident
-from earth2studio_compile.artifacts import hints
+from earth2studio_compile.artifacts import hints, speed
 from earth2studio_compile.executors import (
     AotExecutor,
     Declined,
@@ -203,9 +203,33 @@ class FirstCall:
             return out
         self.state = RegionState.BUILDING if chosen.compiling else RegionState.COMPILED
         self.probe.cudagraphs = chosen.cudagraphs
+        self._speed_beside(chosen)
         logger.trace(f"Compiled {r.label} ({chosen.name}, {r.mode}) in {seconds:.1f} s")
         self._leave_cudagraphs()
         return out
+
+    def _speed_beside(self, chosen: Executor) -> None:
+        """For an executor that runs an artifact (its ``runner`` has the artifact's
+        ``path`` and ``device``): the speed probe's figures an earlier process kept
+        beside it stand for this process's probe, which then times no eager calls
+        (:mod:`~earth2studio_compile.artifacts.speed`); without them, the probe's
+        are kept there once judged, while ``chosen`` still runs the region."""
+        runner = getattr(chosen, "runner", None)
+        path, device = getattr(runner, "path", None), getattr(runner, "device", None)
+        if not self.probe.enabled or path is None or device is None:
+            return
+        kept = speed.recall(Path(path), device)
+        if kept is not None:
+            for name, value in kept.items():
+                setattr(self.report, name, value)
+            self.report.speed_earlier = True
+            return
+
+        def keep() -> None:
+            if self._executor is chosen:
+                speed.remember(Path(path), device, self.report)
+
+        self.probe.judged = keep
 
     def _leave_cudagraphs(self) -> None:
         """After an executor's first call on CUDA graphs that reassigned tensors on

@@ -89,6 +89,8 @@ class SpeedProbe:
         # records CUDA graphs (not timed in any case).
         self._quiet_until = 2
         self._signature: tuple[Any, ...] | None = None
+        #: Called once the probe has judged (its figures are in the report).
+        self.judged: Callable[[], None] | None = None
 
     @property
     def done(self) -> bool:
@@ -182,6 +184,8 @@ class SpeedProbe:
         r.eager_range = (min(eager), max(eager))
         # Disjoint ranges, by the margin: noise moves single calls, not all of them.
         r.slower = min(compiled) > self.SLOWER * max(eager)
+        if self.judged is not None:
+            self.judged()
         if r.slower:
             logger.warning(
                 f"{r.label} runs slower compiled ({r.compiled_ms:.2f} ms per call, "

@@ -67,6 +67,9 @@ class RegionReport:
     slower : bool | None
         Every compiled call was slower than every eager one (by 5%): compiling does
         not pay off here. False when the ranges overlap (no measurable difference)
+    speed_earlier : bool
+        Those figures were timed in an earlier process with the same ahead-of-time
+        artifact on the same kind of device (kept beside it), not in this one
     precision : str | None
         ``"fp32"``, ``"tf32"`` or ``"bf16"`` inside the region's calls (compiled or
         eager after a fallback), or None for PyTorch's global settings
@@ -158,6 +161,7 @@ class RegionReport:
     compiled_range: tuple[float, float] | None = None
     eager_range: tuple[float, float] | None = None
     slower: bool | None = None
+    speed_earlier: bool = False
     precision: str | None = None
     device: str | None = None
     precision_error: float | None = None
@@ -362,6 +366,9 @@ class CompileReport:
                 if r.padded_calls:
                     text += f", {r.padded_calls} padded batch(es)"
                 text += r.precision_text
+                if r.compiled_ms is not None and r.eager_ms:
+                    text += r.speed_text
+                    text += " (timed in an earlier process)" if r.speed_earlier else ""
             elif r.status == "compiled":
                 cache = f", {_cache_text(r.cache, r.cache_source)}" if r.cache else ""
                 made = f"in {r.compile_seconds:.1f} s{cache}"

@@ -53,11 +53,19 @@ CARRIED = (
     "compiled_range",
     "eager_range",
     "slower",
+    "speed_earlier",
     "precision_error",
     "no_cudagraphs",
 )
 #: Of those, the speed probe's: not shown in a session that turned the probe off.
-SPEED = ("compiled_ms", "eager_ms", "compiled_range", "eager_range", "slower")
+SPEED = (
+    "compiled_ms",
+    "eager_ms",
+    "compiled_range",
+    "eager_range",
+    "slower",
+    "speed_earlier",
+)
 
 
 @dataclass

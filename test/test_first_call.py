@@ -16,6 +16,7 @@ import torch
 from conftest import eager_backend, messages
 
 from earth2studio_compile import CompileSession
+from earth2studio_compile.probe import SpeedProbe
 from earth2studio_compile.report import RegionReport
 from earth2studio_compile.tools import zoo
 
@@ -444,3 +445,64 @@ def test_stateful_core_on_cuda_runs_without_cuda_graphs_and_matches_eager(
     torch.testing.assert_close(model.core.cell.h, eager.core.cell.h)
     with torch.no_grad():
         torch.testing.assert_close(model(xs[0]), eager(xs[0]))
+
+
+def test_an_artifacts_speed_timed_in_one_process_stands_for_the_next_ones(
+    monkeypatch, tmp_path
+):
+    """The speed probe times eager calls in every process (each synchronised, the
+    eager ones slower): for an artifact, its figures are kept beside it once judged
+    and a later process's region reports them without timing again (regression:
+    three eager calls and six device waits in every fresh process after build())."""
+    from types import SimpleNamespace
+
+    from earth2studio_compile import executors, first_call
+
+    artifact = tmp_path / "artifact"
+    artifact.mkdir()
+
+    class Artifact(executors.EagerExecutor):
+        name = "aot"
+
+        def first_call(self, args, kwargs, laps):
+            self.runner = SimpleNamespace(path=artifact, device=torch.device("cpu"))
+            return super().first_call(args, kwargs, laps)
+
+    def build(target, made_up=False):
+        return Artifact(target.module)
+
+    monkeypatch.setattr(executors, "CANDIDATES", [build])
+    monkeypatch.setattr(first_call, "AotExecutor", type("Aot", (), {"build": build}))
+    timed: list = []
+    shipped = SpeedProbe.time
+
+    def counted(self, kind, *args, **kwargs):
+        timed[-1].append(kind)
+        return shipped(self, kind, *args, **kwargs)
+
+    monkeypatch.setattr(SpeedProbe, "time", counted)
+    x = torch.randn(2, 4, 8, 8)
+    reports = []
+    for _ in range(2):  # a new module each time: nothing kept in this process
+        core = zoo.ToyCore(4, 8).eval()
+        timed.append([])
+        with CompileSession(core, regions=("net",)) as session:
+            with torch.no_grad():
+                for _ in range(10):
+                    core.net(x)
+        reports.append(session.report.regions[0])
+    first, later = reports
+    assert timed[0].count("eager") == 3 and first.compiled_ms is not None
+    assert not first.speed_earlier
+    assert list(artifact.glob("speed-*.json"))
+    assert timed[1] == [] and later.speed_earlier
+    assert (later.compiled_ms, later.eager_ms) == (first.compiled_ms, first.eager_ms)
+    assert later.compiled_range == first.compiled_range
+    assert "(timed in an earlier process)" in session.report.summary()
+    # A session that turns the probe off shows none of it.
+    core = zoo.ToyCore(4, 8).eval()
+    with CompileSession(core, regions=("net",), probe=False) as session:
+        with torch.no_grad():
+            core.net(x)
+    off = session.report.regions[0]
+    assert off.compiled_ms is None and not off.speed_earlier

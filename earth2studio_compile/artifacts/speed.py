@@ -1,0 +1,104 @@
+"""A region's speed probe, kept beside its ahead-of-time artifact.
+
+The speed probe (:mod:`earth2studio_compile.probe`) times three compiled and three
+eager calls in every process, each synchronised with the device: in a fresh
+process after ``build()``, three eager steps, and six waits for the device that
+the workflow's host work cannot overlap. On an H100, FCN's eager step took 105.6
+ms against the artifact's 73.2 (docs/bench/2026-11-28-h100-nineteenth). The
+artifact computes the same in every process on the same kind of device and torch,
+so its figures, once judged, are kept beside it (``speed-<hash>.json``, one per
+device name and torch version), and a later process's first call reports them
+(as measured in an earlier process) instead of timing eager calls again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from loguru import logger
+
+from earth2studio_compile.artifacts import store
+
+__all__ = ["FIGURES", "recall", "remember", "speed_file"]
+
+#: The report's fields the probe fills (``RegionReport``), kept and recalled.
+FIGURES = ("compiled_ms", "eager_ms", "compiled_range", "eager_range", "slower")
+
+
+def speed_file(artifact: Path, device: torch.device) -> Path:
+    """Where the figures of ``artifact`` on ``device``'s kind of device are kept.
+
+    Parameters
+    ----------
+    artifact : Path
+        The artifact's directory
+    device : torch.device
+        The device it ran on (a GPU by its name: another model times otherwise)
+
+    Returns
+    -------
+    Path
+        ``speed-<hash>.json`` in the artifact's directory
+    """
+    kind = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    text = f"{kind}|{torch.__version__}"
+    return artifact / f"speed-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+
+
+def remember(artifact: Path, device: torch.device, report: Any) -> None:
+    """Keep the probe's figures of ``report`` beside ``artifact``. Never raises: a
+    cache the process cannot write only means the next process probes again.
+
+    Parameters
+    ----------
+    artifact : Path
+        The artifact's directory
+    device : torch.device
+        The device the probe timed
+    report : RegionReport
+        The region's report, its probe judged (``compiled_ms`` set)
+    """
+    figures = {name: getattr(report, name) for name in FIGURES}
+    if figures["compiled_ms"] is None:
+        return
+    try:
+        store.write_file(speed_file(artifact, device), json.dumps(figures).encode())
+    except Exception as err:
+        logger.debug(f"Could not keep the speed of {artifact}: {err!r}")
+
+
+def recall(artifact: Path, device: torch.device) -> dict[str, Any] | None:
+    """The figures an earlier process kept for ``artifact`` on this kind of device.
+
+    Parameters
+    ----------
+    artifact : Path
+        The artifact's directory
+    device : torch.device
+        The device it runs on now
+
+    Returns
+    -------
+    dict[str, Any] | None
+        The report's :data:`FIGURES`; None where none were kept, or they are not
+        readable as such
+    """
+    try:
+        kept = json.loads(speed_file(artifact, device).read_text())
+        figures = {name: kept[name] for name in FIGURES}
+        for name in ("compiled_ms", "eager_ms"):
+            if not (isinstance(figures[name], float) and math.isfinite(figures[name])):
+                return None
+        for name in ("compiled_range", "eager_range"):
+            low, high = figures[name]
+            figures[name] = (float(low), float(high))
+        if not isinstance(figures["slower"], bool):
+            return None
+        return figures
+    except Exception:  # none kept, or damaged: the probe times again
+        return None

@@ -1,0 +1,61 @@
+"""The speed probe's figures kept beside an ahead-of-time artifact."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import torch
+
+from earth2studio_compile.artifacts.speed import FIGURES, recall, remember, speed_file
+
+CPU = torch.device("cpu")
+
+
+def _report(**figures):
+    base = dict(
+        compiled_ms=1.5,
+        eager_ms=3.0,
+        compiled_range=(1.4, 1.6),
+        eager_range=(2.9, 3.2),
+        slower=False,
+    )
+    return SimpleNamespace(**{**base, **figures})
+
+
+def test_the_figures_come_back_as_the_report_had_them(tmp_path):
+    remember(tmp_path, CPU, _report())
+    kept = recall(tmp_path, CPU)
+    assert kept == {
+        "compiled_ms": 1.5,
+        "eager_ms": 3.0,
+        "compiled_range": (1.4, 1.6),
+        "eager_range": (2.9, 3.2),
+        "slower": False,
+    }
+    assert set(kept) == set(FIGURES)
+
+
+def test_nothing_kept_before_the_probe_judged_or_unreadable_gives_nothing(tmp_path):
+    remember(tmp_path, CPU, _report(compiled_ms=None))
+    assert recall(tmp_path, CPU) is None
+    assert not speed_file(tmp_path, CPU).exists()
+    path = speed_file(tmp_path, CPU)
+    path.write_text("{not json")
+    assert recall(tmp_path, CPU) is None
+    path.write_text(json.dumps({"compiled_ms": 1.0}))  # figures missing
+    assert recall(tmp_path, CPU) is None
+    figures = {**vars(_report()), "compiled_ms": float("nan")}
+    path.write_text(json.dumps(figures))
+    assert recall(tmp_path, CPU) is None
+
+
+def test_a_cache_that_cannot_be_written_is_not_an_error(tmp_path):
+    remember(tmp_path / "missing", CPU, _report())  # never raises
+    assert recall(tmp_path / "missing", CPU) is None
+
+
+def test_each_kind_of_device_and_torch_has_its_own_file(tmp_path, monkeypatch):
+    here = speed_file(tmp_path, CPU)
+    monkeypatch.setattr(torch, "__version__", "0.0.0")
+    assert speed_file(tmp_path, CPU) != here
