@@ -23,7 +23,7 @@ from loguru import logger
 
 from earth2studio_compile import precision as _precision
 from earth2studio_compile._torch import MODULE_SLOT, tree_map
-from earth2studio_compile.artifacts import hints, verified
+from earth2studio_compile.artifacts import hints, speed, verified
 from earth2studio_compile.artifacts.aot_build import build_region, detached
 from earth2studio_compile.artifacts.aot_load import AotRunner, load_runner
 from earth2studio_compile.artifacts.key import RegionTarget
@@ -31,8 +31,11 @@ from earth2studio_compile.cache import (
     cache_root,
     use_local_cache,
 )
+from earth2studio_compile.metrics import synchronize
 from earth2studio_compile.options import CompileOptions
 from earth2studio_compile.planning import plan
+from earth2studio_compile.probe import SpeedProbe, signature
+from earth2studio_compile.report import RegionReport
 from earth2studio_compile.session import example_input
 from earth2studio_compile.spec import check_paths, unused_arguments
 from earth2studio_compile.staging import first_device
@@ -249,6 +252,7 @@ def build(
                 present = Built(label, runner.path, "present")
                 out.append(_sealed(present, target, calls, runner))
                 hints.remember(target, root, args, kwargs, inference)
+                _time_speed(out[-1], target, calls)
                 continue
         start = time.perf_counter()
         try:
@@ -262,7 +266,49 @@ def build(
         # As a first call leaves one: the next process's first call then runs
         # ahead of its workflow's, while the data is fetched (CompiledRegion.ahead).
         hints.remember(target, root, args, kwargs, inference)
+        _time_speed(done, target, calls)
     return out
+
+
+def _time_speed(built: Built, target: RegionTarget, calls: dict[int, Captured]) -> None:
+    """Time the verified artifact as a workflow's region would, its speed probe
+    (:class:`~earth2studio_compile.probe.SpeedProbe`: its CUDA graphs recorded,
+    then steady calls alternating with eager ones), and keep the figures beside
+    it (:mod:`~earth2studio_compile.artifacts.speed`): the next process's region
+    then times no eager calls of its own. Eager calls run in the region's
+    precision, as its probe's do. Never raises: the probe then runs in the next
+    process, as before."""
+    if not built.verified or built.path is None:
+        return
+    args, kwargs, inference = calls[id(target.module)]
+    try:
+        runner = load_runner(target, args, kwargs, clone=False)
+        if not isinstance(runner, AotRunner):
+            return
+        report = RegionReport(model=built.label, region="", mode=target.policy.label)
+        probe = SpeedProbe(report, cudagraphs=runner.cudagraphs)
+        path, device = built.path, runner.device
+        probe.judged = lambda: speed.remember(path, device, report)
+        sig = signature(args, kwargs)
+        module, chosen = target.module, target.precision
+
+        def eager() -> Any:
+            return _precision.call(chosen, device, module, args, kwargs)
+
+        with torch.inference_mode(inference):
+            for call in range(1, 20):
+                kind = probe.kind(call, sig)
+                if kind == "eager":
+                    probe.time(kind, call, device, eager)
+                elif kind == "compiled":
+                    probe.time(kind, call, device, lambda: runner(*args, **kwargs))
+                else:
+                    runner(*args, **kwargs)
+                if probe.done:
+                    break
+        synchronize(device)
+    except Exception as err:  # the next process probes on its own
+        logger.debug(f"{built.label}: speed not timed at the build ({err!r})")
 
 
 def _sealed(

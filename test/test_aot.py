@@ -85,3 +85,20 @@ def test_build_leaves_the_hint_a_later_sessions_first_call_ahead_runs_on(
     assert shape == captured.args[0].shape
     assert inference == captured.inference
     assert session.report.regions[0].status == "compiled"
+
+
+def test_build_times_the_artifact_as_a_region_would_and_keeps_its_speed(built):
+    """build() runs the speed probe on the verified artifact (CUDA graphs where it
+    has them, steady calls alternating with eager ones) and keeps the figures
+    beside it: the first process after it times no eager calls (regression: every
+    process after build() timed three eager steps and waited for the device six
+    times)."""
+    import torch
+
+    from earth2studio_compile.artifacts import speed
+
+    kept = speed.recall(built.result.path, torch.device("cpu"))
+    assert kept is not None
+    assert kept["compiled_ms"] > 0 and kept["eager_ms"] > 0
+    low, high = kept["compiled_range"]
+    assert low <= kept["compiled_ms"] <= high
