@@ -45,6 +45,7 @@ from earth2studio_compile.executors import (
     root_of,
 )
 from earth2studio_compile.metrics import Laps, synchronize, timed
+from earth2studio_compile.probe import warn_if_slower
 from earth2studio_compile.report import describe
 from earth2studio_compile.spec import unused_arguments
 from earth2studio_compile.staging import Call
@@ -223,6 +224,7 @@ class FirstCall:
             for name, value in kept.items():
                 setattr(self.report, name, value)
             self.report.speed_earlier = True
+            warn_if_slower(self.report)
             return
 
         def keep() -> None:

@@ -23,7 +23,7 @@ from earth2studio_compile._torch import tree_flatten
 from earth2studio_compile.metrics import timed
 from earth2studio_compile.report import RegionReport
 
-__all__ = ["SpeedProbe", "signature"]
+__all__ = ["SpeedProbe", "signature", "warn_if_slower"]
 
 
 def signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
@@ -186,14 +186,31 @@ class SpeedProbe:
         r.slower = min(compiled) > self.SLOWER * max(eager)
         if self.judged is not None:
             self.judged()
-        if r.slower:
-            logger.warning(
-                f"{r.label} runs slower compiled ({r.compiled_ms:.2f} ms per call, "
-                f"{len(compiled)} calls {_range(r.compiled_range)}) than eager "
-                f"({r.eager_ms:.2f} ms, {_range(r.eager_range)}) with {r.mode}: "
-                "compiling does not pay off here. Use compile=False, or try another "
-                "mode with CompileSession."
-            )
+        warn_if_slower(r, f"{len(compiled)} calls ")
+
+
+def warn_if_slower(r: RegionReport, calls: str = "") -> None:
+    """The WARNING a judged probe gives where compiling does not pay off (``r.slower``).
+
+    Parameters
+    ----------
+    r : RegionReport
+        The region's report, its probe's figures in it (this process's or an
+        earlier one's)
+    calls : str, optional
+        How many calls were timed, with a trailing space, by default none said
+    """
+    if not r.slower or r.compiled_ms is None or r.eager_ms is None:
+        return
+    assert r.compiled_range is not None and r.eager_range is not None
+    earlier = ", timed in an earlier process" if r.speed_earlier else ""
+    logger.warning(
+        f"{r.label} runs slower compiled ({r.compiled_ms:.2f} ms per call, "
+        f"{calls}{_range(r.compiled_range)}{earlier}) than eager "
+        f"({r.eager_ms:.2f} ms, {_range(r.eager_range)}) with {r.mode}: "
+        "compiling does not pay off here. Use compile=False, or try another "
+        "mode with CompileSession."
+    )
 
 
 def _range(span: tuple[float, float]) -> str:

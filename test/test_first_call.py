@@ -9,6 +9,7 @@ executors/test_executors_aot.py.
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -448,7 +449,7 @@ def test_stateful_core_on_cuda_runs_without_cuda_graphs_and_matches_eager(
 
 
 def test_an_artifacts_speed_timed_in_one_process_stands_for_the_next_ones(
-    monkeypatch, tmp_path
+    monkeypatch, tmp_path, logs
 ):
     """The speed probe times eager calls in every process (each synchronised, the
     eager ones slower): for an artifact, its figures are kept beside it once judged
@@ -499,6 +500,23 @@ def test_an_artifacts_speed_timed_in_one_process_stands_for_the_next_ones(
     assert (later.compiled_ms, later.eager_ms) == (first.compiled_ms, first.eager_ms)
     assert later.compiled_range == first.compiled_range
     assert "(timed in an earlier process)" in session.report.summary()
+    # Figures that say compiling does not pay off warn in the later process too.
+    [kept] = artifact.glob("speed-*.json")
+    figures = json.loads(kept.read_text())
+    kept.write_text(json.dumps({**figures, "slower": True}))
+    core = zoo.ToyCore(4, 8).eval()
+    with CompileSession(core, regions=("net",)) as session:
+        with torch.no_grad():
+            core.net(x)
+    assert session.report.regions[0].slower
+    # (The first session's own figures may have said so too: its WARNING does
+    # not say "earlier".)
+    warned = [
+        m
+        for m in messages(logs, "WARNING")
+        if "runs slower compiled" in m and "timed in an earlier process" in m
+    ]
+    assert len(warned) == 1
     # A session that turns the probe off shows none of it.
     core = zoo.ToyCore(4, 8).eval()
     with CompileSession(core, regions=("net",), probe=False) as session:
