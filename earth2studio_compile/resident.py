@@ -39,6 +39,15 @@ from earth2studio_compile.report import RegionReport
 
 __all__ = ["Kept", "fingerprint", "keep", "release", "take"]
 
+#: The speed probe's report fields: not shown in a session that turned the probe off.
+SPEED = (
+    "compiled_ms",
+    "eager_ms",
+    "compiled_range",
+    "eager_range",
+    "slower",
+    "speed_earlier",
+)
 #: Report fields measured once per kept executor and carried to later sessions.
 CARRIED = (
     "mode",
@@ -48,23 +57,9 @@ CARRIED = (
     "cache",
     "cache_source",
     "artifact",
-    "compiled_ms",
-    "eager_ms",
-    "compiled_range",
-    "eager_range",
-    "slower",
-    "speed_earlier",
+    *SPEED,
     "precision_error",
     "no_cudagraphs",
-)
-#: Of those, the speed probe's: not shown in a session that turned the probe off.
-SPEED = (
-    "compiled_ms",
-    "eager_ms",
-    "compiled_range",
-    "eager_range",
-    "slower",
-    "speed_earlier",
 )
 
 
