@@ -7,8 +7,10 @@ the workflow's host work cannot overlap. On an H100, FCN's eager step took 105.6
 ms against the artifact's 73.2 (docs/bench/2026-11-28-h100-nineteenth). The
 artifact computes the same in every process on the same kind of device and torch,
 so its figures, once judged, are kept beside it (``speed-<hash>.json``, one per
-device name and torch version), and a later process's first call reports them
-(as measured in an earlier process) instead of timing eager calls again.
+device name, torch version and TF32 setting: eager matmuls and convolutions, and
+the artifact's where its precision is PyTorch's global flags, read them), and a
+later process's first call reports them (as measured in an earlier process)
+instead of timing eager calls again.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 from loguru import logger
 
 from earth2studio_compile.artifacts import store
+from earth2studio_compile.precision import tf32_enabled
 
 __all__ = ["FIGURES", "recall", "remember", "speed_file"]
 
@@ -43,10 +46,11 @@ def speed_file(artifact: Path, device: torch.device) -> Path:
     Returns
     -------
     Path
-        ``speed-<hash>.json`` in the artifact's directory
+        ``speed-<hash>.json`` in the artifact's directory, for PyTorch's TF32
+        flags as they are now (:func:`~earth2studio_compile.precision.tf32_enabled`)
     """
     kind = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-    text = f"{kind}|{torch.__version__}"
+    text = f"{kind}|{torch.__version__}|{tf32_enabled()}"
     return artifact / f"speed-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
 
 

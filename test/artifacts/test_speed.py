@@ -59,3 +59,16 @@ def test_each_kind_of_device_and_torch_has_its_own_file(tmp_path, monkeypatch):
     here = speed_file(tmp_path, CPU)
     monkeypatch.setattr(torch, "__version__", "0.0.0")
     assert speed_file(tmp_path, CPU) != here
+
+
+def test_figures_timed_under_other_tf32_flags_are_not_recalled(tmp_path):
+    """Eager matmuls and convolutions (and the artifact's, where its precision is
+    PyTorch's global flags) run in TF32 or not as the flags say: figures a build()
+    timed with TF32 off do not stand for a forecast with it on."""
+    from earth2studio_compile.precision import scope, tf32_enabled
+
+    remember(tmp_path, CPU, _report())
+    other = "fp32" if tf32_enabled()[0] else "tf32"
+    with scope(other, CPU):
+        assert recall(tmp_path, CPU) is None
+    assert recall(tmp_path, CPU) is not None
