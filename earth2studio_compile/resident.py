@@ -34,20 +34,15 @@ import torch
 from loguru import logger
 
 from earth2studio_compile import _torch
+from earth2studio_compile.artifacts import speed
 from earth2studio_compile.executors import Executor
 from earth2studio_compile.report import RegionReport
 
 __all__ = ["Kept", "fingerprint", "keep", "release", "take"]
 
-#: The speed probe's report fields: not shown in a session that turned the probe off.
-SPEED = (
-    "compiled_ms",
-    "eager_ms",
-    "compiled_range",
-    "eager_range",
-    "slower",
-    "speed_earlier",
-)
+#: The speed probe's report fields (and whether an earlier process timed them): not
+#: shown in a session that turned the probe off.
+SPEED = (*speed.FIGURES, "speed_earlier")
 #: Report fields measured once per kept executor and carried to later sessions.
 CARRIED = (
     "mode",

@@ -1,7 +1,8 @@
 """Shared by the ahead-of-time tests (artifacts/test_aot_*.py,
-executors/test_executors_aot.py, test_aot.py, tools/test_build.py): the small FCN
-core built once, an artifact of another forward planted under its key, and the
-calls they make.
+executors/test_executors_aot.py, test_aot.py, test_first_call.py,
+tools/test_build.py): the small FCN core built once, an artifact of another forward
+planted under its key, the calls they make, and a stand-in for the ahead-of-time
+executor.
 
 One real AOTInductor build per fixture (each 25-90 s on 2 cores): the fixtures are
 session-scoped, so the files share them (conftest.py makes them visible).
@@ -12,7 +13,9 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+import threading
 from types import SimpleNamespace
+from typing import Any, NamedTuple
 
 import pytest
 import torch
@@ -26,6 +29,40 @@ from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.options import CompileOptions
 
 CPU = torch.device("cpu")
+
+
+class Seen(NamedTuple):
+    """A first call the stand-in ran: on which thread, its first input (a copy),
+    and whether in inference mode."""
+
+    thread: str
+    input: torch.Tensor
+    inference: bool
+
+
+def aot_stand_in(monkeypatch, seen: list, runner: Any = None) -> None:
+    """Make the ahead-of-time executor an eager one that says it runs an artifact:
+    each first call it runs is appended to ``seen`` (:class:`Seen`); with
+    ``runner`` (the artifact's ``path`` and ``device``), it holds that runner as
+    the real executor holds its artifact's."""
+    from earth2studio_compile import executors, first_call
+
+    class Artifact(executors.EagerExecutor):
+        name = "aot"
+
+        def first_call(self, args, kwargs, laps):
+            thread = threading.current_thread().name
+            inference = torch.is_inference_mode_enabled()
+            seen.append(Seen(thread, args[0].clone(), inference))
+            if runner is not None:
+                self.runner = runner
+            return super().first_call(args, kwargs, laps)
+
+    def build(target, made_up=False):
+        return Artifact(target.module)
+
+    monkeypatch.setattr(executors, "CANDIDATES", [build])
+    monkeypatch.setattr(first_call, "AotExecutor", type("Aot", (), {"build": build}))
 
 
 def aot_target(module, owner, precision="fp32", device=CPU, mode=None):

@@ -43,12 +43,9 @@ def test_build_leaves_the_hint_a_later_sessions_first_call_ahead_runs_on(
     0.39 s of DLWP's first step on an H100, docs/bench/2026-11-28-h100-nineteenth).
     The artifact here is a stand-in: what is tested is that build's hint is the
     one the session looks for, with the captured shapes and inference mode."""
-    import threading
+    from aot_helpers import aot_stand_in
 
-    import torch
-
-    from earth2studio_compile import CompileSession, aot, build, executors
-    from earth2studio_compile import first_call as first_call_module
+    from earth2studio_compile import CompileSession, aot, build
     from earth2studio_compile.tools import zoo
 
     monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
@@ -60,30 +57,15 @@ def test_build_leaves_the_hint_a_later_sessions_first_call_ahead_runs_on(
     assert built.status == "built"
 
     seen: list = []
-
-    class Artifact(executors.EagerExecutor):
-        name = "aot"
-
-        def first_call(self, args, kwargs, laps):
-            inference = torch.is_inference_mode_enabled()
-            seen.append((threading.current_thread().name, args[0].shape, inference))
-            return super().first_call(args, kwargs, laps)
-
-    def stand_in(target, made_up=False):
-        return Artifact(target.module)
-
-    monkeypatch.setattr(executors, "CANDIDATES", [stand_in])
-    monkeypatch.setattr(
-        first_call_module, "AotExecutor", type("Aot", (), {"build": stand_in})
-    )
+    aot_stand_in(monkeypatch, seen)
     x, coords = aot.example_input(model, 1)
     [captured] = aot.capture_calls(model, [model.model], x, coords).values()
     with CompileSession(model, probe=False) as session:
         session.ahead(wait=True)
-    [(thread, shape, inference)] = seen
-    assert thread.startswith("first call ahead")
-    assert shape == captured.args[0].shape
-    assert inference == captured.inference
+    [first] = seen
+    assert first.thread.startswith("first call ahead")
+    assert first.input.shape == captured.args[0].shape
+    assert first.inference == captured.inference
     assert session.report.regions[0].status == "compiled"
 
 

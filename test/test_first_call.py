@@ -14,6 +14,7 @@ import time
 
 import pytest
 import torch
+from aot_helpers import aot_stand_in
 from conftest import eager_backend, messages
 
 from earth2studio_compile import CompileSession
@@ -49,27 +50,6 @@ def test_first_call_phases_add_up_to_the_measured_first_step(logs):
 # -- the first call ahead of the workflow's ----------------------------------------
 
 
-def _aot_stand_in(monkeypatch, seen):
-    """An eager executor that says it runs an ahead-of-time artifact and records on
-    which thread, and on which input, its first call ran."""
-    import threading
-
-    from earth2studio_compile import executors, first_call
-
-    class Artifact(executors.EagerExecutor):
-        name = "aot"
-
-        def first_call(self, args, kwargs, laps):
-            seen.append((threading.current_thread().name, args[0].clone()))
-            return super().first_call(args, kwargs, laps)
-
-    def build(target, made_up=False):
-        return Artifact(target.module)
-
-    monkeypatch.setattr(executors, "CANDIDATES", [build])
-    monkeypatch.setattr(first_call, "AotExecutor", type("Aot", (), {"build": build}))
-
-
 def test_a_later_session_runs_its_first_call_ahead_on_made_up_inputs(
     monkeypatch, tmp_path
 ):
@@ -79,14 +59,14 @@ def test_a_later_session_runs_its_first_call_ahead_on_made_up_inputs(
     gets its own answer; the caller's random state is untouched."""
     monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
     seen: list = []
-    _aot_stand_in(monkeypatch, seen)
+    aot_stand_in(monkeypatch, seen)
     core, x = zoo.ToyCore(4, 8).eval(), torch.randn(2, 4, 8, 8)
     with torch.no_grad():
         expected = core.net(x)
     with CompileSession(core, regions=("net",), probe=False):
         with torch.no_grad():
             core.net(x)
-    assert [t for t, _ in seen] == ["MainThread"]
+    assert [s.thread for s in seen] == ["MainThread"]
     assert list((tmp_path / "aot" / "hints").glob("*.json"))
     seen.clear()
     state = torch.get_rng_state()
@@ -95,7 +75,8 @@ def test_a_later_session_runs_its_first_call_ahead_on_made_up_inputs(
         with torch.no_grad():
             outs = [core.net(x) for _ in range(2)]
     assert torch.equal(torch.get_rng_state(), state)
-    [(thread, made_up)] = seen
+    [first] = seen
+    thread, made_up = first.thread, first.input
     assert thread.startswith("first call ahead")
     assert made_up.shape == x.shape and not torch.equal(made_up, x)
     for out in outs:
@@ -194,7 +175,7 @@ def test_no_first_call_ahead_without_a_hint_or_where_it_would_touch_globals(
     PyTorch's global flags in its calls, which the workflow's thread would see."""
     monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
     seen: list = []
-    _aot_stand_in(monkeypatch, seen)
+    aot_stand_in(monkeypatch, seen)
     core, x = zoo.ToyCore(4, 8).eval(), torch.randn(2, 4, 8, 8)
     if why != "no hint":
         with CompileSession(core, regions=("net",), probe=False):
@@ -208,7 +189,7 @@ def test_no_first_call_ahead_without_a_hint_or_where_it_would_touch_globals(
         session.ahead()
         with torch.no_grad():
             core.net(x)
-    assert [t for t, _ in seen] == ["MainThread"], (seen, list(tmp_path.rglob("*")))
+    assert [s.thread for s in seen] == ["MainThread"], (seen, list(tmp_path.rglob("*")))
     assert "ahead_wait" not in session.report.regions[0].phases
 
 
@@ -457,23 +438,10 @@ def test_an_artifacts_speed_timed_in_one_process_stands_for_the_next_ones(
     three eager calls and six device waits in every fresh process after build())."""
     from types import SimpleNamespace
 
-    from earth2studio_compile import executors, first_call
-
     artifact = tmp_path / "artifact"
     artifact.mkdir()
-
-    class Artifact(executors.EagerExecutor):
-        name = "aot"
-
-        def first_call(self, args, kwargs, laps):
-            self.runner = SimpleNamespace(path=artifact, device=torch.device("cpu"))
-            return super().first_call(args, kwargs, laps)
-
-    def build(target, made_up=False):
-        return Artifact(target.module)
-
-    monkeypatch.setattr(executors, "CANDIDATES", [build])
-    monkeypatch.setattr(first_call, "AotExecutor", type("Aot", (), {"build": build}))
+    runner = SimpleNamespace(path=artifact, device=torch.device("cpu"))
+    aot_stand_in(monkeypatch, [], runner)
     timed: list = []
     shipped = SpeedProbe.time
 
