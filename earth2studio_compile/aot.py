@@ -288,7 +288,7 @@ def _time_speed(built: Built, target: RegionTarget, calls: dict[int, Captured]) 
         report = RegionReport(model=built.label, region="", mode=target.policy.label)
         probe = SpeedProbe(report, cudagraphs=runner.cudagraphs)
         path, device = built.path, runner.device
-        probe.judged = lambda: speed.remember(path, device, report)
+        probe.judged = lambda: speed.remember(path, device, target.precision, report)
         sig = signature(args, kwargs)
         module, chosen = target.module, target.precision
 

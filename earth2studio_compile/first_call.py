@@ -219,7 +219,7 @@ class FirstCall:
         path, device = getattr(runner, "path", None), getattr(runner, "device", None)
         if not self.probe.enabled or path is None or device is None:
             return
-        kept = speed.recall(Path(path), device)
+        kept = speed.recall(Path(path), device, self.precision)
         if kept is not None:
             for name, value in kept.items():
                 setattr(self.report, name, value)
@@ -229,7 +229,7 @@ class FirstCall:
 
         def keep() -> None:
             if self._executor is chosen:
-                speed.remember(Path(path), device, self.report)
+                speed.remember(Path(path), device, self.precision, self.report)
 
         self.probe.judged = keep
 

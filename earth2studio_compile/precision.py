@@ -51,6 +51,7 @@ __all__ = [
     "warn_bad_env",
     "KeepFp32",
     "scope",
+    "tf32_under",
     "snapshot",
     "tf32_enabled",
 ]
@@ -200,6 +201,27 @@ def tf32_enabled() -> tuple[bool, bool]:
         torch.backends.cuda.matmul.allow_tf32,
         torch.backends.cudnn.allow_tf32,
     )
+
+
+def tf32_under(precision: str | None) -> tuple[bool, bool]:
+    """The TF32 flags a block in ``precision`` runs under (:func:`scope`), read
+    without setting them (another thread may be computing under the flags).
+
+    Parameters
+    ----------
+    precision : str | None
+        One of :data:`PRECISIONS`, or None: PyTorch's flags as they are now
+
+    Returns
+    -------
+    tuple[bool, bool]
+        (matmuls, convolutions), as :func:`tf32_enabled`
+    """
+    if precision is None:
+        return tf32_enabled()
+    # scope() pins both: TF32 for "tf32", IEEE fp32 for "fp32" and bf16's fp32 ops.
+    tf32 = precision == "tf32"
+    return (tf32, tf32)
 
 
 # Legacy getters, each of which raises once the legacy and per-backend flags disagree.

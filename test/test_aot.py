@@ -79,7 +79,7 @@ def test_build_times_the_artifact_as_a_region_would_and_keeps_its_speed(built):
 
     from earth2studio_compile.artifacts import speed
 
-    kept = speed.recall(built.result.path, torch.device("cpu"))
+    kept = speed.recall(built.result.path, torch.device("cpu"), "fp32")
     assert kept is not None
     assert kept["compiled_ms"] > 0 and kept["eager_ms"] > 0
     low, high = kept["compiled_range"]

@@ -24,7 +24,11 @@ import torch
 from loguru import logger
 
 from earth2studio_compile import _torch
-from earth2studio_compile.artifacts.aot_key import aot_root, constants_text
+from earth2studio_compile.artifacts.aot_key import (
+    aot_root,
+    constants_text,
+    effective_precision,
+)
 from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.artifacts.store import write_file
 from earth2studio_compile.cache import make_private_dir
@@ -39,8 +43,9 @@ Hint = tuple[tuple[Any, ...], dict[str, Any], bool]
 
 def hint_path(target: RegionTarget, root: Path | None) -> Path | None:
     """The hint file of ``target``'s region: keyed by every setting but the inputs
-    (:meth:`RegionTarget.resident_key`) and the core's constants (their names,
-    shapes and dtypes: a model of another size is another region).
+    (:meth:`RegionTarget.factors`, its precision the effective one) and the core's
+    constants (their names, shapes and dtypes: a model of another size is another
+    region).
 
     Parameters
     ----------
@@ -57,7 +62,13 @@ def hint_path(target: RegionTarget, root: Path | None) -> Path | None:
     directory = aot_root(root) if root is not None else None
     if directory is None:
         return None
-    text = f"{target.resident_key()}|{constants_text(target.module)}"
+    factors = target.factors()
+    # What it computes in, however it was asked for, as the artifact's key counts
+    # it: a build(precision="tf32") leaves the hint a forecast under PyTorch's TF32
+    # flags looks for (regression: it found none, docs/bench/2026-11-28-h200-twentieth).
+    factors["precision"] = effective_precision(target.precision, target.device)
+    settings = "|".join(f"{k}={v}" for k, v in factors.items() if k != "aot")
+    text = f"{settings}|{constants_text(target.module)}"
     return (
         directory / "hints" / f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.json"
     )

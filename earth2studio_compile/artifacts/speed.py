@@ -7,8 +7,11 @@ the workflow's host work cannot overlap. On an H100, FCN's eager step took 105.6
 ms against the artifact's 73.2 (docs/bench/2026-11-28-h100-nineteenth). The
 artifact computes the same in every process on the same kind of device and torch,
 so its figures, once judged, are kept beside it (``speed-<hash>.json``, one per
-device name, torch version and TF32 setting: eager matmuls and convolutions, and
-the artifact's where its precision is PyTorch's global flags, read them), and a
+device name, torch version and the TF32 flags the region's calls run under: eager
+matmuls and convolutions read them, and so does the artifact where its precision
+is PyTorch's global flags. A region in ``"tf32"`` runs under TF32 whatever the
+flags outside it say, so a ``build(precision="tf32")`` stands for a forecast under
+the TF32 flags, as its artifact does), and a
 later process's first call reports them (as measured in an earlier process)
 instead of timing eager calls again.
 """
@@ -25,7 +28,7 @@ import torch
 from loguru import logger
 
 from earth2studio_compile.artifacts import store
-from earth2studio_compile.precision import tf32_enabled
+from earth2studio_compile.precision import tf32_under
 
 __all__ = ["FIGURES", "recall", "remember", "speed_file"]
 
@@ -33,7 +36,7 @@ __all__ = ["FIGURES", "recall", "remember", "speed_file"]
 FIGURES = ("compiled_ms", "eager_ms", "compiled_range", "eager_range", "slower")
 
 
-def speed_file(artifact: Path, device: torch.device) -> Path:
+def speed_file(artifact: Path, device: torch.device, precision: str | None) -> Path:
     """Where the figures of ``artifact`` on ``device``'s kind of device are kept.
 
     Parameters
@@ -42,19 +45,24 @@ def speed_file(artifact: Path, device: torch.device) -> Path:
         The artifact's directory
     device : torch.device
         The device it ran on (a GPU by its name: another model times otherwise)
+    precision : str | None
+        The region's precision (None: PyTorch's flags)
 
     Returns
     -------
     Path
-        ``speed-<hash>.json`` in the artifact's directory, for PyTorch's TF32
-        flags as they are now (:func:`~earth2studio_compile.precision.tf32_enabled`)
+        ``speed-<hash>.json`` in the artifact's directory, for the TF32 flags
+        the region's calls run under
+        (:func:`~earth2studio_compile.precision.tf32_under`)
     """
     kind = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-    text = f"{kind}|{torch.__version__}|{tf32_enabled()}"
+    text = f"{kind}|{torch.__version__}|{tf32_under(precision)}"
     return artifact / f"speed-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
 
 
-def remember(artifact: Path, device: torch.device, report: Any) -> None:
+def remember(
+    artifact: Path, device: torch.device, precision: str | None, report: Any
+) -> None:
     """Keep the probe's figures of ``report`` beside ``artifact``. Never raises: a
     cache the process cannot write only means the next process probes again.
 
@@ -64,6 +72,8 @@ def remember(artifact: Path, device: torch.device, report: Any) -> None:
         The artifact's directory
     device : torch.device
         The device the probe timed
+    precision : str | None
+        The region's precision (None: PyTorch's flags)
     report : RegionReport
         The region's report, its probe judged (``compiled_ms`` set)
     """
@@ -71,12 +81,16 @@ def remember(artifact: Path, device: torch.device, report: Any) -> None:
     if figures["compiled_ms"] is None:
         return
     try:
-        store.write_file(speed_file(artifact, device), json.dumps(figures).encode())
+        store.write_file(
+            speed_file(artifact, device, precision), json.dumps(figures).encode()
+        )
     except Exception as err:
         logger.debug(f"Could not keep the speed of {artifact}: {err!r}")
 
 
-def recall(artifact: Path, device: torch.device) -> dict[str, Any] | None:
+def recall(
+    artifact: Path, device: torch.device, precision: str | None
+) -> dict[str, Any] | None:
     """The figures an earlier process kept for ``artifact`` on this kind of device.
 
     Parameters
@@ -85,6 +99,8 @@ def recall(artifact: Path, device: torch.device) -> dict[str, Any] | None:
         The artifact's directory
     device : torch.device
         The device it runs on now
+    precision : str | None
+        The region's precision (None: PyTorch's flags)
 
     Returns
     -------
@@ -93,7 +109,7 @@ def recall(artifact: Path, device: torch.device) -> dict[str, Any] | None:
         readable as such
     """
     try:
-        kept = json.loads(speed_file(artifact, device).read_text())
+        kept = json.loads(speed_file(artifact, device, precision).read_text())
         figures = {name: kept[name] for name in FIGURES}
         for name in ("compiled_ms", "eager_ms"):
             if not (isinstance(figures[name], float) and math.isfinite(figures[name])):

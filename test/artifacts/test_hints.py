@@ -70,3 +70,27 @@ def test_another_size_of_the_core_is_another_region(tmp_path):
     assert hint_path(small, tmp_path) != hint_path(large, tmp_path)
     remember(small, tmp_path, (torch.ones(1, 4, 8, 8),), {})
     assert recall(large, tmp_path) is None
+
+
+def test_a_build_in_tf32_leaves_the_hint_a_forecast_under_the_tf32_flags_finds(
+    tmp_path,
+):
+    """The hint is keyed by what the region computes in, as its artifact is:
+    build(precision="tf32") leaves the one a forecast's region under PyTorch's TF32
+    flags looks for (regression: it found none, so the first process after the
+    build ran the artifact's first run at its first step,
+    docs/bench/2026-11-28-h200-twentieth); with the flags off it is another."""
+    from earth2studio_compile.precision import scope
+
+    cuda, module = torch.device("cuda"), zoo.ToyCore(4, 8).eval()
+
+    def target(precision):
+        return RegionTarget.resolve(
+            module, owner="tests.Toy", region="net", device=cuda, precision=precision
+        )
+
+    built = hint_path(target("tf32"), tmp_path)
+    with scope("tf32", torch.device("cpu")):
+        assert hint_path(target(None), tmp_path) == built
+    with scope("fp32", torch.device("cpu")):
+        assert hint_path(target(None), tmp_path) != built

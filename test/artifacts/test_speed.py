@@ -24,8 +24,8 @@ def _report(**figures):
 
 
 def test_the_figures_come_back_as_the_report_had_them(tmp_path):
-    remember(tmp_path, CPU, _report())
-    kept = recall(tmp_path, CPU)
+    remember(tmp_path, CPU, None, _report())
+    kept = recall(tmp_path, CPU, None)
     assert kept == {
         "compiled_ms": 1.5,
         "eager_ms": 3.0,
@@ -37,28 +37,28 @@ def test_the_figures_come_back_as_the_report_had_them(tmp_path):
 
 
 def test_nothing_kept_before_the_probe_judged_or_unreadable_gives_nothing(tmp_path):
-    remember(tmp_path, CPU, _report(compiled_ms=None))
-    assert recall(tmp_path, CPU) is None
-    assert not speed_file(tmp_path, CPU).exists()
-    path = speed_file(tmp_path, CPU)
+    remember(tmp_path, CPU, None, _report(compiled_ms=None))
+    assert recall(tmp_path, CPU, None) is None
+    assert not speed_file(tmp_path, CPU, None).exists()
+    path = speed_file(tmp_path, CPU, None)
     path.write_text("{not json")
-    assert recall(tmp_path, CPU) is None
+    assert recall(tmp_path, CPU, None) is None
     path.write_text(json.dumps({"compiled_ms": 1.0}))  # figures missing
-    assert recall(tmp_path, CPU) is None
+    assert recall(tmp_path, CPU, None) is None
     figures = {**vars(_report()), "compiled_ms": float("nan")}
     path.write_text(json.dumps(figures))
-    assert recall(tmp_path, CPU) is None
+    assert recall(tmp_path, CPU, None) is None
 
 
 def test_a_cache_that_cannot_be_written_is_not_an_error(tmp_path):
-    remember(tmp_path / "missing", CPU, _report())  # never raises
-    assert recall(tmp_path / "missing", CPU) is None
+    remember(tmp_path / "missing", CPU, None, _report())  # never raises
+    assert recall(tmp_path / "missing", CPU, None) is None
 
 
 def test_each_kind_of_device_and_torch_has_its_own_file(tmp_path, monkeypatch):
-    here = speed_file(tmp_path, CPU)
+    here = speed_file(tmp_path, CPU, None)
     monkeypatch.setattr(torch, "__version__", "0.0.0")
-    assert speed_file(tmp_path, CPU) != here
+    assert speed_file(tmp_path, CPU, None) != here
 
 
 def test_figures_timed_under_other_tf32_flags_are_not_recalled(tmp_path):
@@ -67,8 +67,25 @@ def test_figures_timed_under_other_tf32_flags_are_not_recalled(tmp_path):
     timed with TF32 off do not stand for a forecast with it on."""
     from earth2studio_compile.precision import scope, tf32_enabled
 
-    remember(tmp_path, CPU, _report())
+    remember(tmp_path, CPU, None, _report())
     other = "fp32" if tf32_enabled()[0] else "tf32"
     with scope(other, CPU):
-        assert recall(tmp_path, CPU) is None
-    assert recall(tmp_path, CPU) is not None
+        assert recall(tmp_path, CPU, None) is None
+    assert recall(tmp_path, CPU, None) is not None
+
+
+def test_a_build_in_tf32_stands_for_a_forecast_under_the_tf32_flags(tmp_path):
+    """A region in "tf32" runs under TF32 whatever the flags outside it say: what
+    build(precision="tf32") timed is recalled by a forecast whose region takes
+    PyTorch's TF32 flags (regression: it was not, and every process after the
+    build timed eager calls again, docs/bench/2026-11-28-h200-twentieth), never
+    by one with them off or in "fp32"."""
+    from earth2studio_compile.precision import scope
+
+    remember(tmp_path, CPU, "tf32", _report())
+    with scope("tf32", CPU):
+        assert recall(tmp_path, CPU, None) is not None
+        assert recall(tmp_path, CPU, "fp32") is None
+    with scope("fp32", CPU):
+        assert recall(tmp_path, CPU, None) is None
+        assert recall(tmp_path, CPU, "tf32") is not None
