@@ -145,6 +145,15 @@ _RUNS_NINETEENTH = tuple(
     _NINETEENTH + f
     for f in ("dlwp-ens-all-da38751.json", "fcn-ens-overlapped-da38751.json")
 )
+_TWENTIETH = "2026-11-28-h200-twentieth/"
+_RUNS_TWENTIETH = tuple(
+    _TWENTIETH + f
+    for f in (
+        "dlwp-ens-all-9a6d36a.json",
+        "fcn-ens-9a6d36a.json",
+        "fcn-ens-fix-c3b1b8a.json",
+    )
+)
 MODELS = "docs/models.md"
 FIGURES: tuple[Figure, ...] = (
     Figure(
@@ -413,5 +422,9 @@ FIGURES: tuple[Figure, ...] = (
     ),
     Figure(
         "ensembles-h100-nineteenth-first", PERF, _RUNS_NINETEENTH, workflow_first_steps
+    ),
+    Figure("ensembles-h200-twentieth", PERF, _RUNS_TWENTIETH, workflow),
+    Figure(
+        "ensembles-h200-twentieth-first", PERF, _RUNS_TWENTIETH, workflow_first_steps
     ),
 )
