@@ -33,8 +33,9 @@ from earth2studio_compile.tools.zoo.grid import Grid, on_grid
 
 # Sizes: the wrapper's lat-lon grid, the graph's data and hidden nodes, the
 # network's width, processor depth (in checkpointed chunks), heads and attention
-# window. The full size has AIFS's published graph sizes (N320's 542,080 data
-# points, O96's 40,320 hidden nodes) and transformer_ens's network.
+# window, and the chunks the mappers split their edges into. The full size has
+# AIFS's published graph sizes (N320's 542,080 data points, O96's 40,320 hidden
+# nodes) and transformer_ens's network.
 _FULL: dict[str, Any] = {
     "grid": Grid(721, 1440, south_pole=True),
     "data": 542_080,
@@ -46,6 +47,7 @@ _FULL: dict[str, Any] = {
     "window": 512,
     "mlp_ratio": 4,
     "noise_hidden": 32,
+    "mapper_chunks": 4,
 }
 # The same architecture, narrow and shallow, on a few hundred points; two chunks
 # of one layer each, so the processor's checkpointed chunks are traced as in the
@@ -61,6 +63,7 @@ _SMALL: dict[str, Any] = {
     "window": 16,
     "mlp_ratio": 2,
     "noise_hidden": 16,
+    "mapper_chunks": 1,
 }
 _NOISE_CHANNELS = 4
 # Output-only variables (Earth2Studio names): accumulations, cloud cover, 100 m wind.
@@ -145,7 +148,7 @@ def _config(size: dict[str, Any], variables: list[str], forcing: list[str]) -> d
         **heads,
         "trainable_size": 8,
         "sub_graph_edge_attributes": ["edge_length", "edge_dirs"],
-        "num_chunks": 1,
+        "num_chunks": size["mapper_chunks"],
         "qk_norm": False,
         "cpu_offload": False,
         "layer_kernels": kernels,
