@@ -3,7 +3,12 @@
 fme, whose ACE2 the zoo builds, imports ``wandb`` at import time only to subclass
 its logging types (``Histogram``, ``Table``, ``Video``); inference never logs. The
 real wheel (20 MB) would push the GPU machine's carry past 64 MiB, so there it is
-replaced by a module whose every attribute is an empty class. Never ship it.
+replaced by a module whose every attribute is an empty class. Earth2Studio's AIFS
+modules import ``flash_attn`` only to check that it is there; the zoo's AIFS2ENS
+runs PyTorch's SDPA, and flash-attn is a source package that needs CUDA to build:
+CI and the GPU machine install this stand-in for it (a network configured for
+flash attention fails at its first call, an empty class taking no arguments). Never
+ship it.
 
     python3 .ci/stand-in-wheel.py NAME OUT_DIR
 """

@@ -14,13 +14,16 @@ the ``microsoft-aurora`` package (its builder imports it, the zoo does not);
 ``stormcast`` needs only physicsnemo; ``ace2`` needs Ai2's ``fme`` with
 torch-harmonics 0.8.0 (:mod:`.ace2` says how CI installs them); ``dlesym`` and
 ``dlesym-latlon`` (DLESyMLatLon: the same networks behind lat/lon regridding) need
-``earth2grid``, built from the source in ``third_party/`` (:mod:`.dlesym`).
+``earth2grid``, built from the source in ``third_party/`` (:mod:`.dlesym`);
+``aifs2ens`` needs anemoi-models 0.11.2 with torch-geometric and a ``flash_attn``
+stand-in (:mod:`.aifs` says how CI installs them).
 
 Modules: :mod:`.grid` (grids, and the module path every zoo class is published
 under), :mod:`.shipped` (FCN, DLWP, Persistence), :mod:`.aurora`, :mod:`.stormcast`,
-:mod:`.ace2` and :mod:`.dlesym` (the models of issue 33), :mod:`.user` (the user-style
-prognostics: toy, SFNO-class), :mod:`.data` (the seeded random data source). Every
-name is imported from here, ``earth2studio_compile.tools.zoo``.
+:mod:`.ace2`, :mod:`.dlesym` and :mod:`.aifs` (the models of issue 33),
+:mod:`.user` (the user-style prognostics: toy, SFNO-class), :mod:`.data` (the seeded
+random data source). Every name is imported from here,
+``earth2studio_compile.tools.zoo``.
 
 Examples
 --------
@@ -37,6 +40,7 @@ import torch
 
 from earth2studio_compile._imports import quiet_imports
 from earth2studio_compile.tools.zoo.ace2 import ace2
+from earth2studio_compile.tools.zoo.aifs import aifs2ens
 from earth2studio_compile.tools.zoo.aurora import aurora
 from earth2studio_compile.tools.zoo.data import Prefetched, SeededRandom, random_source
 from earth2studio_compile.tools.zoo.dlesym import dlesym, dlesym_latlon
@@ -63,6 +67,7 @@ __all__ = [
     "SeededRandom",
     "ToyCore",
     "ace2",
+    "aifs2ens",
     "aurora",
     "build",
     "dlesym",
@@ -87,6 +92,7 @@ MODELS = (
     "ace2",
     "dlesym",
     "dlesym-latlon",
+    "aifs2ens",
 )
 SIZES = ("small", "medium", "full")
 
@@ -102,6 +108,7 @@ _BUILDERS: dict[str, Callable[..., torch.nn.Module]] = {
     "ace2": ace2,
     "dlesym": dlesym,
     "dlesym-latlon": dlesym_latlon,
+    "aifs2ens": aifs2ens,
 }
 
 
