@@ -25,7 +25,11 @@ from earth2studio_compile import precision as _precision
 from earth2studio_compile._torch import MODULE_SLOT, tree_map
 from earth2studio_compile.artifacts import hints, speed, verified
 from earth2studio_compile.artifacts.aot_build import build_region, detached
-from earth2studio_compile.artifacts.aot_load import AotRunner, load_runner
+from earth2studio_compile.artifacts.aot_load import (
+    AotRunner,
+    load_runner,
+    wants_cudagraphs,
+)
 from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.cache import (
     cache_root,
@@ -247,12 +251,13 @@ def build(
         )
         if not force:
             # Without CUDA graphs: the seal below runs it once as it is.
-            runner = load_runner(target, args, kwargs, cudagraphs=False)
-            if isinstance(runner, AotRunner):
-                present = Built(label, runner.path, "present")
-                out.append(_sealed(present, target, calls, runner))
+            found = load_runner(target, args, kwargs, cudagraphs=False)
+            if isinstance(found, AotRunner):
+                present = Built(label, found.path, "present")
+                sealed = _sealed(present, target, calls, found)
+                out.append(present)
                 hints.remember(target, root, args, kwargs, inference)
-                _time_speed(out[-1], target, calls)
+                _time_speed(present, target, calls, sealed)
                 continue
         start = time.perf_counter()
         try:
@@ -262,27 +267,37 @@ def build(
             out.append(Built(label, None, "failed", reason=str(err)))
             continue
         done = Built(label, built, "built", time.perf_counter() - start)
-        out.append(_sealed(done, target, calls))
+        sealed = _sealed(done, target, calls)
+        out.append(done)
         # As a first call leaves one: the next process's first call then runs
         # ahead of its workflow's, while the data is fetched (CompiledRegion.ahead).
         hints.remember(target, root, args, kwargs, inference)
-        _time_speed(done, target, calls)
+        _time_speed(done, target, calls, sealed)
     return out
 
 
-def _time_speed(built: Built, target: RegionTarget, calls: dict[int, Captured]) -> None:
+def _time_speed(
+    built: Built,
+    target: RegionTarget,
+    calls: dict[int, Captured],
+    sealed: AotRunner | None = None,
+) -> None:
     """Time the verified artifact as a workflow's region would, its speed probe
     (:class:`~earth2studio_compile.probe.SpeedProbe`: its CUDA graphs recorded,
     then steady calls alternating with eager ones), and keep the figures beside
     it (:mod:`~earth2studio_compile.artifacts.speed`): the next process's region
     then times no eager calls of its own. Eager calls run in the region's
-    precision, as its probe's do. Never raises: the probe then runs in the next
-    process, as before."""
+    precision, as its probe's do. ``sealed``, the runner the seal ran (without
+    CUDA graphs), is timed where the region runs none (on the CPU, always);
+    otherwise the artifact is loaded again with them. Never raises: the probe
+    then runs in the next process, as before."""
     if not built.verified or built.path is None:
         return
     args, kwargs, inference = calls[id(target.module)]
     try:
-        runner = load_runner(target, args, kwargs, clone=False)
+        runner: AotRunner | str | None = sealed
+        if sealed is None or sealed.cudagraphs != wants_cudagraphs(target):
+            runner = load_runner(target, args, kwargs, clone=False)
         if not isinstance(runner, AotRunner):
             return
         report = RegionReport(model=built.label, region="", mode=target.policy.label)
@@ -316,14 +331,15 @@ def _sealed(
     target: RegionTarget,
     calls: dict[int, Captured],
     runner: AotRunner | None = None,
-) -> Built:
-    """``built``, its artifact (``runner`` where it is loaded already) verified
-    against eager on the captured call and sealed
-    (:func:`~earth2studio_compile.artifacts.verified.seal_built`): the forecast's
-    first call then skips its own eager call."""
+) -> AotRunner | None:
+    """Verify ``built``'s artifact (``runner`` where it is loaded already) against
+    eager on the captured call and seal it
+    (:func:`~earth2studio_compile.artifacts.verified.seal_runner`): the forecast's
+    first call then skips its own eager call. Sets ``built.verified``; returns
+    the runner it ran, loaded without CUDA graphs (None where none was loaded)."""
     args, kwargs, _ = calls[id(target.module)]
-    why = verified.seal_built(target, args, kwargs, root=None, runner=runner)
+    why, loaded = verified.seal_runner(target, args, kwargs, root=None, runner=runner)
     built.verified = why is None
     if why is not None:
         logger.info(f"{built.label}: not verified against eager here ({why})")
-    return built
+    return loaded

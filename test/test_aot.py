@@ -51,7 +51,8 @@ def test_build_leaves_the_hint_a_later_sessions_first_call_ahead_runs_on(
     monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
     monkeypatch.setenv("EARTH2STUDIO_COMPILE_PRECISION", "")
     monkeypatch.setattr(aot, "build_region", lambda *a, **k: tmp_path / "built")
-    monkeypatch.setattr(aot.verified, "seal_built", lambda *a, **k: None)
+    sealed = aot.verified.Sealed(None, None)
+    monkeypatch.setattr(aot.verified, "seal_runner", lambda *a, **k: sealed)
     model = zoo.build("toy")
     [built] = build(model)
     assert built.status == "built"
@@ -84,3 +85,34 @@ def test_build_times_the_artifact_as_a_region_would_and_keeps_its_speed(built):
     assert kept["compiled_ms"] > 0 and kept["eager_ms"] > 0
     low, high = kept["compiled_range"]
     assert low <= kept["compiled_ms"] <= high
+
+
+def test_build_times_the_runner_its_seal_ran_where_it_runs_no_cuda_graphs(
+    built, monkeypatch
+):
+    """On the CPU (no CUDA graphs) build() times the runner its seal loaded: one
+    load of the artifact per region (regression: the speed timing loaded it
+    again, one more AOTInductor load per region in every build)."""
+    import torch
+
+    from earth2studio_compile import aot, build
+    from earth2studio_compile.artifacts import speed, verified
+
+    loads: list = []
+
+    def counted(real):
+        def load(*args, **kwargs):
+            loads.append(kwargs.get("cudagraphs"))
+            return real(*args, **kwargs)
+
+        return load
+
+    monkeypatch.setattr(aot, "load_runner", counted(aot.load_runner))
+    monkeypatch.setattr(verified, "load_runner", counted(verified.load_runner))
+    cpu = torch.device("cpu")
+    speed.speed_file(built.result.path, cpu, "fp32").unlink(missing_ok=True)
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(built.root))
+    [again] = build(built.model, precision="fp32")
+    assert again.status == "present" and again.verified
+    assert loads == [False]
+    assert speed.recall(built.result.path, cpu, "fp32") is not None

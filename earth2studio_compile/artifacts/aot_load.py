@@ -338,7 +338,7 @@ def load_runner(
     directory = aot_root(root)
     if directory is None:
         return "the compile cache is off"
-    module, device, policy = target.module, target.device, target.policy
+    module, device = target.module, target.device
     kwargs = dict(kwargs or {})
     try:
         key, fields = target.aot_key(args, kwargs)
@@ -370,12 +370,7 @@ def load_runner(
         )
     phases["aot_load"], start = _lap(start)
     if cudagraphs is None:
-        mode = policy.mode
-        wants = {
-            **(_torch.mode_options(mode) if mode else {}),
-            **(policy.options or {}),
-        }
-        cudagraphs = bool(wants.get("triton.cudagraphs"))
+        cudagraphs = wants_cudagraphs(target)
     leaves = tree_flatten((tuple(args), kwargs))[0]
     inputs = [
         [list(t.shape), str(t.dtype), t.device.type]
@@ -404,6 +399,26 @@ def load_runner(
     # From the loaded library to a runner bound to the live weights.
     phases["bind"], _ = _lap(start)
     return runner
+
+
+def wants_cudagraphs(target: RegionTarget) -> bool:
+    """Whether the region's artifact runs under CUDA graphs: its policy's ``mode``
+    or ``options`` ask for them, on a CUDA device (:func:`load_runner`'s default).
+
+    Parameters
+    ----------
+    target : RegionTarget
+        The region and its settings
+
+    Returns
+    -------
+    bool
+        True where a runner loaded for it captures a CUDA graph
+    """
+    policy = target.policy
+    mode = policy.mode
+    wants = {**(_torch.mode_options(mode) if mode else {}), **(policy.options or {})}
+    return bool(wants.get("triton.cudagraphs")) and target.device.type == "cuda"
 
 
 def _shown(values: Sequence[str | None]) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from loguru import logger
@@ -34,11 +34,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FILE",
+    "Sealed",
     "against_eager",
     "known",
     "record",
     "seal",
     "seal_built",
+    "seal_runner",
     "weights_print",
 ]
 
@@ -220,26 +222,77 @@ def seal_built(
     str | None
         Why it was not sealed; None when it was
     """
+    return seal_runner(target, args, kwargs, root, runner).why
+
+
+class Sealed(NamedTuple):
+    """What :func:`seal_runner` did.
+
+    Attributes
+    ----------
+    why : str | None
+        Why the artifact was not sealed; None when it was
+    runner : AotRunner | None
+        The artifact, loaded without CUDA graphs and bound to the region's
+        module; None where it was not loaded
+    """
+
+    why: str | None
+    runner: AotRunner | None
+
+
+def seal_runner(
+    target: RegionTarget,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    root: Path | None,
+    runner: AotRunner | None = None,
+) -> Sealed:
+    """:func:`seal_built`, and the runner it sealed: a caller that runs the
+    artifact again without CUDA graphs (``build()``'s speed timing on the CPU)
+    needs no load of its own.
+
+    Parameters
+    ----------
+    target : RegionTarget
+        The region the artifact was built for
+    args : tuple[Any, ...]
+        The forecast's first-call positional arguments
+    kwargs : dict[str, Any]
+        Its keyword arguments
+    root : Path | None
+        Cache root
+    runner : AotRunner | None, optional
+        The artifact, already loaded without CUDA graphs; by default it is loaded
+        here
+
+    Returns
+    -------
+    Sealed
+        Why it was not sealed (None when it was), and the runner
+    """
     if target.precision == "bf16" and target.fp32_modules:
-        return "a bf16 region with submodules kept in fp32: its first call verifies"
+        left = "a bf16 region with submodules kept in fp32: its first call verifies"
+        return Sealed(left, runner)
     try:
         if runner is None:
             loaded = load_runner(target, args, kwargs, cudagraphs=False, root=root)
             if isinstance(loaded, str):
-                return loaded
+                return Sealed(loaded, None)
             runner = loaded
         # A seal already held needs no call: a build that finds its artifact
         # (tools.build run again) runs neither the artifact nor eager.
         sealed, held = _seal_held(runner, target.module)
         if held:
-            return None
+            return Sealed(None, runner)
         with torch.no_grad(), precision.scope(target.precision, target.device):
             out = runner(*args, **kwargs)
-            return _eager_agrees(
+            reason = _eager_agrees(
                 runner, target.module, args, kwargs, out, target.precision, sealed
             )
+            return Sealed(reason, runner)
     except Exception as err:  # the forecast's first call verifies instead
-        return f"{type(err).__name__}: {err}"
+        return Sealed(f"{type(err).__name__}: {err}", runner)
 
 
 def seal(path: Path, weights: str) -> str | None:

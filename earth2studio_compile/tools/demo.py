@@ -241,12 +241,15 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--steps must be >= 3")
     if args.repeats < 1:
         p.error("--repeats must be >= 1")
-    # First line before the heavy imports: they take a minute on a small machine.
+    # First line before the heavy imports: ~10 s on 2 cores, longer when busy.
     print(
         f"earth2studio-compile demo: {args.model}, {args.steps} steps, "
         f"{args.repeats} eager and {args.repeats} compiled rollout(s)"
     )
-    print("loading PyTorch and Earth2Studio (first import takes ~1 min)...", flush=True)
+    print(
+        "loading PyTorch and Earth2Studio (first import takes ~10 s on 2 cores)...",
+        flush=True,
+    )
 
     import torch
     from loguru import logger

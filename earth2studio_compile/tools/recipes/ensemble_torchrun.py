@@ -101,10 +101,14 @@ def run_rank(
         ``rank``, ``members`` and, when compiled, what happened to each region's
         bundle (``artifact``) and its Inductor cache state (``cache``)
     """
+    # The package's run module first: it imports Earth2Studio without the stack
+    # walks of its optional-dependency registry (earth2studio_compile._imports),
+    # which would otherwise be paid here, ~30 s a rank on a 2-core CPU.
+    from earth2studio_compile.run import ensemble, last_report
+
+    # isort: split
     from earth2studio.io import ZarrBackend
     from earth2studio.perturbation import Gaussian
-
-    from earth2studio_compile.run import ensemble, last_report
 
     mine = members(rank, world_size, nensemble)
     result: dict[str, Any] = {"rank": rank, "members": mine.tolist(), "regions": {}}
