@@ -334,11 +334,11 @@ def _sealed(
 ) -> AotRunner | None:
     """Verify ``built``'s artifact (``runner`` where it is loaded already) against
     eager on the captured call and seal it
-    (:func:`~earth2studio_compile.artifacts.verified.seal_runner`): the forecast's
+    (:func:`~earth2studio_compile.artifacts.verified.seal_built`): the forecast's
     first call then skips its own eager call. Sets ``built.verified``; returns
     the runner it ran, loaded without CUDA graphs (None where none was loaded)."""
     args, kwargs, _ = calls[id(target.module)]
-    why, loaded = verified.seal_runner(target, args, kwargs, root=None, runner=runner)
+    why, loaded = verified.seal_built(target, args, kwargs, root=None, runner=runner)
     built.verified = why is None
     if why is not None:
         logger.info(f"{built.label}: not verified against eager here ({why})")

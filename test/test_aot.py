@@ -52,7 +52,7 @@ def test_build_leaves_the_hint_a_later_sessions_first_call_ahead_runs_on(
     monkeypatch.setenv("EARTH2STUDIO_COMPILE_PRECISION", "")
     monkeypatch.setattr(aot, "build_region", lambda *a, **k: tmp_path / "built")
     sealed = aot.verified.Sealed(None, None)
-    monkeypatch.setattr(aot.verified, "seal_runner", lambda *a, **k: sealed)
+    monkeypatch.setattr(aot.verified, "seal_built", lambda *a, **k: sealed)
     model = zoo.build("toy")
     [built] = build(model)
     assert built.status == "built"

@@ -121,7 +121,7 @@ def build_job(directory: Path) -> bool:
                 result = {"ok": True, "path": str(path)}
                 result["sealed"] = verified.seal_built(
                     target, payload["args"], payload["kwargs"], payload["root"]
-                )
+                ).why
             finally:
                 if slot.is_locked:
                     slot.release()

@@ -40,7 +40,6 @@ __all__ = [
     "record",
     "seal",
     "seal_built",
-    "seal_runner",
     "weights_print",
 ]
 
@@ -186,18 +185,36 @@ def _eager_agrees(
     return reason
 
 
+class Sealed(NamedTuple):
+    """What :func:`seal_built` did.
+
+    Attributes
+    ----------
+    why : str | None
+        Why the artifact was not sealed; None when it was
+    runner : AotRunner | None
+        The artifact, loaded without CUDA graphs and bound to the region's
+        module; None where it was not loaded
+    """
+
+    why: str | None
+    runner: AotRunner | None
+
+
 def seal_built(
     target: RegionTarget,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     root: Path | None,
     runner: AotRunner | None = None,
-) -> str | None:
+) -> Sealed:
     """Verify an artifact just built (or found) against eager on the forecast's
     first-call inputs, here, and record its seal if it gives eager's answer: the
     forecast's next process then loads it without an eager call of its own beside
     its first step (0.41 s of FCN's first step on an H100, 2026-11-27). What
-    :func:`~earth2studio_compile.build` and the background build do after building.
+    :func:`~earth2studio_compile.build` and the background build do after building;
+    the runner comes back, so a caller that runs the artifact again without CUDA
+    graphs (``build()``'s speed timing on the CPU) needs no load of its own.
 
     Both calls run in the region's precision, as its first call in a forecast
     does; a bf16 region that keeps submodules in fp32 is left to verify at that
@@ -216,55 +233,6 @@ def seal_built(
     runner : AotRunner | None, optional
         The artifact, already loaded without CUDA graphs (a caller that looked
         for it has it); by default it is loaded here
-
-    Returns
-    -------
-    str | None
-        Why it was not sealed; None when it was
-    """
-    return seal_runner(target, args, kwargs, root, runner).why
-
-
-class Sealed(NamedTuple):
-    """What :func:`seal_runner` did.
-
-    Attributes
-    ----------
-    why : str | None
-        Why the artifact was not sealed; None when it was
-    runner : AotRunner | None
-        The artifact, loaded without CUDA graphs and bound to the region's
-        module; None where it was not loaded
-    """
-
-    why: str | None
-    runner: AotRunner | None
-
-
-def seal_runner(
-    target: RegionTarget,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    root: Path | None,
-    runner: AotRunner | None = None,
-) -> Sealed:
-    """:func:`seal_built`, and the runner it sealed: a caller that runs the
-    artifact again without CUDA graphs (``build()``'s speed timing on the CPU)
-    needs no load of its own.
-
-    Parameters
-    ----------
-    target : RegionTarget
-        The region the artifact was built for
-    args : tuple[Any, ...]
-        The forecast's first-call positional arguments
-    kwargs : dict[str, Any]
-        Its keyword arguments
-    root : Path | None
-        Cache root
-    runner : AotRunner | None, optional
-        The artifact, already loaded without CUDA graphs; by default it is loaded
-        here
 
     Returns
     -------

@@ -110,7 +110,9 @@ def test_the_builds_of_one_cache_compile_one_at_a_time(tmp_path, monkeypatch):
         return directory / key
 
     monkeypatch.setattr(build_process, "build_region", build_region)
-    monkeypatch.setattr(verified, "seal_built", lambda *args: None)
+    monkeypatch.setattr(
+        verified, "seal_built", lambda *args: verified.Sealed(None, None)
+    )
     other = file_lock(build_process.slot_path(directory))
     other.acquire()
     thread = threading.Thread(target=build_process.build_job, args=(job,))
@@ -169,7 +171,7 @@ def test_a_built_artifact_that_gives_eager_s_answer_is_sealed_for_its_weights(
 
     (artifact / verified.FILE).unlink()
     monkeypatch.setattr(verified, "verify", lambda *a: "another answer")
-    assert verified.seal_built(target, args, {}, root) == "another answer"
+    assert verified.seal_built(target, args, {}, root).why == "another answer"
     assert not (artifact / verified.FILE).exists()
     monkeypatch.undo()
     own = RegionTarget.resolve(
@@ -180,7 +182,7 @@ def test_a_built_artifact_that_gives_eager_s_answer_is_sealed_for_its_weights(
         precision="bf16",
         fp32_modules=("Linear",),
     )
-    assert "fp32" in verified.seal_built(own, args, {}, root)
+    assert "fp32" in verified.seal_built(own, args, {}, root).why
     assert not (artifact / verified.FILE).exists()
 
 
@@ -198,5 +200,5 @@ def test_sealing_an_artifact_whose_seal_is_held_runs_nothing(tmp_path, monkeypat
         type(loaded), "__call__", lambda self, *a, **k: calls.append("artifact")
     )
     monkeypatch.setattr(verified, "verify", lambda *a: calls.append("eager"))
-    assert verified.seal_built(target, args, {}, root, runner=loaded) is None
+    assert verified.seal_built(target, args, {}, root, runner=loaded).why is None
     assert calls == [] and loaded.verified_earlier

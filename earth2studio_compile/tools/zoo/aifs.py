@@ -18,7 +18,8 @@ processor conditioned on the ensemble noise, a skip connection. Its graph is
 synthetic, without anemoi-graphs: Fibonacci-lattice data and hidden nodes, each data
 node joined to its nearest hidden nodes. The wrapper's regridding matrices take the
 nearest node or grid point. Weights are drawn from a seeded generator so that each
-layer matters (:func:`_scramble`); the invariants are random; nothing is downloaded.
+layer matters (:func:`.weights.scramble`); the invariants are random; nothing is
+downloaded.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import numpy as np
 import torch
 
 from earth2studio_compile.tools.zoo.grid import Grid, on_grid
+from earth2studio_compile.tools.zoo.weights import scramble
 
 # Sizes: the wrapper's lat-lon grid, the graph's data and hidden nodes, the
 # network's width, processor depth (in checkpointed chunks), heads and attention
@@ -221,27 +223,6 @@ def _config(size: dict[str, Any], variables: list[str], forcing: list[str]) -> d
     }
 
 
-def _scramble(net: torch.nn.Module, gen: torch.Generator) -> torch.nn.Module:
-    """Redraw every weight so each layer's output matters.
-
-    Initialised as for training, the processor's noise conditioning is zero
-    (``zero_init``): the ensemble noise changes nothing, and a compiled processor
-    that lost it would pass. With only the conditioning initialised (as
-    ``torch.nn.Linear`` is) the noise moved the small forecast by 2%, three times
-    the compiled-vs-eager difference in bfloat16. Redrawn as :mod:`.stormcast`
-    does (variance 1/fan-in, biases and norm scales around 0 and 1), every layer
-    contributes as much as the skip connection does.
-    """
-    with torch.no_grad():
-        for name, p in net.named_parameters():
-            if p.dim() > 1:
-                p.copy_(torch.randn(p.shape, generator=gen) / p[0].numel() ** 0.5)
-            else:
-                base = 1.0 if name.endswith("weight") else 0.0
-                p.copy_(base + 0.1 * torch.randn(p.shape, generator=gen))
-    return net.eval()
-
-
 def _nearest(points: np.ndarray, targets: np.ndarray) -> torch.Tensor:
     """A float32 CSR matrix taking each target's value from its nearest point: the
     wrapper's regridding, between the lat-lon grid and the data nodes."""
@@ -312,7 +293,13 @@ def aifs2ens(size: str = "small", seed: int = 0) -> torch.nn.Module:
     degrees = [torch.tensor(np.degrees(a), dtype=torch.float32) for a in (lat, lon)]
     cls = AIFS2ENS if full else on_grid(AIFS2ENS, grid)
     return cls(
-        _scramble(network, gen),
+        # Initialised as for training, the processor's noise conditioning is zero
+        # (zero_init): the ensemble noise would change nothing, and a compiled
+        # processor that lost it would pass. With only the conditioning drawn (as
+        # torch.nn.Linear is) the noise moved the small forecast by 2%, three times
+        # the compiled-vs-eager difference in bfloat16; scrambled, every layer
+        # counts as much as the skip connection.
+        scramble(network, gen),
         latitudes=degrees[0][None, None, :, None],
         longitudes=degrees[1][None, None, :, None],
         interpolation_matrix=_nearest(points, nodes),

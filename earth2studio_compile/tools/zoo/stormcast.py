@@ -19,6 +19,7 @@ import torch
 
 from earth2studio_compile.tools.zoo.data import SeededRandom
 from earth2studio_compile.tools.zoo.grid import Grid
+from earth2studio_compile.tools.zoo.weights import scramble
 
 # The UNets physicsnemo's StormCast example builds for the published model: Song
 # UNets of 128 channels, 4 blocks a level, channel_mult [1, 2, 2, 2, 2], no
@@ -33,24 +34,6 @@ _SMALL: dict[str, Any] = {
 _SMALL_VARIABLES = ["u10m", "v10m", "t2m", "msl"]
 _SMALL_CONDITIONING = ["u10m", "v10m", "t2m"]
 _INVARIANTS = 2  # land-sea mask and orography
-
-
-def _scramble(net: torch.nn.Module, gen: torch.Generator) -> torch.nn.Module:
-    """Redraw every weight so each layer's output matters.
-
-    physicsnemo's Song UNet initializes its output convolutions and each block's
-    second convolution near zero (1e-5): untrained, the networks' outputs are
-    ~1e-5, and a forecast would not show a wrong compiled network. Weights are
-    redrawn with variance 1/fan-in, biases and norm scales around 0 and 1.
-    """
-    with torch.no_grad():
-        for name, p in net.named_parameters():
-            if p.dim() > 1:
-                p.copy_(torch.randn(p.shape, generator=gen) / p[0].numel() ** 0.5)
-            else:
-                base = 1.0 if name.endswith("weight") else 0.0
-                p.copy_(base + 0.1 * torch.randn(p.shape, generator=gen))
-    return net.eval()
 
 
 def stormcast(size: str = "small", seed: int = 0) -> torch.nn.Module:
@@ -106,8 +89,11 @@ def stormcast(size: str = "small", seed: int = 0) -> torch.nn.Module:
     coarse = Grid(45, 90, south_pole=True)
     source = SeededRandom(OrderedDict({"lat": coarse.lat, "lon": coarse.lon}), seed)
     return StormCast(
-        _scramble(regression, gen),
-        _scramble(diffusion, gen),
+        # physicsnemo's Song UNet initializes its output convolutions and each
+        # block's second convolution near zero (1e-5): untrained, the networks'
+        # outputs are ~1e-5, and a forecast would not show a wrong compiled one.
+        scramble(regression, gen),
+        scramble(diffusion, gen),
         means=torch.randn(1, n, 1, 1, generator=gen) * 0.1,
         stds=1.0 + torch.rand(1, n, 1, 1, generator=gen),
         invariants=torch.rand(1, _INVARIANTS, *shape, generator=gen),
