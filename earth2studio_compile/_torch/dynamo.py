@@ -184,6 +184,7 @@ def call_context(recompile_limit: int | None, single_thread: bool) -> Iterator[N
     the call that hits it (instead of Dynamo's silent "run eagerly from now on"),
     so the region reports a storm. ``single_thread`` keeps Inductor from starting a
     pool of compile workers, for calls where a loaded cache leaves nothing to build.
+    A call without grad may keep state inside an activation checkpoint.
 
     Parameters
     ----------
@@ -199,6 +200,12 @@ def call_context(recompile_limit: int | None, single_thread: bool) -> Iterator[N
             patch: dict[str, Any] = {"fail_on_recompile_limit_hit": True}
             if recompile_limit is not None:
                 patch["recompile_limit"] = recompile_limit
+            # Dynamo refuses a side effect inside an activation checkpoint (a
+            # module keeping a tensor at its first call: anemoi's attention mask in
+            # AIFS's processor), since the backward's recompute would replay it.
+            # Without grad there is no backward, and grad mode is in the guards.
+            if not torch.is_grad_enabled() and not missing("checkpoint_side_effects"):
+                patch["skip_fwd_side_effects_in_bwd_under_checkpoint"] = True
             stack.enter_context(dynamo_config.patch(**patch))
         if single_thread and not missing("compile_threads"):
             import torch._inductor.config as inductor_config

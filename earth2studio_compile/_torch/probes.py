@@ -27,6 +27,15 @@ def _probe_dynamo_config() -> None:
             raise AttributeError(f"torch._dynamo.config has no {name}")
 
 
+def _probe_checkpoint_side_effects() -> None:
+    import torch._dynamo.config as config
+
+    if not hasattr(config, "skip_fwd_side_effects_in_bwd_under_checkpoint"):
+        raise AttributeError(
+            "torch._dynamo.config has no skip_fwd_side_effects_in_bwd_under_checkpoint"
+        )
+
+
 def _probe_inductor_wrapper() -> None:
     if not callable(getattr(torch, "_TorchCompileInductorWrapper", None)):
         raise AttributeError("torch has no _TorchCompileInductorWrapper")
@@ -97,6 +106,10 @@ FEATURES: dict[str, tuple[str, Callable[[], None]]] = {
     "dynamo_config": (
         "per-region recompile limits (storm detection)",
         _probe_dynamo_config,
+    ),
+    "checkpoint_side_effects": (
+        "regions keeping state inside an activation checkpoint, without grad",
+        _probe_checkpoint_side_effects,
     ),
     "inductor_wrapper": ("compiling with Inductor", _probe_inductor_wrapper),
     "compile_threads": ("single-threaded warm starts", _probe_compile_threads),

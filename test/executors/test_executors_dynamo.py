@@ -298,3 +298,48 @@ def test_an_executor_with_its_own_cuda_graph_is_not_marked(monkeypatch, marks):
     assert marks == []
     for out, ref in zip(outs, expected):
         torch.testing.assert_close(out, ref, rtol=0, atol=0)
+
+
+# -- a side effect inside an activation checkpoint ---------------------------------
+
+
+class _CheckpointedCache(torch.nn.Module):
+    """As anemoi's SDPA wrapper in AIFS's processor: a tensor kept on a module at
+    its first call, inside ``torch.utils.checkpoint``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+        self.mask: torch.Tensor | None = None
+
+    def inner(self, x: torch.Tensor) -> torch.Tensor:
+        if self.mask is None:
+            self.mask = torch.ones(x.shape[-1])
+        return self.lin(x) * self.mask
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.utils.checkpoint.checkpoint(self.inner, x, use_reentrant=False)
+
+
+def test_a_side_effect_inside_a_checkpoint_compiles_without_grad(logs):
+    """Regression: Dynamo refuses a side effect inside an activation checkpoint,
+    for the recompute in backward; so a fresh AIFS2ENS (its attention mask kept at
+    its first call, inside the processor's checkpoint) fell back to eager under
+    compile=True. Without grad there is no backward to replay it in: the region
+    compiles, one graph, and gives eager's answer."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(_CheckpointedCache()).eval()
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        expected = _CheckpointedCache().eval()
+        expected.load_state_dict(model[0].state_dict())
+        want = expected(x)
+    with CompileSession(model, regions=("0",), backend=eager_backend) as session:
+        with torch.inference_mode():
+            got = model(x)
+    region = session.report.regions[0]
+    assert region.status == "compiled", session.report.summary()
+    assert region.graphs == 1 and region.graph_breaks == 0
+    assert not messages(logs, "WARNING")
+    torch.testing.assert_close(got, want)
+    assert model[0].mask is not None
