@@ -6,9 +6,15 @@
 #     --upgrade --target /tmp/site .whl/*.whl
 #   export PYTHONPATH=/tmp/site:$PWD/.shim:$PWD PYTHONUNBUFFERED=1
 #   export EARTH2STUDIO_COMPILE_BENCH_COMMIT=<the commit of the tree sent>
-# carry [".whl", ".shim"]. In this order:
+# carry [".whl", ".shim"]. Run this session (README.md here):
 #   bash docs/bench/2026-11-28-h200-twentieth/next_calls.sh "$OUT" fix      # ~300 s
 #   bash docs/bench/2026-11-28-h200-twentieth/next_calls.sh "$OUT" steady   # ~110 s
+# The next session's, in order, one hold (1800 s of device time):
+#   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" build        # ~330 s
+#   bash docs/bench/2026-11-28-h100-nineteenth/next_calls.sh "$OUT" fcn         # ~400 s
+#   bash docs/bench/2026-11-28-h100-seventeenth/next_calls.sh "$OUT" dlwp-disk  # ~270 s
+#   bash docs/bench/2026-11-28-h200-twentieth/next_calls.sh "$OUT" aifs-gpu     # ~300 s?
+# (aifs-gpu carries ".whl-aifs" too: bash .ci/fetch-aifs-wheels.sh)
 #
 # fix: tools.build for the FCN ensemble (batch 4, --precision tf32) into
 #   /tmp/built-fcn, then its compiled row alone (no eager, no floor): with the hint
@@ -18,6 +24,9 @@
 #   happened in the first process (the first step 1.08 s against eager's 0.68).
 # steady: steady.py here (the nineteenth's, mended): FCN's compiled call under
 #   torch.profiler after a first call in the same process, the trace kept.
+# aifs-gpu: the zoo's AIFS2ENS at its published size on the GPU (issue 33): the
+#   GPU-marked test of test/tools/zoo/test_aifs.py (compiled at its first call since
+#   772b161; the tolerance there not yet measured on a GPU).
 set -uo pipefail
 out="$1"
 phase="$2"
@@ -46,5 +55,12 @@ PY
     EARTH2STUDIO_COMPILE_CACHE=/tmp/steady-cache timeout 400 python3 \
       "$here/steady.py" "$out" 2>&1 | grep -v DEBUG | tail -60
     ;;
-  *) echo "phase: fix or steady" >&2; exit 2 ;;
+  aifs-gpu)
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+      --target /tmp/aifs .whl-aifs/*.whl
+    PYTHONPATH=/tmp/aifs:$PYTHONPATH timeout 540 python3 -m pytest -m gpu -q \
+      -p no:cacheprovider test/tools/zoo/test_aifs.py --junitxml="$out/aifs-gpu.xml" \
+      2>&1 | tail -8
+    ;;
+  *) echo "phase: fix, steady or aifs-gpu" >&2; exit 2 ;;
 esac
