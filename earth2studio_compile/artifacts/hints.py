@@ -14,6 +14,7 @@ structure, each tensor's shape and dtype, and the autograd mode, never values.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping
@@ -43,7 +44,7 @@ Hint = tuple[tuple[Any, ...], dict[str, Any], bool]
 
 def hint_path(target: RegionTarget, root: Path | None) -> Path | None:
     """The hint file of ``target``'s region: keyed by every setting but the inputs
-    (:meth:`RegionTarget.factors`, its precision the effective one) and the core's
+    (:meth:`RegionTarget.resident_key`, its precision the effective one) and the core's
     constants (their names, shapes and dtypes: a model of another size is another
     region).
 
@@ -62,12 +63,11 @@ def hint_path(target: RegionTarget, root: Path | None) -> Path | None:
     directory = aot_root(root) if root is not None else None
     if directory is None:
         return None
-    factors = target.factors()
     # What it computes in, however it was asked for, as the artifact's key counts
     # it: a build(precision="tf32") leaves the hint a forecast under PyTorch's TF32
     # flags looks for (regression: it found none, docs/bench/2026-11-28-h200-twentieth).
-    factors["precision"] = effective_precision(target.precision, target.device)
-    settings = "|".join(f"{k}={v}" for k, v in factors.items() if k != "aot")
+    computes = effective_precision(target.precision, target.device)
+    settings = dataclasses.replace(target, precision=computes).resident_key()
     text = f"{settings}|{constants_text(target.module)}"
     return (
         directory / "hints" / f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.json"

@@ -11,9 +11,8 @@ device name, torch version and the TF32 flags the region's calls run under: eage
 matmuls and convolutions read them, and so does the artifact where its precision
 is PyTorch's global flags. A region in ``"tf32"`` runs under TF32 whatever the
 flags outside it say, so a ``build(precision="tf32")`` stands for a forecast under
-the TF32 flags, as its artifact does), and a
-later process's first call reports them (as measured in an earlier process)
-instead of timing eager calls again.
+the TF32 flags, as its artifact does), and a later process's first call reports
+them (as measured in an earlier process) instead of timing eager calls again.
 """
 
 from __future__ import annotations
