@@ -154,6 +154,15 @@ _RUNS_TWENTIETH = tuple(
         "fcn-ens-fix-c3b1b8a.json",
     )
 )
+_TWENTYFIRST = "2026-11-28-h200-twentyfirst/"
+_RUNS_TWENTYFIRST = tuple(
+    _TWENTYFIRST + f
+    for f in (
+        "dlwp-ens-6a80cc1.json",
+        "dlwp-ens-all-35434cb.json",
+        "fcn-ens-35434cb.json",
+    )
+)
 MODELS = "docs/models.md"
 FIGURES: tuple[Figure, ...] = (
     Figure(
@@ -426,5 +435,12 @@ FIGURES: tuple[Figure, ...] = (
     Figure("ensembles-h200-twentieth", PERF, _RUNS_TWENTIETH, workflow),
     Figure(
         "ensembles-h200-twentieth-first", PERF, _RUNS_TWENTIETH, workflow_first_steps
+    ),
+    Figure("ensembles-h200-twentyfirst", PERF, _RUNS_TWENTYFIRST, workflow),
+    Figure(
+        "ensembles-h200-twentyfirst-first",
+        PERF,
+        _RUNS_TWENTYFIRST,
+        workflow_first_steps,
     ),
 )
