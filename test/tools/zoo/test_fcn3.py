@@ -13,7 +13,9 @@ region per encoder, decoder and local block, and the global blocks' pieces aroun
 their spectral filters. The noise is makani's: drawn eagerly by its preprocessor,
 outside the regions, from the wrapper's generator, which the eager run advances;
 the compiled run restarts it from the wrapper's seed (``_restart``) and so draws
-the same noise.
+the same noise. makani compiles its spectral filter's contraction itself
+(``@torch.compile`` in ``makani.models.common.contractions``), in eager runs too:
+that function is none of the session's regions and in none of their counts.
 """
 
 from __future__ import annotations
