@@ -22,7 +22,11 @@ from __future__ import annotations
 
 import pytest
 from conftest import held_rollout, messages
-from zoo_helpers import compiled_workflow_matches_eager, held_outputs_match_eager
+from zoo_helpers import (
+    assert_cuda_graphs,
+    compiled_workflow_matches_eager,
+    held_outputs_match_eager,
+)
 
 from earth2studio_compile.metrics import rel_l2
 from earth2studio_compile.planning import plan
@@ -121,9 +125,5 @@ def test_published_fcn3_on_the_gpu_matches_eager(logs, strict_fp32, record_prope
     record_property("rel_l2", worst)
     record_property("summary", report.summary())
     regions = _check_regions(report, _regions(layers=10, frequency=5), nsteps=2)
-    for region in regions.values():
-        assert region.mode.startswith(
-            "inductor/reduce-overhead" if cudagraphs else "inductor/default"
-        ), region.mode
-        assert region.cudagraph_skips == 0, report.summary()
+    assert_cuda_graphs(report, regions.values(), cudagraphs)
     assert not messages(logs, "WARNING"), messages(logs, "WARNING")
