@@ -17,7 +17,8 @@ ignored_folder() { # create $1, ignored through git's own exclude file
 
 check_carry() { # fail if a call carrying .whl, .shim and $1 would pass 64 MiB
   local dest=$1 limit=$((64 * 1024 * 1024)) tree extra base total
-  bytes() { du -sb "$@" 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
+  # A missing folder counts 0 (du fails on it, which pipefail would make fatal).
+  bytes() { { du -sb "$@" 2>/dev/null || true; } | awk '{s += $1} END {print s + 0}'; }
   mib() { awk -v b="$1" 'BEGIN {printf "%.1f MiB", b / 1048576}'; }
   # What a call sends: tracked and untracked-not-ignored files, and the folders.
   tree=$(git ls-files -z -co --exclude-standard | xargs -0 du -cb 2>/dev/null |

@@ -1,18 +1,19 @@
 """Shared by the zoo's model tests (tools/zoo/test_aurora.py, test_stormcast.py):
 a deterministic workflow and a held-output rollout, each run eagerly and with
 ``compile=True`` from the same seed and checked against each other, on the CPU or
-(the published sizes, GPU-marked) on CUDA."""
+(the published sizes, GPU-marked) on CUDA, where the regions' CUDA graphs are
+checked too."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 from conftest import assert_unchanged, held_rollout, run_workflow, snapshot
 
 from earth2studio_compile import run
 from earth2studio_compile.metrics import rel_l2
-from earth2studio_compile.report import CompileReport
+from earth2studio_compile.report import CompileReport, RegionReport
 
 #: Brings the model back to the state a snapshot was taken in, before the compiled
 #: run (Aurora's wrapper overwrites its static fields at every step).
@@ -86,3 +87,15 @@ def held_outputs_match_eager(
     for step, (a, b) in enumerate(zip(compiled, eager, strict=True)):
         assert rel_l2(a, b) <= tolerance, f"step {step}: rel L2 {rel_l2(a, b):.2e}"
     assert_unchanged(model, after_eager)
+
+
+def assert_cuda_graphs(
+    report: CompileReport, regions: Iterable[RegionReport], cudagraphs: bool
+) -> None:
+    """Each of ``regions`` ran in the mode its spec's ``cudagraphs`` asks for
+    (CUDA graphs, ``reduce-overhead``, or Inductor's default) and skipped no CUDA
+    graph."""
+    mode = "inductor/reduce-overhead" if cudagraphs else "inductor/default"
+    for region in regions:
+        assert region.mode.startswith(mode), (region.region, region.mode)
+        assert region.cudagraph_skips == 0, report.summary()

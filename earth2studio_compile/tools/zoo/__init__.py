@@ -16,13 +16,15 @@ torch-harmonics 0.8.0 (:mod:`.ace2` says how CI installs them); ``dlesym`` and
 ``dlesym-latlon`` (DLESyMLatLon: the same networks behind lat/lon regridding) need
 ``earth2grid``, built from the source in ``third_party/`` (:mod:`.dlesym`);
 ``aifs2ens`` needs anemoi-models 0.11.2 with torch-geometric and a ``flash_attn``
-stand-in (:mod:`.aifs` says how CI installs them).
+stand-in (:mod:`.aifs` says how CI installs them); ``fcn3`` needs makani, built
+from the source in ``third_party/``, with stand-ins for its training packages
+(:mod:`.fcn3`).
 
 Modules: :mod:`.grid` (grids, and the module path every zoo class is published
 under), :mod:`.shipped` (FCN, DLWP, Persistence), :mod:`.aurora`, :mod:`.stormcast`,
-:mod:`.ace2`, :mod:`.dlesym` and :mod:`.aifs` (the models of issue 33),
-:mod:`.user` (the user-style prognostics: toy, SFNO-class), :mod:`.data` (the seeded
-random data source). Every name is imported from here,
+:mod:`.ace2`, :mod:`.dlesym`, :mod:`.aifs` and :mod:`.fcn3` (the models of
+issue 33), :mod:`.user` (the user-style prognostics: toy, SFNO-class), :mod:`.data`
+(the seeded random data source). Every name is imported from here,
 ``earth2studio_compile.tools.zoo``.
 
 Examples
@@ -44,6 +46,7 @@ from earth2studio_compile.tools.zoo.aifs import aifs2ens
 from earth2studio_compile.tools.zoo.aurora import aurora
 from earth2studio_compile.tools.zoo.data import Prefetched, SeededRandom, random_source
 from earth2studio_compile.tools.zoo.dlesym import dlesym, dlesym_latlon
+from earth2studio_compile.tools.zoo.fcn3 import fcn3
 from earth2studio_compile.tools.zoo.grid import Grid
 from earth2studio_compile.tools.zoo.shipped import dlwp, fcn, persistence
 from earth2studio_compile.tools.zoo.stormcast import stormcast
@@ -74,6 +77,7 @@ __all__ = [
     "dlesym_latlon",
     "dlwp",
     "fcn",
+    "fcn3",
     "persistence",
     "random_source",
     "sfno",
@@ -93,6 +97,7 @@ MODELS = (
     "dlesym",
     "dlesym-latlon",
     "aifs2ens",
+    "fcn3",
 )
 SIZES = ("small", "medium", "full")
 
@@ -109,6 +114,7 @@ _BUILDERS: dict[str, Callable[..., torch.nn.Module]] = {
     "dlesym": dlesym,
     "dlesym-latlon": dlesym_latlon,
     "aifs2ens": aifs2ens,
+    "fcn3": fcn3,
 }
 
 
