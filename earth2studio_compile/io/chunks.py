@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, wait
 from pathlib import Path
 from typing import Any, cast
+from uuid import uuid4
 
 import numpy as np
 
@@ -183,12 +184,13 @@ def store_local(
     :func:`_set_chunk` (whole chunks of an unsharded array, of its dtype, each surely
     not fill value) and the array is encoded by its bytes codec alone (upstream
     ``ZarrBackend``'s default, no compressor) in Zarr's ``LocalStore``. Each chunk
-    is then encoded by that codec's synchronous step and written by the store's own
-    file step (a temporary file renamed into place), no coroutine, no batch, no hop
-    to an executor. Through those (their Python per chunk taking turns at the GIL),
-    FCN's ensemble steps were stored at 4.1-4.3 GB/s from 8 threads, with the codec
-    called synchronously too; the same files written by hand at 7.0 (H100 host,
-    2026-11-27, docs/bench/2026-11-27-h100-fourteenth). A chunk's directory is made
+    is then encoded by that codec's synchronous step and written as the store's own
+    file step writes it (a temporary file renamed into place, :func:`_write`), no
+    coroutine, no batch, no hop to an executor. Through those (their Python per
+    chunk taking turns at the GIL), FCN's ensemble steps were stored at 4.1-4.3 GB/s
+    from 8 threads, with the codec called synchronously too; the same files written
+    by hand at 7.0 (H100 host, 2026-11-27, docs/bench/2026-11-27-h100-fourteenth).
+    A chunk's directory is made
     once per store, not for every chunk as that file step does, and made again
     where it was removed; directories are made side by side (see
     :func:`~earth2studio_compile.io.directories.make_directory`). In Earth2Studio's
@@ -321,7 +323,8 @@ def _local_put(array: Any) -> Callable[[tuple[slice, ...], np.ndarray], None] | 
     from zarr.storage import _local
     from zarr.storage._local import _put
 
-    # A Zarr without it: its whole file step, a mkdir per chunk.
+    # A Zarr without it writes its files in a way of its own: its whole file step,
+    # a mkdir per chunk. With it, _write writes them as it does.
     atomic_write = getattr(_local, "_atomic_write", None)
     known = known_directories(array.store_path.store)
     top = _top(array)  # where a new chunk's directories start at the latest
@@ -342,33 +345,66 @@ def _local_put(array: Any) -> Callable[[tuple[slice, ...], np.ndarray], None] | 
         directory = path.rpartition("/")[0]
         if directory not in known:
             make_directory(directory, known, top)
-        file = Path(path)  # Zarr's file step takes a Path: one per chunk, here only
         try:
-            _write(atomic_write, file, encoded)
+            _write(path, encoded)
         except FileNotFoundError:
             # Removed since it was made (by someone else): made again, not lost.
             os.makedirs(directory, exist_ok=True)
-            _write(atomic_write, file, encoded)
+            _write(path, encoded)
 
     return put
 
 
-def _write(atomic_write: Callable[..., Any], path: Path, value: Any) -> None:
-    """Write ``value`` (Zarr's buffer) to ``path`` in a directory that exists, as
-    Zarr 3.1's ``LocalStore`` does (``zarr.storage._local._put`` without its mkdir).
+#: How a chunk's temporary file is opened: as ``open(path, "wb")`` opens it.
+_FLAGS = (
+    os.O_WRONLY
+    | os.O_CREAT
+    | os.O_TRUNC
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+#: Temporary names: Zarr draws a ``uuid4`` per file (a system call); here one per
+#: process (with its id, also after a fork) and a count.
+_TOKEN = uuid4().hex[:16]
+_serial = itertools.count()
+
+
+def _write(path: str, value: Any) -> None:
+    """Write ``value`` (Zarr's buffer) to the file ``path`` in a directory that
+    exists, as Zarr 3.1's ``LocalStore`` does (``zarr.storage._local._put`` without
+    its mkdir: a temporary file beside it, renamed into place; removed if that
+    fails), in four system calls where it took eight.
+
+    Each call lets go of the GIL and must take it back, waiting for the Python of
+    every other writer thread and of the workflow's own: Python's buffered
+    ``open`` adds a ``fstat``, an ``ioctl`` and an ``lseek`` to the ``open``, and
+    Zarr's ``uuid4`` a ``getrandom``. With those, Zarr's file step moved a step's
+    chunks at about half the rate of threads writing the same files with one
+    ``open`` and ``write`` each (docs/bench/2026-11-28-cpu-writers).
 
     Parameters
     ----------
-    atomic_write : Callable[..., Any]
-        ``zarr.storage._local._atomic_write``: a temporary file renamed into place
-    path : Path
+    path : str
         The chunk's file
     value : zarr.core.buffer.Buffer
         The encoded chunk
     """
-    view = value.as_buffer_like()
-    with atomic_write(path, "wb", exclusive=False) as f:
-        f.write(view)
+    view = memoryview(value.as_buffer_like()).cast("B")
+    partial = f"{path}.{os.getpid()}-{_TOKEN}-{next(_serial)}.partial"
+    fd = os.open(partial, _FLAGS, 0o666)
+    try:
+        try:
+            while view:  # one call for a regular file; more only if it is cut short
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        os.replace(partial, path)
+    except BaseException:
+        try:
+            os.unlink(partial)
+        except OSError:  # its own error, if any, is not the one to raise
+            pass
+        raise
 
 
 def _whole_chunks(

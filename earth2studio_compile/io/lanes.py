@@ -109,8 +109,9 @@ class Lanes(ABC):
         list[Future[bool]]
             One per job: True once stored, False if skipped, or the error
         """
+        copied = _Ready(ready)  # one wait for the step, not one per job
         return [
-            self._lanes[self._lane(name)].submit(self._job, step, ready, store, args)
+            self._lanes[self._lane(name)].submit(self._job, step, copied, store, args)
             for name, store, args in self._jobs(x, coords, array_name)
         ]
 
@@ -127,15 +128,14 @@ class Lanes(ABC):
     def _job(
         self,
         step: int,
-        ready: Sequence[torch.cuda.Event],
+        ready: _Ready,
         store: Callable[..., Any],
         args: list[Any],
     ) -> bool:
         try:
             if step > self._failed_at:
                 return False
-            for event in ready:
-                event.synchronize()
+            ready.wait()
             if self.own_copies:
                 args[:] = [_owned(a) for a in args]
             store(*args)
@@ -219,6 +219,36 @@ class KVWriter(Lanes):
         return [
             (name, self.io.write, [xi, coords, name]) for xi, name in zip(xs, names)
         ]
+
+
+class _Ready:
+    """A step's copy events, shared by its jobs: the first job to ask waits for
+    them; the others then find them waited for, without a call into CUDA.
+
+    A job per array each called ``synchronize`` on the step's events: 27 calls a
+    step for FCN's 26 variables (H200, docs/bench/2026-11-28-h200-twentieth), each
+    letting go of the GIL and taking it back while the other lanes and the
+    workflow's thread run Python.
+
+    Parameters
+    ----------
+    events : Sequence[torch.cuda.Event]
+        Recorded after the step's copies from CUDA; none for copies on the host
+    """
+
+    def __init__(self, events: Sequence[torch.cuda.Event]) -> None:
+        self._events = list(events)
+        self._lock = threading.Lock()
+
+    def wait(self) -> None:
+        """Return once every event has completed; an error is raised to each job
+        that asks (none is taken as waited for until it has)."""
+        if not self._events:  # read under the GIL: set empty once all were waited
+            return
+        with self._lock:  # the others wait here, as they would on the events
+            for event in self._events:
+                event.synchronize()
+            self._events = []
 
 
 def _owned(arg: Any) -> Any:

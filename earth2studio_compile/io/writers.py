@@ -20,8 +20,8 @@ backend's own ``write`` would have stored those before the failing one).
   keeps views gets copies, made on a pool of the writer's own; a store that writes
   files does so on a few threads per lane, :data:`FILE_THREADS` in all). Whole
   chunks of an uncompressed array in a local directory skip the event loop: Zarr's
-  own encode and file steps, called from one pool of :data:`FILE_THREADS` shared
-  by the lanes (:func:`.chunks.store_local`), in chunk directories made ahead
+  own encode step and its file step's files, from one pool of :data:`FILE_THREADS`
+  shared by the lanes (:func:`.chunks.store_local`), in chunk directories made ahead
   from the moment the arrays are added (:meth:`ZarrWriter.ahead`). Measured
   against one shared loop with a future per array (as Earth2Studio's
   ``AsyncZarrBackend`` does), the lanes were faster on a writing-bound CPU rollout.

@@ -2,8 +2,9 @@
 once per step on a stand-in that keeps the storage step (``_write_array``,
 upstream's seam for it); each array is then stored through Zarr's async API on its
 lane, an event loop of its own, one whole chunk at a time where it can
-(:mod:`.chunks`), a local directory's whole chunks by Zarr's own file step from one
-pool shared by the lanes, in chunk directories made ahead (:mod:`.directories`).
+(:mod:`.chunks`), a local directory's whole chunks as Zarr's file step writes
+them, from one pool shared by the lanes, in chunk directories made ahead
+(:mod:`.directories`).
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ class ZarrWriter(Lanes):
         # Each used only on its lane's thread, as are the arrays it opened; closing
         # it shuts its loop's executor down.
         self._runners = [asyncio.Runner(loop_factory=_loop(f)) for f in files]
-        # A local directory's chunks written by Zarr's file step with no event loop
+        # A local directory's chunks written as Zarr's file step does, no event loop
         # (chunks.store_local), from one pool for all lanes: a lane with more
         # arrays than another does not hold the step back.
         self._files = ThreadPoolExecutor(total, thread_name_prefix=f"{self._name} put")

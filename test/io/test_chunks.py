@@ -326,36 +326,75 @@ def test_a_failed_chunk_is_raised_once_every_chunk_has_been_tried(
 ):
     """A chunk that cannot be written raises its error to the caller, after the
     step's other chunks are written (a disk full for one file is not a reason to
-    lose the rest)."""
+    lose the rest), and leaves no temporary file behind."""
+    import os
     from concurrent.futures import ThreadPoolExecutor
 
     from zarr.storage import _local as local_store
 
-    put, atomic_write = local_store._put, local_store._atomic_write
+    put, replace = local_store._put, os.replace
 
     def fails(path):
-        if path.parts[-4:] == ("1", "1", "0", "0"):
+        if pathlib.Path(path).parts[-4:] == ("1", "1", "0", "0"):
             raise OSError("disk full")
 
     def failing_put(path, value, exclusive=False):
         fails(path)
         return put(path, value, exclusive)
 
-    def failing_write(path, mode, exclusive=False):
-        fails(path)
-        return atomic_write(path, mode, exclusive)
+    def failing_replace(partial, path):
+        fails(path)  # once the temporary file is written
+        return replace(partial, path)
 
-    # Zarr's whole file step, or its write without the mkdir: whichever is used.
+    # Zarr's whole file step, or the write of its file without the mkdir: whichever
+    # is used.
     monkeypatch.setattr(local_store, "_put", failing_put)
-    monkeypatch.setattr(local_store, "_atomic_write", failing_write)
+    monkeypatch.setattr(os, "replace", failing_replace)
     value = np.random.default_rng(4).normal(size=(4, 1, 6, 10)).astype("float32")
     selection = (slice(0, 4), slice(1, 2), slice(None), slice(None))
     store = _local(tmp_path / "s", compressors=None)
     with ThreadPoolExecutor(4) as executor, pytest.raises(OSError, match="disk full"):
         _store_local(store, selection, value, pool=executor)
+    monkeypatch.undo()
     stored = zarr.open_array(store, path="t2m", mode="r")[selection]
     for member in (0, 2, 3):
         np.testing.assert_array_equal(stored[member], value[member], strict=True)
+    assert not [f for f in _files(tmp_path / "s") if "partial" in f]
+
+
+def test_a_chunks_file_is_four_system_calls(tmp_path, monkeypatch):
+    """Each call into the system lets go of the GIL and waits to take it back while
+    the other writer threads and the workflow's run Python: a chunk's file is one
+    ``open``, ``write``, ``close`` and ``rename``, the same bytes as Zarr's file
+    step, which adds Python's buffered ``open`` (a ``fstat``, an ``ioctl`` and an
+    ``lseek`` more) and a ``uuid4`` (a ``getrandom``) per file: eight calls, and
+    half the rate of threads writing the same files (docs/bench/2026-11-28-cpu-
+    writers)."""
+    import io
+    import os
+    from collections import Counter
+
+    calls: Counter[str] = Counter()
+
+    def counted(name, real):
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        return call
+
+    value = np.random.default_rng(4).normal(size=(4, 1, 6, 10)).astype("float32")
+    selection = (slice(0, 4), slice(1, 2), slice(None), slice(None))
+    ours, zarrs = (_local(tmp_path / n, compressors=None) for n in ("ours", "zarrs"))
+    array = _opened(ours)
+    for name in ("open", "write", "close", "replace", "urandom"):
+        monkeypatch.setattr(os, name, counted(name, getattr(os, name)))
+    monkeypatch.setattr(io, "open", counted("io.open", io.open))
+    assert store_local(array, selection, value)
+    monkeypatch.undo()
+    assert dict(calls) == {"open": 4, "write": 4, "close": 4, "replace": 4}
+    zarr.open_array(zarrs, path="t2m", mode="r+")[selection] = value
+    assert _files(tmp_path / "ours") == _files(tmp_path / "zarrs")
 
 
 def _steps(store, steps, shape, pool=None) -> np.ndarray:
