@@ -8,12 +8,20 @@
 #   export EARTH2STUDIO_COMPILE_BENCH_COMMIT=<the commit of the tree sent>
 # carry [".whl", ".shim"] (gil-first: also ".whl-spy", py-spy 0.4.3 from
 # `pip download py-spy==0.4.3 --no-deps --only-binary=:all: -d .whl-spy`).
-# In order, one hold:
+# In order, one hold (about 1700 s in all: drop the last where time is short):
 #   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" build        # ~230 s
-#   bash docs/bench/2026-11-28-h200-twentyfirst/next_calls.sh "$OUT" memory     # ~300 s
+#   bash docs/bench/2026-11-28-cpu-writers/next_calls.sh "$OUT" writers         # ~200 s
 #   bash docs/bench/2026-11-28-h100-nineteenth/next_calls.sh "$OUT" fcn         # ~330 s
 #   bash docs/bench/2026-11-28-h100-seventeenth/next_calls.sh "$OUT" dlwp-disk  # ~220 s
+#   bash docs/bench/2026-11-28-h200-twentyfirst/next_calls.sh "$OUT" memory     # ~300 s
+#   bash docs/bench/2026-11-28-h200-twentyfirst/next_calls.sh "$OUT" fcn3-gpu   # ~150 s?
 #   bash docs/bench/2026-11-28-h200-twentyfirst/next_calls.sh "$OUT" gil-first  # ~200 s
+# writers, then fcn and dlwp-disk: after 0982668/81d456b (a chunk file in four
+#   system calls, a step's copy events waited once): is FCN's steady state nearer
+#   the larger floor than the sum of both (this session: the sum)?
+# fcn3-gpu (issue 33): the zoo's FCN3 at its published size (carry ".whl-fcn3"
+#   too: bash .ci/fetch-fcn3-wheels.sh); first what torch-harmonics 0.9.2 there
+#   says of its DISCO kernels.
 #
 # memory: issue 34's first target as it is written: DLWP 16 x 20, batch 8, 3
 #   variables, the store in memory (this session's row, call 7, was on disk), with
@@ -50,5 +58,14 @@ case "$phase" in
       >"$out/gil-first-digest.txt"
     head -60 "$out/gil-first-digest.txt"
     ;;
-  *) echo "phase: memory or gil-first (the others: the paths above)" >&2; exit 2 ;;
+  fcn3-gpu)
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+      --target /tmp/fcn3 .whl-fcn3/*.whl
+    python3 -c "import torch_harmonics as th, torch_harmonics.disco as d; \
+print(th.__version__, {k: getattr(d, k)() for k in dir(d) if k.endswith('_is_available')})"
+    PYTHONPATH=/tmp/fcn3:$PYTHONPATH timeout 480 python3 -m pytest -m gpu -q \
+      -p no:cacheprovider test/tools/zoo/test_fcn3.py -rA \
+      --junitxml="$out/fcn3-gpu.xml" 2>&1 | grep -E "PASS|FAIL|Error|passed|failed|compiled" | tail -20
+    ;;
+  *) echo "phase: memory, fcn3-gpu or gil-first (the others: the paths above)" >&2; exit 2 ;;
 esac
