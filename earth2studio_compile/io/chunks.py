@@ -190,12 +190,11 @@ def store_local(
     chunk taking turns at the GIL), FCN's ensemble steps were stored at 4.1-4.3 GB/s
     from 8 threads, with the codec called synchronously too; the same files written
     by hand at 7.0 (H100 host, 2026-11-27, docs/bench/2026-11-27-h100-fourteenth).
-    A chunk's directory is made
-    once per store, not for every chunk as that file step does, and made again
-    where it was removed; directories are made side by side (see
-    :func:`~earth2studio_compile.io.directories.make_directory`). In Earth2Studio's
-    stores (one chunk per member and lead time) each chunk has a directory of its
-    own, so they are made for each: ahead of the writes, by
+    A chunk's directory is made once per store, not for every chunk as that file
+    step does, and made again where it was removed; directories are made side by
+    side (see :func:`~earth2studio_compile.io.directories.make_directory`). In
+    Earth2Studio's stores (one chunk per member and lead time) each chunk has a
+    directory of its own, so they are made for each: ahead of the writes, by
     :func:`directories_ahead`, where the store's arrays are new.
 
     Parameters
@@ -323,9 +322,10 @@ def _local_put(array: Any) -> Callable[[tuple[slice, ...], np.ndarray], None] | 
     from zarr.storage import _local
     from zarr.storage._local import _put
 
-    # A Zarr without it writes its files in a way of its own: its whole file step,
-    # a mkdir per chunk. With it, _write writes them as it does.
-    atomic_write = getattr(_local, "_atomic_write", None)
+    # Zarr 3.1 writes a file as a temporary renamed into place (its _atomic_write),
+    # as _write does; a Zarr without it keeps its own whole file step (a mkdir per
+    # chunk).
+    atomic = hasattr(_local, "_atomic_write")
     known = known_directories(array.store_path.store)
     top = _top(array)  # where a new chunk's directories start at the latest
     # Alike for every chunk of a regular grid (the only one store_local takes):
@@ -339,7 +339,7 @@ def _local_put(array: Any) -> Callable[[tuple[slice, ...], np.ndarray], None] | 
         # drop one).
         encoded = cast(Any, codec._encode_sync(chunk, spec))
         path = f"{top}/{key}"
-        if atomic_write is None:
+        if not atomic:
             _put(Path(path), encoded)
             return
         directory = path.rpartition("/")[0]
