@@ -163,6 +163,15 @@ _RUNS_TWENTYFIRST = tuple(
         "fcn-ens-35434cb.json",
     )
 )
+_TWENTYSECOND = "2026-11-28-h200-twentysecond/"
+_RUNS_TWENTYSECOND = tuple(
+    _TWENTYSECOND + f
+    for f in (
+        "dlwp-ens-memory-648d77c.json",
+        "dlwp-ens-all-648d77c.json",
+        "fcn-ens-648d77c.json",
+    )
+)
 MODELS = "docs/models.md"
 FIGURES: tuple[Figure, ...] = (
     Figure(
@@ -441,6 +450,13 @@ FIGURES: tuple[Figure, ...] = (
         "ensembles-h200-twentyfirst-first",
         PERF,
         _RUNS_TWENTYFIRST,
+        workflow_first_steps,
+    ),
+    Figure("ensembles-h200-twentysecond", PERF, _RUNS_TWENTYSECOND, workflow),
+    Figure(
+        "ensembles-h200-twentysecond-first",
+        PERF,
+        _RUNS_TWENTYSECOND,
         workflow_first_steps,
     ),
 )
