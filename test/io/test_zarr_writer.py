@@ -358,3 +358,68 @@ def test_a_failed_chunk_stops_the_writer_with_every_earlier_step_stored(
     files = _chunk_files(tmp_path / "s.zarr", names)
     assert len(files) == 2 * 2 * 8 - 1
     assert not [f for f in files if f.split("/")[3] in ("2", "3")], files
+
+
+@pytest.mark.parametrize("where", ["steps", "put"])
+def test_a_finalizer_run_by_a_local_directorys_thread_loses_nothing(
+    where, tmp_path, monkeypatch
+):
+    """An unclosed writer collected on its steps thread (running upstream's write)
+    or on a put thread (writing a chunk): it cannot wait for itself there, so the
+    steps thread finishes the closing after the last step; every step is stored
+    and no thread is left."""
+    import gc
+
+    from earth2studio.io import ZarrBackend
+    from io_helpers import threads_left
+
+    from earth2studio_compile.io import chunks
+
+    released, collected = threading.Event(), threading.Event()
+
+    def collect_once() -> None:
+        if not collected.is_set():
+            collected.set()
+            assert released.wait(30)
+            gc.collect()
+
+    if where == "steps":
+        write = ZarrBackend.write
+
+        def writing(self, *args, **kwargs):
+            collect_once()
+            return write(self, *args, **kwargs)
+
+        monkeypatch.setattr(ZarrBackend, "write", writing)
+    else:
+        put = chunks._write
+
+        def putting(path, value):
+            collect_once()
+            put(path, value)
+
+        monkeypatch.setattr(chunks, "_write", putting)
+    steps, names = 3, ["a", "b"]
+    coords = _members_coords(steps)
+    xs = [torch.randn(2, 8, 1, 5, 8) + 10.0 for _ in range(steps)]
+    backend = ZarrBackend(str(tmp_path / "s.zarr"))
+    gc.disable()  # only the writer's collect() may free the wrapper
+    try:
+        io = OverlappedIO(backend, workers=2, max_pending=steps)
+        io.add_array(coords, names)
+        io.cycle = io  # unreachable only once the reference below is dropped
+        for step, x in enumerate(xs):
+            c = OrderedDict(
+                {**coords, "lead_time": coords["lead_time"][step : step + 1]}
+            )
+            io.write(list(x), c, names)
+        del io
+        released.set()
+        assert not threads_left()  # the writer's threads all end, once it is done
+    finally:
+        gc.enable()
+    assert collected.is_set()
+    for k, name in enumerate(names):
+        np.testing.assert_array_equal(
+            backend.root[name][:], torch.stack(xs)[:, k, :, 0].transpose(0, 1).numpy()
+        )
