@@ -41,7 +41,13 @@ import numpy as np
 
 from earth2studio_compile.io.directories import known_directories, make_directory
 
-__all__ = ["chunk_pieces", "directories_ahead", "store_by_chunk", "store_local"]
+__all__ = [
+    "chunk_pieces",
+    "directories_ahead",
+    "local_chunks",
+    "store_by_chunk",
+    "store_local",
+]
 
 #: Chunk directories :func:`directories_ahead` makes at most per call: about as many
 #: as the directories a store keeps known (``directories._KNOWN_AT_MOST``), within
@@ -215,14 +221,10 @@ def store_local(
     bool
         Whether it stored the value; False where it does not apply, nothing stored
     """
-    put = _local_put(array)
-    pieces = _whole_chunks(array, selection, value) if put is not None else None
-    if put is None or pieces is None or value.dtype.name != array.dtype.name:
+    planned = local_chunks(array, selection, value)
+    if planned is None:
         return False
-    fill = getattr(array.metadata, "fill_value", None)
-    jobs = [(outer, value[inner]) for outer, inner in pieces]
-    if not all(_surely_not_fill(piece, fill) for _, piece in jobs):
-        return False
+    put, jobs = planned
     if files is None:
         for outer, piece in jobs:
             put(outer, piece)
@@ -232,6 +234,39 @@ def store_local(
     for future in futures:
         future.result()
     return True
+
+
+def local_chunks(
+    array: Any, selection: tuple[Any, ...], value: np.ndarray
+) -> tuple[Callable[[tuple[slice, ...], np.ndarray], None], list[Any]] | None:
+    """What :func:`store_local` writes, not written: the function that stores one
+    whole chunk, and each chunk's place and value, or None where it does not apply.
+
+    Parameters
+    ----------
+    array : zarr.AsyncArray
+        The array (its metadata and store are read)
+    selection : tuple[Any, ...]
+        A basic selection
+    value : np.ndarray
+        Exactly the selection's shape
+
+    Returns
+    -------
+    tuple[Callable, list[tuple[tuple[slice, ...], np.ndarray]]] | None
+        ``put`` and its ``(outer, piece)`` arguments, one per chunk (``piece`` a
+        view of ``value``), in the chunks' order; ``put(outer, piece)`` may run on
+        any thread, several at once (each chunk is its own file)
+    """
+    put = _local_put(array)
+    pieces = _whole_chunks(array, selection, value) if put is not None else None
+    if put is None or pieces is None or value.dtype.name != array.dtype.name:
+        return None
+    fill = getattr(array.metadata, "fill_value", None)
+    jobs = [(outer, value[inner]) for outer, inner in pieces]
+    if not all(_surely_not_fill(piece, fill) for _, piece in jobs):
+        return None
+    return put, jobs
 
 
 def directories_ahead(

@@ -141,14 +141,17 @@ class Lanes(ABC):
             store(*args)
             return True
         except BaseException:
-            # Set before this lane's next job and before the future resolves.
-            with self._lock:
-                self._failed_at = min(self._failed_at, step)
+            self._fail(step)  # before this lane's next job and the future resolves
             raise
         finally:
             # The executor keeps ``args`` until the future has resolved; a waiter
             # may then copy a new step, and both host copies must not exist at once.
             args.clear()
+
+    def _fail(self, step: int) -> None:
+        """Skip the steps after ``step`` from now on (a write of it failed)."""
+        with self._lock:
+            self._failed_at = min(self._failed_at, step)
 
     def close(self, then: Callable[[], None] | None = None) -> None:
         """Wait for every job, call ``then``, stop the threads (see

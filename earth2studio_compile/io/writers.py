@@ -18,16 +18,18 @@ backend's own ``write`` would have stored those before the failing one).
   each array is then stored through Zarr's async API on its lane, an event loop of
   its own, one whole chunk at a time where it can (:mod:`.chunks`; a store that
   keeps views gets copies, made on a pool of the writer's own; a store that writes
-  files does so on a few threads per lane, :data:`FILE_THREADS` in all). Whole
-  chunks of an uncompressed array in a local directory skip the event loop: Zarr's
-  own encode step and its file step's files, from one pool of :data:`FILE_THREADS`
-  shared by the lanes (:func:`.chunks.store_local`), in chunk directories made ahead
+  files does so on a few threads per lane, :data:`FILE_THREADS` in all). In a
+  local directory a step is one job on a thread of the writer's: whole chunks of
+  its uncompressed arrays skip the lanes and the event loop, Zarr's own encode
+  step and its file step's files, taken by a pool of :data:`FILE_THREADS` from one
+  batch per step (:func:`.chunks.local_chunks`), in chunk directories made ahead
   from the moment the arrays are added (:meth:`ZarrWriter.ahead`). Measured
   against one shared loop with a future per array (as Earth2Studio's
   ``AsyncZarrBackend`` does), the lanes were faster on a writing-bound CPU rollout.
 
 A lane is a one-thread ``ThreadPoolExecutor``; each array always goes to the same
-one, so its writes keep their order.
+one, so its writes keep their order. A local directory's steps keep it by chunk: a
+step's write of a chunk still being written by an earlier step waits for it.
 """
 
 from __future__ import annotations

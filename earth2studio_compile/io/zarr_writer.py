@@ -2,9 +2,15 @@
 once per step on a stand-in that keeps the storage step (``_write_array``,
 upstream's seam for it); each array is then stored through Zarr's async API on its
 lane, an event loop of its own, one whole chunk at a time where it can
-(:mod:`.chunks`), a local directory's whole chunks as Zarr's file step writes
-them, from one pool shared by the lanes, in chunk directories made ahead
-(:mod:`.directories`).
+(:mod:`.chunks`).
+
+In a local directory a step is one job on a thread of its own (:mod:`.steps`): its
+arrays' whole chunks, as Zarr's file step writes them, go in one batch that a pool
+of put threads takes chunks from, in chunk directories made ahead
+(:mod:`.directories`); only an array not stored so (a compressed one, a part of a
+chunk, a chunk Zarr might skip as empty) goes to its lane. A lane job per array,
+each handing the pool a job per chunk, cost the workflow's own thread a hand-off
+of the GIL for each.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import asyncio
 import math
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,7 +31,8 @@ from earth2studio_compile.io.chunks import (
     store_local,
 )
 from earth2studio_compile.io.directories import Ahead
-from earth2studio_compile.io.lanes import PREFIX, Lanes, per_array
+from earth2studio_compile.io.lanes import PREFIX, Lanes, _Ready, per_array
+from earth2studio_compile.io.steps import LocalSteps
 
 # Type hints only: importing Earth2Studio takes a minute on a small machine.
 if TYPE_CHECKING:
@@ -141,7 +148,10 @@ class ZarrWriter(Lanes):
         # (chunks.store_local), from one pool for all lanes: a lane with more
         # arrays than another does not hold the step back.
         self._files = ThreadPoolExecutor(total, thread_name_prefix=f"{self._name} put")
+        # A local directory's steps: one job each (steps.LocalSteps).
+        self._local = LocalSteps(self, self._files, total)
         self._arrays: dict[str, Any] = {}
+        self._closing = False
         self._members: _Members | None = None
         # Copies for a store that keeps views, several at once: page faults into
         # fresh memory, on as many cores as there are lanes.
@@ -195,10 +205,55 @@ class ZarrWriter(Lanes):
         collector = _Collector(self.io, [xs, coords, names], self._members)
         return [(name, self._store, [collector, name]) for name in names]
 
+    def submit(
+        self,
+        step: int,
+        x: torch.Tensor | list[torch.Tensor],
+        coords: CoordSystem,
+        array_name: str | list[str],
+        ready: Sequence[torch.cuda.Event] = (),
+    ) -> list[Future[bool]]:
+        """Queue one step; returns at once (see :meth:`Lanes.submit`). In a local
+        directory the step is one job (:class:`~earth2studio_compile.io.steps.
+        LocalSteps`); elsewhere, a job per array on its lane.
+
+        Parameters
+        ----------
+        step : int
+            Its number, increasing with each call: after a failure, later ones are
+            skipped
+        x : torch.Tensor | list[torch.Tensor]
+            Host tensors, the writer's own
+        coords : CoordSystem
+            Their coordinates, the writer's own
+        array_name : str | list[str]
+            Array name(s), as the backend's ``write`` takes them
+        ready : Sequence[torch.cuda.Event], optional
+            Events to wait for before reading ``x``
+
+        Returns
+        -------
+        list[Future[bool]]
+            One per array: True once stored, False if skipped, or the error
+        """
+        from zarr.storage import LocalStore
+
+        root = self.io.root  # type: ignore[attr-defined]
+        if type(root.store) is not LocalStore:
+            return super().submit(step, x, coords, array_name, ready)
+        jobs = self._jobs(x, coords, array_name)
+        if not jobs:
+            return []
+        names = [name for name, _, _ in jobs if name is not None]
+        return self._local.submit(step, _Ready(ready), jobs[0][2][0], names)
+
     def _store(self, collector: _Collector, name: str) -> None:
+        selection, data = collector.pop(name)
+        self._store_array(name, selection, data)
+
+    def _store_array(self, name: str, selection: tuple, data: np.ndarray) -> None:
         import zarr
 
-        selection, data = collector.pop(name)
         io = self.io
         if not all(isinstance(s, (slice, int, np.integer)) for s in selection):
             # Zarr's async API takes basic selections only; upstream's storage step
@@ -229,8 +284,13 @@ class ZarrWriter(Lanes):
         )
 
     def close(self, then: Callable[[], None] | None = None) -> None:
-        if self._closed:
+        if self._closed or self._closing:
             return
+        self._closing = True
+        # After the last step: every write is then queued on a lane or the put pool.
+        self._local.close(lambda: self._close_lanes(then))
+
+    def _close_lanes(self, then: Callable[[], None] | None) -> None:
         # A runner closes on its lane's thread, after that lane's last store.
         for lane, runner in zip(self._lanes, self._runners):
             lane.submit(runner.close)

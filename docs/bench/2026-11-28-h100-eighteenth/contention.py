@@ -46,6 +46,7 @@ contention.py OUT`` (``ROWS=a,b``; ``H``, ``W`` small on a CPU).
 import json
 import multiprocessing
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -131,6 +132,7 @@ def main():
     def loop(write, flush):
         model, model_cpu, writes, writes_cpu = [], [], [], []
         cuda and torch.cuda.synchronize()
+        before = resource.getrusage(resource.RUSAGE_SELF)
         start = time.perf_counter()
         for batch in range(BATCHES):
             for lead in range(STEPS):
@@ -145,6 +147,7 @@ def main():
         flush()
         cuda and torch.cuda.synchronize()
         wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_SELF)
         ms = lambda xs: round(1e3 * statistics.median(xs), 2)  # noqa: E731
         return {
             "s": wall,
@@ -156,6 +159,10 @@ def main():
             "model_cpu_s": sum(model_cpu),
             "write_s": sum(writes),
             "write_cpu_s": sum(writes_cpu),
+            # The process's context switches over the loop: each a thread that
+            # let go of the CPU (voluntary: mostly waits for the GIL or a lock).
+            "ctx_voluntary": after.ru_nvcsw - before.ru_nvcsw,
+            "ctx_involuntary": after.ru_nivcsw - before.ru_nivcsw,
         }
 
     def row(name, fn):
