@@ -12,6 +12,7 @@
 #   bash docs/bench/2026-11-27-h100-fifteenth/next_calls.sh "$OUT" build        # ~260 s
 #   bash docs/bench/2026-11-28-h200-twentysecond/next_calls.sh "$OUT" first-run # ~200 s
 #   bash docs/bench/2026-11-28-cpu-writers/next_calls.sh "$OUT" writers         # ~130 s
+#   bash docs/bench/2026-11-28-cpu-writers/next_calls.sh "$OUT" writers-mw4     # ~130 s
 #   bash docs/bench/2026-11-28-h200-twentyfirst/next_calls.sh "$OUT" memory     # ~360 s
 #   bash docs/bench/2026-11-28-h100-nineteenth/next_calls.sh "$OUT" fcn         # ~350 s
 #   bash docs/bench/2026-11-28-h200-twentyfirst/next_calls.sh "$OUT" fcn3-gpu   # ~150 s?
@@ -21,9 +22,13 @@
 #   over every thread): DLWP's artifact's first run took 0.33-0.37 s of GIL this
 #   session (FCN's 0.07-0.08): kernel loading, cuDNN's plans for its convolutions,
 #   or something else? That decides the first step's lever.
-# writers, memory, fcn, dlwp-disk: again after any change to OverlappedIO's writers
-#   or the first call (this session: the writers at plain threads' rate on 16 cores,
-#   three times their context switches; the workflow's thread waiting for the GIL).
+# writers, memory, fcn, dlwp-disk: after 27e982f (a local directory's step is one
+#   job, its chunks taken by the put threads from one batch; on the 2-core CPU a
+#   quarter fewer context switches, time within the noise, a fresh store not
+#   faster), against this session's rows at 648d77c (the writers at plain threads'
+#   rate on 16 cores, three times their context switches; the workflow's thread
+#   waiting for the GIL). If 27e982f is slower there, revert it (one merge).
+#   writers-mw4: the same rows with 4 put threads.
 # fcn3-gpu (issue 33): the zoo's FCN3 at its published size (not run this session).
 # py-spy --gil at 200 Hz --native slowed the twenty-second's compiled process past
 #   its deadline: sample at 50 Hz without --native if it is tried again.
