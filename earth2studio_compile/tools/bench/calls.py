@@ -357,10 +357,12 @@ def run(spec: dict[str, Any], out: Path, tmp: Path) -> list[dict[str, Any]]:
     ``time.time()`` as it started this process) until PyTorch, Earth2Studio and this
     package are imported, and ``setup_s``, building the model on the device.
     """
-    import earth2studio.run  # noqa: F401
     import torch
     from loguru import logger
 
+    # Before any Earth2Studio module: this one imports earth2studio.run with the
+    # quick optional-dependency registry (quiet_imports); imported first, upstream's
+    # registry walked the stack ~180 times, ~30 s of every child on 2 cores.
     import earth2studio_compile.run  # noqa: F401
     from earth2studio_compile.tools import zoo
 
