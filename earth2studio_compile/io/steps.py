@@ -21,7 +21,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -29,9 +29,31 @@ from earth2studio_compile.io.chunks import local_chunks
 
 if TYPE_CHECKING:
     from earth2studio_compile.io.lanes import _Ready
-    from earth2studio_compile.io.zarr_writer import ZarrWriter, _Collector
 
 __all__ = ["LocalSteps"]
+
+
+class ZarrWriter(Protocol):
+    """What the steps use of their :class:`~earth2studio_compile.io.writers.
+    ZarrWriter` (a Protocol here: that module imports this one)."""
+
+    io: Any
+    _name: str
+    _failed_at: float
+    _lanes: list[ThreadPoolExecutor]
+
+    def _fail(self, step: int) -> None: ...
+
+    def _lane(self, name: str | None) -> int: ...
+
+    def _store_array(self, name: str, selection: tuple, data: np.ndarray) -> None: ...
+
+
+class _Collector(Protocol):
+    """A step's upstream ``write``, run on a stand-in: each array's selection and
+    data, once asked for."""
+
+    def pop(self, name: str) -> tuple[tuple, np.ndarray]: ...
 
 
 class LocalSteps:
