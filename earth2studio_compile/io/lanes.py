@@ -109,9 +109,21 @@ class Lanes(ABC):
         list[Future[bool]]
             One per job: True once stored, False if skipped, or the error
         """
-        copied = _Ready(ready)  # one wait for the step, not one per job
+        # One wait for the step, not one per job.
+        return self._submit(step, _Ready(ready), x, coords, array_name)
+
+    def _submit(
+        self,
+        step: int,
+        ready: _Ready,
+        x: torch.Tensor | list[torch.Tensor],
+        coords: CoordSystem,
+        array_name: str | list[str],
+    ) -> list[Future[bool]]:
+        """:meth:`submit`'s queueing: a job per array on its lane (a writer that
+        queues a step otherwise overrides this)."""
         return [
-            self._lanes[self._lane(name)].submit(self._job, step, copied, store, args)
+            self._lanes[self._lane(name)].submit(self._job, step, ready, store, args)
             for name, store, args in self._jobs(x, coords, array_name)
         ]
 

@@ -153,10 +153,7 @@ class LocalSteps:
             ready.wait()
             writes = deque(collector.pop(name) for name in names)
         except BaseException as error:
-            writer._fail(step)
-            for future in futures:
-                if not future.done():
-                    future.set_exception(error)
+            _failed(writer, step, futures, error)
             return
         batch: deque[tuple[Any, ...]] = deque()
         try:
@@ -165,10 +162,7 @@ class LocalSteps:
                 # what writes it, until it is written.
                 batch = self._queue(step, name, future, writes.popleft(), batch)
         except BaseException as error:  # not an array's own: none is left waiting
-            writer._fail(step)
-            for future in futures:
-                if not future.done():
-                    future.set_exception(error)
+            _failed(writer, step, futures, error)
             raise
         for inflight in self._inflight.values():
             for key in [k for k, f in inflight.items() if f.done()]:
@@ -287,6 +281,21 @@ class LocalSteps:
                 future.set_result(stored)
 
         writer._lanes[writer._lane(name)].submit(job)
+
+
+def _failed(
+    writer: ZarrWriter,
+    step: int,
+    futures: list[Future[bool]],
+    error: BaseException,
+) -> None:
+    """Step ``step`` failed with ``error`` before all its arrays were queued: the
+    later steps are skipped, and every array's future not yet resolved gets the
+    error."""
+    writer._fail(step)
+    for future in futures:
+        if not future.done():
+            future.set_exception(error)
 
 
 class _Write:

@@ -196,56 +196,43 @@ class ZarrWriter(Lanes):
         coords: CoordSystem,
         array_name: str | list[str],
     ) -> list[tuple[str | None, Callable[..., Any], list[Any]]]:
+        collector, names = self._collector(x, coords, array_name)
+        return [(name, self._store, [collector, name]) for name in names]
+
+    def _collector(
+        self,
+        x: torch.Tensor | list[torch.Tensor],
+        coords: CoordSystem,
+        array_name: str | list[str],
+    ) -> tuple[_Collector, list[str]]:
+        """The step's upstream ``write``, not run yet, and its array names."""
         xs, names = per_array(x, array_name)
         # Upstream's write runs on a stand-in, not a patched instance: the user's
         # backend stays untouched, also while its write runs here.
         root = self.io.root  # type: ignore[attr-defined]
         if self._members is None or self._members.group is not root:
             self._members = _Members(root)
-        collector = _Collector(self.io, [xs, coords, names], self._members)
-        return [(name, self._store, [collector, name]) for name in names]
+        return _Collector(self.io, [xs, coords, names], self._members), names
 
-    def submit(
+    def _submit(
         self,
         step: int,
+        ready: _Ready,
         x: torch.Tensor | list[torch.Tensor],
         coords: CoordSystem,
         array_name: str | list[str],
-        ready: Sequence[torch.cuda.Event] = (),
     ) -> list[Future[bool]]:
-        """Queue one step; returns at once (see :meth:`Lanes.submit`). In a local
-        directory the step is one job (:class:`~earth2studio_compile.io.steps.
-        LocalSteps`); elsewhere, a job per array on its lane.
-
-        Parameters
-        ----------
-        step : int
-            Its number, increasing with each call: after a failure, later ones are
-            skipped
-        x : torch.Tensor | list[torch.Tensor]
-            Host tensors, the writer's own
-        coords : CoordSystem
-            Their coordinates, the writer's own
-        array_name : str | list[str]
-            Array name(s), as the backend's ``write`` takes them
-        ready : Sequence[torch.cuda.Event], optional
-            Events to wait for before reading ``x``
-
-        Returns
-        -------
-        list[Future[bool]]
-            One per array: True once stored, False if skipped, or the error
-        """
+        """In a local directory the step is one job (:class:`~earth2studio_compile.
+        io.steps.LocalSteps`); elsewhere, a job per array on its lane."""
         from zarr.storage import LocalStore
 
         root = self.io.root  # type: ignore[attr-defined]
         if type(root.store) is not LocalStore:
-            return super().submit(step, x, coords, array_name, ready)
-        jobs = self._jobs(x, coords, array_name)
-        if not jobs:
+            return super()._submit(step, ready, x, coords, array_name)
+        collector, names = self._collector(x, coords, array_name)
+        if not names:
             return []
-        names = [name for name, _, _ in jobs if name is not None]
-        return self._local.submit(step, _Ready(ready), jobs[0][2][0], names)
+        return self._local.submit(step, ready, collector, names)
 
     def _store(self, collector: _Collector, name: str) -> None:
         selection, data = collector.pop(name)
