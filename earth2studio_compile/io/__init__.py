@@ -10,8 +10,10 @@
   across steps (:class:`~.host.HostPool`).
 - :mod:`~earth2studio_compile.io.pinned`: pinned host buffers made by registering
   ordinary memory with CUDA: quicker, and without stalling other threads.
-- :mod:`~earth2studio_compile.io.chunks`: a step stored one whole chunk at a time,
-  in a local directory as Zarr's file step stores it, without an event loop.
+- :mod:`~earth2studio_compile.io.chunks`: a step stored through Zarr's async API
+  one whole chunk at a time.
+- :mod:`~earth2studio_compile.io.local_store`: whole chunks written into a local
+  directory as Zarr's file step writes them, without an event loop.
 - :mod:`~earth2studio_compile.io.directories`: chunk directories made once each,
   and ahead of the writes where the arrays are new.
 - :mod:`~earth2studio_compile.io.writers`: the :class:`Writer` protocol and which

@@ -9,7 +9,7 @@ the writer threads more than half as long as writing the chunk's bytes (py-spy o
 H100's host, 2026-11-28, docs/bench/2026-11-28-h100-seventeenth). :class:`Ahead`
 makes the new arrays' directories on a thread of its own from the moment they are
 added, while the workflow's first step is computed and nothing is written yet, so
-that :func:`~earth2studio_compile.io.chunks.store_local` finds them made.
+that :func:`~earth2studio_compile.io.local_store.store_local` finds them made.
 
 Directories are plain strings (``os.path``), not ``pathlib.Path``: a put thread
 checks and makes one per chunk, holding the GIL the workflow's thread waits for,

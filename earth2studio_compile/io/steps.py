@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from earth2studio_compile.io.chunks import local_chunks
+from earth2studio_compile.io.local_store import local_chunks
 
 if TYPE_CHECKING:
     from earth2studio_compile.io.lanes import _Ready
@@ -139,7 +139,7 @@ class LocalSteps:
         futures: list[Future[bool]],
     ) -> None:
         """Store one step (on the steps' thread): upstream's ``write`` on the
-        collector, then each array's whole chunks (:func:`.chunks.local_chunks`)
+        collector, then each array's whole chunks (:func:`.local_store.local_chunks`)
         into one batch (:meth:`_launch`), or the array to its lane. An array's
         future resolves once its last chunk is written or skipped (a chunk of a
         step after a failed one), or with its first error once every chunk was
@@ -212,7 +212,7 @@ class LocalSteps:
     def _plan(
         self, name: str, selection: tuple, data: np.ndarray
     ) -> tuple[Callable[..., None], list[Any]] | None:
-        """:func:`.chunks.local_chunks` for array ``name``; None where its lane is
+        """:func:`.local_store.local_chunks` for array ``name``; None where its lane is
         to store it."""
         if not all(isinstance(s, (slice, int, np.integer)) for s in selection):
             return None

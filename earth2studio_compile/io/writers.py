@@ -22,7 +22,7 @@ backend's own ``write`` would have stored those before the failing one).
   local directory a step is one job on a thread of the writer's: whole chunks of
   its uncompressed arrays skip the lanes and the event loop, Zarr's own encode
   step and its file step's files, taken by a pool of :data:`FILE_THREADS` from one
-  batch per step (:func:`.chunks.local_chunks`), in chunk directories made ahead
+  batch per step (:func:`.local_store.local_chunks`), in chunk directories made ahead
   from the moment the arrays are added (:meth:`ZarrWriter.ahead`). Measured
   against one shared loop with a future per array (as Earth2Studio's
   ``AsyncZarrBackend`` does), the lanes were faster on a writing-bound CPU rollout.

@@ -25,13 +25,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from earth2studio_compile.io.chunks import (
-    directories_ahead,
-    store_by_chunk,
-    store_local,
-)
+from earth2studio_compile.io.chunks import store_by_chunk
 from earth2studio_compile.io.directories import Ahead
 from earth2studio_compile.io.lanes import PREFIX, Lanes, _Ready, per_array
+from earth2studio_compile.io.local_store import directories_ahead, store_local
 from earth2studio_compile.io.steps import LocalSteps
 
 # Type hints only: importing Earth2Studio takes a minute on a small machine.
@@ -42,7 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["FILE_THREADS", "ZarrWriter"]
 
 #: Threads that write a store's files (Zarr's local store hands each chunk to its
-#: event loop's executor; chunks.store_local to one pool), shared out over the
+#: event loop's executor; local_store.store_local to one pool), shared out over the
 #: lanes, unless Zarr's own ``threading.max_workers`` says. On the H100 host, FCN
 #: ensemble steps (9.5 GB) were stored in 1.7-1.9 s with 8 (4 lanes x 2, 8 x 1) and
 #: 2.6-3.6 s with each lane loop's default executor (20 threads): more threads
@@ -145,7 +142,7 @@ class ZarrWriter(Lanes):
         # it shuts its loop's executor down.
         self._runners = [asyncio.Runner(loop_factory=_loop(f)) for f in files]
         # A local directory's chunks written as Zarr's file step does, no event loop
-        # (chunks.store_local), from one pool for all lanes: a lane with more
+        # (local_store.store_local), from one pool for all lanes: a lane with more
         # arrays than another does not hold the step back.
         self._files = ThreadPoolExecutor(total, thread_name_prefix=f"{self._name} put")
         # A local directory's steps: one job each (steps.LocalSteps).
@@ -164,7 +161,7 @@ class ZarrWriter(Lanes):
     @staticmethod
     def ahead(io: IOBackend, names: Sequence[str]) -> Ahead | None:
         """The new arrays' chunk directories, made on a thread from now on, where
-        ``io`` is a directory on disk (:func:`.chunks.directories_ahead`).
+        ``io`` is a directory on disk (:func:`.local_store.directories_ahead`).
 
         Parameters
         ----------
