@@ -172,6 +172,15 @@ _RUNS_TWENTYSECOND = tuple(
         "fcn-ens-648d77c.json",
     )
 )
+_TWENTYTHIRD = "2026-11-28-h200-twentythird/"
+_RUNS_TWENTYTHIRD = tuple(
+    _TWENTYTHIRD + f
+    for f in (
+        "dlwp-ens-memory-58ee37a.json",
+        "dlwp-ens-all-58ee37a.json",
+        "fcn-ens-58ee37a.json",
+    )
+)
 MODELS = "docs/models.md"
 FIGURES: tuple[Figure, ...] = (
     Figure(
@@ -457,6 +466,13 @@ FIGURES: tuple[Figure, ...] = (
         "ensembles-h200-twentysecond-first",
         PERF,
         _RUNS_TWENTYSECOND,
+        workflow_first_steps,
+    ),
+    Figure("ensembles-h200-twentythird", PERF, _RUNS_TWENTYTHIRD, workflow),
+    Figure(
+        "ensembles-h200-twentythird-first",
+        PERF,
+        _RUNS_TWENTYTHIRD,
         workflow_first_steps,
     ),
 )
