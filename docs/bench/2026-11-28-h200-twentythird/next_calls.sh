@@ -15,7 +15,7 @@
 #   bash docs/bench/2026-11-28-h100-nineteenth/next_calls.sh "$OUT" fcn         # ~220 s
 #   timeout 420 python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 test \
 #     --junitxml="$OUT/gpu-suite.xml"                                           # ~310 s
-#   bash docs/bench/2026-11-28-h200-twentythird/next_calls.sh "$OUT" fcn3-gpu   # ~80 s
+#   bash docs/bench/2026-11-28-h200-twentythird/next_calls.sh "$OUT" th-cuda    # ~400 s?
 # build, first-run, dlwp-disk, memory: after the convolution warm-up (helper
 #   convwarm: the artifact's convolutions recorded at the build and replayed on
 #   empty tensors, the GIL free, before its first run). Read first-run's DLWP
@@ -24,14 +24,26 @@
 #   0.34-0.46). If the first run did not shorten, the plans did not match: rerun
 #   gil_probe.py with a longer timeout (its param-warm child did not run here).
 # fcn: FCN's artifact has one convolution; its rows check nothing got slower.
-# fcn3-gpu (issue 33): the PyPI torch-harmonics 0.9.2 wheel runs DISCO only on the
-#   CPU; rerun once the zoo's FCN3 takes the pure-PyTorch DISCO path on CUDA.
+# th-cuda (issue 33; carry [".whl", ".shim", ".whl-fcn3", ".whl-thsrc"], the last
+#   from `bash .ci/fetch-th-cuda-source.sh`): the PyPI torch-harmonics 0.9.2 wheel
+#   runs DISCO only on the CPU, so FCN3's published GPU test failed here; build
+#   0.9.2 with its CUDA kernels on the machine (if it has nvcc), then that test.
 set -uo pipefail
 out="$1"
 phase="$2"
 case "$phase" in
-  fcn3-gpu)
+  th-cuda)
+    command -v nvcc || { echo "no nvcc on this machine: no CUDA build" >&2; exit 3; }
+    python3 -m pip install -q --no-index --no-deps --target /tmp/thbuild .whl-thsrc/*.whl
+    start=$(date +%s)
+    PYTHONPATH=/tmp/thbuild:$PYTHONPATH SETUPTOOLS_SCM_PRETEND_VERSION=0.9.2 \
+      TORCH_HARMONICS_BUILD_CUDA_EXTENSION=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 \
+      timeout 420 python3 -m pip wheel -q --no-deps --no-build-isolation -w /tmp/thw \
+      .whl-thsrc/torch-harmonics-0.9.2.tar.gz 2>&1 | tail -20
+    echo "built in $(($(date +%s) - start)) s"; ls -la /tmp/thw
+    python3 -m pip install -q --no-index --no-deps --target /tmp/thcuda /tmp/thw/*.whl
+    export PYTHONPATH=/tmp/thcuda:$PYTHONPATH
     bash docs/bench/2026-11-28-h200-twentyfirst/next_calls.sh "$out" fcn3-gpu
     ;;
-  *) echo "phase: fcn3-gpu (the others: the paths above)" >&2; exit 2 ;;
+  *) echo "phase: th-cuda (the others: the paths above)" >&2; exit 2 ;;
 esac
