@@ -92,9 +92,13 @@ class RegionReport:
         kernel loading included), ``first_run`` (the first run of compiled code:
         CUDA-graph warm-up, autotuning), ``bookkeeping`` (reading the compile's
         counters for this report), ``bundle_save``; for an ahead-of-time artifact
-        ``key`` (finding it), ``checksum``, ``aot_load``, ``bind``, ``first_run``
-        and ``verify``; ``finish`` (leaving the precision scope, casting back,
-        writing back to the caller's tensors, cloning). After the first call:
+        ``key`` (finding it), ``checksum``, ``aot_load``, ``bind``,
+        ``warm_convolutions`` (on CUDA, the convolutions recorded when it was
+        built, replayed on empty tensors so that cuDNN's first-call work is done
+        by eager calls, which let other threads run, rather than inside the
+        artifact's run, which holds the GIL), ``first_run`` and ``verify``;
+        ``finish`` (leaving the precision scope, casting back, writing back to
+        the caller's tensors, cloning). After the first call:
         ``cudagraph_record`` (the second call, which records the CUDA graph; with
         a first call ahead, its second call on the made-up inputs);
         ``precision_reference`` (copying the first call's inputs and running the
@@ -185,6 +189,7 @@ class RegionReport:
         "checksum",
         "aot_load",
         "bind",
+        "warm_convolutions",
         "dynamo",
         "backend",
         "first_run",

@@ -192,3 +192,16 @@ def region_summary(region):
     from earth2studio_compile.report import CompileReport
 
     return CompileReport([region]).summary()
+
+
+@pytest.fixture(scope="session")
+def conv_built(tmp_path_factory):
+    """A small conv net (tiny_cores.ConvCore) built ahead of time on the CPU in a
+    fresh cache root: an artifact with recorded convolutions."""
+    from tiny_cores import ConvCore
+
+    root = tmp_path_factory.mktemp("conv")
+    torch.manual_seed(0)
+    core, x = ConvCore().eval(), torch.randn(2, 3, 8, 8)
+    path = build_region(tiny_target(core), (x,), {}, root=root)
+    return SimpleNamespace(root=root, core=core, args=(x,), path=path)

@@ -49,7 +49,7 @@ import torch  # noqa: E402
 
 # The ahead-of-time fixtures, built once for the files under artifacts/, executors/,
 # tools/ and test_aot.py.
-from aot_helpers import built, planted  # noqa: E402, F401
+from aot_helpers import built, conv_built, planted  # noqa: E402, F401
 from cache_helpers import bundles  # noqa: E402, F401
 from loguru import logger  # noqa: E402
 

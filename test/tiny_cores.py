@@ -161,3 +161,18 @@ class RecurrentCore(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.cell(self.conv(x))
+
+
+class ConvCore(torch.nn.Module):
+    """Three convolutions, one of them (``b``) made twice on inputs of one shape
+    and one transposed: an artifact whose convolutions are recorded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.b = torch.nn.Conv2d(8, 4, 3, padding=2, dilation=2, groups=2)
+        self.c = torch.nn.ConvTranspose2d(4, 2, 2, stride=2, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.a(x)
+        return self.c(self.b(torch.relu(h)) * self.b(torch.sigmoid(h)))

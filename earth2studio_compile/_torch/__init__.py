@@ -21,6 +21,7 @@ behind them, one concern each:
 - ``precision_flags``: the fp32 precision flags, read and stored values
 - ``fp32_scope``: :func:`fp32_math`, a block with fp32 math forced and put back
 - ``aoti``: AOTInductor's compile and package loader
+- ``convolutions``: an artifact's convolutions, recorded and replayed to warm cuDNN
 """
 
 from __future__ import annotations
@@ -31,6 +32,11 @@ from earth2studio_compile._torch.caches import (
     forget_local_cache_paths,
     fx_cache_counts,
     inductor_cache_dir,
+)
+from earth2studio_compile._torch.convolutions import (
+    read_convolutions,
+    record_convolutions,
+    warm_convolutions,
 )
 from earth2studio_compile._torch.cudagraphs import cudagraph_skips, mark_cudagraph_step
 from earth2studio_compile._torch.dynamo import (
@@ -120,8 +126,10 @@ __all__ = [
     "preflight",
     "quiet_autotune_options",
     "quiet_cpp_extension_log",
+    "read_convolutions",
     "real_tensors",
     "recompile_limit",
+    "record_convolutions",
     "reparametrized",
     "set_held_tensor",
     "storage_shared",
@@ -133,4 +141,5 @@ __all__ = [
     "treespec_dumps",
     "treespec_loads",
     "validate_inductor_options",
+    "warm_convolutions",
 ]

@@ -5,7 +5,8 @@
 ``aoti_compile_and_package``, weights kept out of the package. The artifact is
 an entry of :mod:`.store`: built in a temporary directory, with a ``meta.json``
 of its key's fields and checksum, and renamed into place whole, so a reader never
-sees half of one.
+sees half of one. It keeps the distinct convolutions one run of the package
+made (:data:`.aot_key.CONVOLUTIONS`), which a first run on CUDA replays first.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -23,10 +25,11 @@ from loguru import logger
 
 from earth2studio_compile import _torch
 from earth2studio_compile import precision as _precision
-from earth2studio_compile._torch import tree_map
+from earth2studio_compile._torch import tree_flatten, tree_map
 from earth2studio_compile.artifacts import store
 from earth2studio_compile.artifacts.aot_key import (
     CONSTANTS,
+    CONVOLUTIONS,
     PACKAGE,
     aot_root,
     live_tensors,
@@ -146,6 +149,48 @@ def _as_packaged(
         f"({', '.join(wanted[:3])}): neither parameters, buffers nor one tensor "
         "its code made. It stays on the Dynamo path."
     )
+
+
+def _recorded_convolutions(
+    package: Path,
+    made: Mapping[str, torch.Tensor],
+    live: Mapping[str, torch.Tensor],
+    target: RegionTarget,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+) -> list[dict[str, Any]]:
+    """The distinct convolutions one run of the package makes, bound as
+    :class:`~.aot_load.AotRunner` binds it and in its scope; none where they
+    cannot be recorded.
+
+    Replayed before an artifact's first run on CUDA (:data:`.aot_key.CONVOLUTIONS`),
+    a record only saves time: a failure here never fails the build.
+    """
+    try:
+        device = target.device
+        loader = _torch.aoti_loader(str(package), device)
+        tensors = {}
+        for name in loader.get_constant_fqns():
+            short = strip_core(name)
+            t = live[short] if short in live else made[name].to(device)
+            tensors[name] = t.detach()
+        loader.load_constants(tensors, False, True, True)
+        # Export flattened (args, kwargs) in this order: the package's inputs.
+        leaves = tree_flatten((tuple(args), dict(kwargs)))[0]
+        inputs = [t for t in leaves if isinstance(t, torch.Tensor)]
+        with (
+            torch.no_grad(),
+            _precision.scope(compile_flags(target.precision), device),
+        ):
+            record = _torch.record_convolutions(lambda: loader.boxed_run(inputs))
+    except Exception as err:  # the artifact is whole without it
+        logger.debug(
+            f"{target.label}: its convolutions were not recorded "
+            f"({type(err).__name__}: {err})"
+        )
+        return []
+    logger.debug(f"{target.label}: recorded {len(record)} distinct convolutions")
+    return record
 
 
 @contextlib.contextmanager
@@ -272,6 +317,12 @@ def build_region(
         if made:
             torch.save(made, tmp / CONSTANTS)
             members.append(CONSTANTS)
+        convolutions = _recorded_convolutions(
+            tmp / PACKAGE, made, live, target, args, kwargs
+        )
+        if convolutions:
+            (tmp / CONVOLUTIONS).write_text(json.dumps(convolutions))
+            members.append(CONVOLUTIONS)
         store.write_meta(tmp, fields, members, build_seconds=timings)
         path = store.install(tmp, directory / key)
     logger.info(

@@ -32,6 +32,11 @@ PACKAGE = "model.pt2"
 #: which export lifts as constants with no name in the module: kept in the
 #: artifact, as the build traced them (:func:`made_in_forward`).
 CONSTANTS = "constants.pt"
+#: The distinct convolutions the artifact made when it was built
+#: (:func:`~earth2studio_compile._torch.record_convolutions`), replayed before
+#: its first run on CUDA: a member (checksummed), not part of the key, absent
+#: where the core has none or they could not be recorded.
+CONVOLUTIONS = "convolutions.json"
 # The core is exported inside a wrapper (to scope autocast in the graph), so the
 # package names constants ``core.<name>``.
 CORE = "core"

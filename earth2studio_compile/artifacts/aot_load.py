@@ -6,6 +6,12 @@ the live module's parameters and buffers (no copy), and the tensors the core mad
 while it was built (kept in the artifact), into an :class:`AotRunner`,
 which captures its own CUDA graph on CUDA. :func:`verify` compares a first output
 with one eager call.
+
+On CUDA the runner's first call replays the convolutions recorded when the
+artifact was built (:data:`.aot_key.CONVOLUTIONS`) on empty tensors first:
+AOTInductor's run holds the GIL throughout (pytorch issue #197516), eager
+convolutions let it go, so cuDNN's first-call work moves out of the run that
+stalls every other thread.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from earth2studio_compile.artifacts import store
 from earth2studio_compile.artifacts.aot_build import compile_flags
 from earth2studio_compile.artifacts.aot_key import (
     CONSTANTS,
+    CONVOLUTIONS,
     PACKAGE,
     aot_root,
     argument_texts,
@@ -39,6 +46,10 @@ from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.artifacts.store import META
 from earth2studio_compile.metrics import rel_l2, synchronize
 from earth2studio_compile.precision import THRESHOLDS
+
+#: Device types whose first run replays the artifact's recorded convolutions
+#: first: cuDNN's plans and kernels are made at a convolution's first call.
+WARM_DEVICES = frozenset({"cuda"})
 
 
 class SignatureMismatch(ValueError):
@@ -88,12 +99,17 @@ class AotRunner:
         (:func:`~.aot_key.argument_texts`), by default none
     unused : Sequence[str], optional
         The core's parameters whose values do not count, by default none
+    convolutions : Sequence[Mapping[str, Any]], optional
+        The convolutions the artifact made when it was built
+        (:func:`~earth2studio_compile._torch.read_convolutions`), replayed before
+        its first run on a device of :data:`WARM_DEVICES`, by default none
 
     Attributes
     ----------
     phases : dict[str, float]
-        Seconds of ``checksum``, ``aot_load``, ``bind``, then ``first_run`` and,
-        with CUDA graphs, ``cudagraph_capture`` once they happened
+        Seconds of ``checksum``, ``aot_load``, ``bind``, then
+        ``warm_convolutions`` (where the first run replayed them), ``first_run``
+        and, with CUDA graphs, ``cudagraph_capture`` once they happened
     path : Path
         The artifact's directory
     key : str
@@ -119,8 +135,10 @@ class AotRunner:
         made: Mapping[str, torch.Tensor] | None = None,
         arguments: Sequence[str | None] = (),
         unused: Sequence[str] = (),
+        convolutions: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         self.loader = loader
+        self._convolutions = list(convolutions)
         self._arguments = list(arguments)
         # Built for tensors only, a call that passed the shape checks has no other
         # value to compare: the hot path of most cores skips it.
@@ -238,6 +256,7 @@ class AotRunner:
             _precision.scope(compile_flags(self.precision), self.device),
         ):
             if self.calls == 1:
+                self._warm()
                 start = time.perf_counter()
                 out = self.loader.boxed_run(tensors)
                 synchronize(self.device)
@@ -249,6 +268,23 @@ class AotRunner:
             else:
                 out = self.loader.boxed_run(tensors)
         return _torch.tree_unflatten(list(out), self._out_spec)
+
+    def _warm(self) -> None:
+        """Replay the recorded convolutions, in the scope of the run to come."""
+        if not self._convolutions or self.device.type not in WARM_DEVICES:
+            return
+        start = time.perf_counter()
+        try:
+            count = _torch.warm_convolutions(self._convolutions, self.device)
+            synchronize(self.device)
+        except Exception as err:  # only time is lost: the run goes on as before
+            logger.debug(
+                f"Artifact {self.key}: its convolutions were not warmed "
+                f"({type(err).__name__}: {err})"
+            )
+            return
+        self.phases["warm_convolutions"] = time.perf_counter() - start
+        logger.debug(f"Artifact {self.key}: warmed {count} convolutions")
 
     def _replay(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         if self._graph is None:
@@ -351,7 +387,7 @@ def load_runner(
     if not found:
         return f"no artifact for its key {key}" + _differences(fields, directory)
     reason = store.distrust(directory.parent, directory.name, key, PACKAGE)
-    members = [PACKAGE] + ([CONSTANTS] if (path / CONSTANTS).exists() else [])
+    members = [PACKAGE] + [m for m in (CONSTANTS, CONVOLUTIONS) if (path / m).exists()]
     reason = reason or store.check_dir(path, fields, members)
     if reason is not None:
         return f"artifact {path} not used: {reason}"
@@ -368,6 +404,7 @@ def load_runner(
         return (
             f"damaged artifact {path}: could not load it ({type(err).__name__}: {err})"
         )
+    convolutions = _convolutions(path) if CONVOLUTIONS in members else []
     phases["aot_load"], start = _lap(start)
     if cudagraphs is None:
         cudagraphs = wants_cudagraphs(target)
@@ -393,12 +430,26 @@ def load_runner(
             made,
             fields["arguments"],
             target.unused_arguments,
+            convolutions,
         )
     except Exception as err:  # binding failed: the model is not what was built
         return f"could not bind the model to {path} ({type(err).__name__}: {err})"
     # From the loaded library to a runner bound to the live weights.
     phases["bind"], _ = _lap(start)
     return runner
+
+
+def _convolutions(path: Path) -> list[dict[str, Any]]:
+    """The artifact's recorded convolutions; none where the record cannot be read
+    (checksummed, but perhaps of another layout): it only saves time."""
+    try:
+        return _torch.read_convolutions((path / CONVOLUTIONS).read_bytes())
+    except Exception as err:  # the artifact runs as one without a record
+        logger.debug(
+            f"Artifact {path}: its convolution record is not used "
+            f"({type(err).__name__}: {err})"
+        )
+        return []
 
 
 def wants_cudagraphs(target: RegionTarget) -> bool:

@@ -47,7 +47,8 @@ def run_artifact(
     root : Path | None
         Cache root
     laps : Laps | None, optional
-        Where to lap ``key`` (with the load's phases), ``first_run`` and
+        Where to lap ``key`` (with the load's phases), ``first_run`` (with
+        ``warm_convolutions`` where the runner replayed them) and
         ``verify`` (or ``verified_earlier``), by default None
 
     Returns
@@ -68,7 +69,8 @@ def run_artifact(
         laps.lap("key", **{k: runner.phases[k] for k in loaded})
     out = runner(*args, **kwargs)
     if laps is not None:
-        laps.lap("first_run")
+        warmed = {k: v for k, v in runner.phases.items() if k == "warm_convolutions"}
+        laps.lap("first_run", **warmed)
     reason = verified.against_eager(
         runner, target.module, args, kwargs, out, target.precision
     )

@@ -15,6 +15,7 @@ from tiny_cores import (
     window_masks,
 )
 
+from earth2studio_compile.artifacts import aot_build
 from earth2studio_compile.artifacts.aot_build import build_region
 from earth2studio_compile.artifacts.aot_load import (
     AotRunner,
@@ -28,7 +29,8 @@ def test_build_writes_an_artifact_that_matches_eager(built):
     assert built.result.status == "built", built.result
     assert built.result.path.parent == built.root / "aot"
     meta = json.loads((built.result.path / "meta.json").read_text())
-    assert set(meta["sha256"]) == {"model.pt2"}
+    # Its patch embedding is a convolution: recorded.
+    assert set(meta["sha256"]) == {"model.pt2", "convolutions.json"}
     runner = load(built)
     assert isinstance(runner, AotRunner), runner
     out = runner(*built.args)
@@ -89,3 +91,52 @@ def test_a_tensor_the_model_holds_beside_its_weights_is_refused(tmp_path):
     core = HeldTensorCore()
     with pytest.raises(RuntimeError, match="neither parameters nor buffers"):
         build_region(tiny_target(core), (torch.randn(4, 8),), {}, root=tmp_path)
+
+
+def test_a_built_conv_net_keeps_its_distinct_convolutions(conv_built):
+    """The convolutions one run of the artifact makes (channels-last strides, the
+    flags it passes), each once, as a checksummed member beside the package."""
+    _torch = aot_build._torch
+    path, core = conv_built.path, conv_built.core
+    meta = json.loads((path / "meta.json").read_text())
+    assert set(meta["sha256"]) == {"model.pt2", "convolutions.json"}
+    assert "convolutions.json" not in json.dumps(meta["fields"])  # not in the key
+    record = _torch.read_convolutions((path / "convolutions.json").read_bytes())
+    # ``b`` is made twice on inputs of one shape: three distinct, each once.
+    assert len(record) == 3
+    assert len({json.dumps(e, sort_keys=True) for e in record}) == 3
+    weights = sorted(e["tensors"][1][0] for e in record)
+    assert weights == sorted(list(m.weight.shape) for m in (core.a, core.b, core.c))
+    for e in record:
+        size, stride, dtype = e["tensors"][0]
+        m = next(m for m in (core.a, core.b, core.c) if m.in_channels == size[1])
+        assert e["arguments"][:4] == [
+            list(m.stride),
+            list(m.padding),
+            list(m.dilation),
+            m is core.c,
+        ]
+        assert e["arguments"][5] == m.groups and dtype == "float32"
+    # Exactly what a run of the loaded artifact makes, strides included.
+    runner = load_runner(tiny_target(core), conv_built.args, {}, root=conv_built.root)
+    assert isinstance(runner, AotRunner), runner
+    with torch.no_grad():
+        seen = _torch.record_convolutions(lambda: runner(*conv_built.args))
+    assert seen == record
+
+
+def test_a_record_that_fails_leaves_a_whole_artifact_without_one(tmp_path, monkeypatch):
+    from tiny_cores import ConvCore
+
+    def fails(run):
+        raise RuntimeError("no dispatch modes here")
+
+    monkeypatch.setattr(aot_build._torch, "record_convolutions", fails)
+    core, x = ConvCore().eval(), torch.randn(2, 3, 8, 8)
+    path = build_region(tiny_target(core), (x,), {}, root=tmp_path)
+    meta = json.loads((path / "meta.json").read_text())
+    assert set(meta["sha256"]) == {"model.pt2"}
+    assert not (path / "convolutions.json").exists()
+    runner = load_runner(tiny_target(core), (x,), {}, root=tmp_path)
+    assert isinstance(runner, AotRunner), runner
+    assert rel_l2(runner(x), eager(core, (x,))) <= 1e-5

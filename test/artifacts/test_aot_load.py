@@ -20,6 +20,7 @@ from aot_helpers import aot_target, eager, load, tiny_target
 from tiny_cores import SteppedCore
 
 from earth2studio_compile.aot import capture_calls
+from earth2studio_compile.artifacts import aot_load
 from earth2studio_compile.artifacts.aot_build import build_region
 from earth2studio_compile.artifacts.aot_load import (
     AotRunner,
@@ -235,3 +236,165 @@ def test_cuda_graph_runner_keeps_held_outputs(tmp_path):
     for i, out in zip(inputs, outs):
         with torch.no_grad(), scope("fp32", device):
             assert verify(out, core(i), "fp32") is None
+
+
+# -- The recorded convolutions, replayed before the first run -----------------------
+def _conv_runner(conv_built, root=None):
+    runner = load_runner(
+        tiny_target(conv_built.core),
+        conv_built.args,
+        {},
+        root=root if root is not None else conv_built.root,
+    )
+    assert isinstance(runner, AotRunner), runner
+    return runner
+
+
+class _Spy:
+    """A loader that notes each run in ``events``."""
+
+    def __init__(self, loader, events: list[str]) -> None:
+        self.loader, self.events = loader, events
+
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
+
+    def boxed_run(self, tensors):
+        self.events.append("run")
+        return self.loader.boxed_run(tensors)
+
+
+@pytest.fixture
+def warms(monkeypatch):
+    """The CPU warms its convolutions as CUDA does; each replay noted (``"warm
+    <count>"``) in the list returned."""
+    events: list[str] = []
+    real = aot_load._torch.warm_convolutions
+
+    def noted(record, device):
+        count = real(record, device)
+        events.append(f"warm {count}")
+        return count
+
+    monkeypatch.setattr(aot_load, "WARM_DEVICES", frozenset({"cpu", "cuda"}))
+    monkeypatch.setattr(aot_load._torch, "warm_convolutions", noted)
+    return events
+
+
+def test_the_first_call_replays_the_convolutions_before_its_run(conv_built, warms):
+    runner = _conv_runner(conv_built)
+    runner.loader = _Spy(runner.loader, warms)
+    first = runner(*conv_built.args)
+    again = runner(*conv_built.args)
+    assert warms == ["warm 3", "run", "run"]
+    assert runner.phases["warm_convolutions"] >= 0.0
+    assert runner.phases["first_run"] >= 0.0
+    # The replay's outputs are discarded: the artifact's answer is unchanged.
+    plain = _conv_runner(conv_built)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(aot_load, "WARM_DEVICES", frozenset())
+        unwarmed = plain(*conv_built.args)
+    assert "warm_convolutions" not in plain.phases
+    assert torch.equal(first, unwarmed) and torch.equal(again, unwarmed)
+    assert rel_l2(first, eager(conv_built.core, conv_built.args)) <= 1e-5
+
+
+def test_the_cpu_does_not_warm(conv_built):
+    runner = _conv_runner(conv_built)
+    runner(*conv_built.args)
+    assert "warm_convolutions" not in runner.phases
+
+
+def _rewritten(conv_built, root: Path, record: bytes | None) -> Path:
+    """A copy of the conv artifact under ``root`` whose record is ``record``
+    (None: none), its checksums made to match."""
+    from earth2studio_compile.artifacts import store
+
+    target = root / "aot" / conv_built.path.name
+    shutil.copytree(conv_built.path, target)
+    meta = json.loads((target / "meta.json").read_text())
+    member = target / "convolutions.json"
+    if record is None:
+        member.unlink()
+        del meta["sha256"]["convolutions.json"]
+    else:
+        member.write_bytes(record)
+        meta["sha256"]["convolutions.json"] = store.sha256_file(member)
+    (target / "meta.json").write_text(json.dumps(meta))
+    return root
+
+
+_WRONG_CHANNELS = [
+    {
+        "op": "convolution",
+        "tensors": [
+            [[1, 5, 4, 4], [80, 16, 4, 1], "float32"],
+            [[2, 3, 1, 1], [3, 1, 1, 1], "float32"],
+            None,
+        ],
+        "arguments": [[1, 1], [0, 0], [1, 1], False, [0, 0], 1],
+    }
+]
+
+
+@pytest.mark.parametrize(
+    "record",
+    [b"\x00garbled", b'[{"op": "linear"}]', json.dumps(_WRONG_CHANNELS).encode()],
+    ids=["not-json", "not-an-entry", "fails-to-run"],
+)
+def test_a_record_that_cannot_be_replayed_costs_the_warm_up_only(
+    conv_built, tmp_path, warms, record
+):
+    root = _rewritten(conv_built, tmp_path, record)
+    runner = _conv_runner(conv_built, root)
+    out = runner(*conv_built.args)
+    assert "warm_convolutions" not in runner.phases
+    assert rel_l2(out, eager(conv_built.core, conv_built.args)) <= 1e-5
+
+
+def test_an_artifact_without_a_record_runs_as_before(conv_built, tmp_path, warms):
+    """Artifacts built before convolutions were recorded."""
+    runner = _conv_runner(conv_built, _rewritten(conv_built, tmp_path, None))
+    out = runner(*conv_built.args)
+    assert warms == [] and "warm_convolutions" not in runner.phases
+    assert rel_l2(out, eager(conv_built.core, conv_built.args)) <= 1e-5
+
+
+def test_a_record_changed_after_the_build_fails_the_checksum(conv_built, tmp_path):
+    target = tmp_path / "aot" / conv_built.path.name
+    shutil.copytree(conv_built.path, target)
+    (target / "convolutions.json").write_text("[]")
+    reason = load_runner(
+        tiny_target(conv_built.core), conv_built.args, {}, root=tmp_path
+    )
+    assert reason == (
+        f"artifact {target} not used: checksum mismatch for convolutions.json"
+    )
+    (target / "convolutions.json").unlink()
+    reason = load_runner(
+        tiny_target(conv_built.core), conv_built.args, {}, root=tmp_path
+    )
+    assert isinstance(reason, str) and "checksums and members differ" in reason
+
+
+@pytest.mark.gpu
+def test_a_conv_artifact_warms_its_convolutions_on_cuda(tmp_path):
+    """On CUDA the first call replays the recorded convolutions (a phase of its
+    own) and the artifact still gives eager's answer."""
+    from tiny_cores import ConvCore
+
+    from earth2studio_compile.precision import scope
+
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    core = ConvCore().eval().to(device)
+    x = torch.randn(2, 3, 8, 8, device=device)
+    target = aot_target(core, "tiny_cores.ConvCore", "fp32", device)
+    path = build_region(target, (x,), {}, root=tmp_path)
+    assert (path / "convolutions.json").is_file()
+    runner = load_runner(target, (x,), {}, root=tmp_path)
+    assert isinstance(runner, AotRunner), runner
+    out = runner(x)
+    assert runner.phases["warm_convolutions"] >= 0.0
+    with torch.no_grad(), scope("fp32", device):
+        assert verify(out, core(x), "fp32") is None

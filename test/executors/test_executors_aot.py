@@ -33,6 +33,21 @@ def test_a_session_runs_the_artifact_when_its_key_matches(built, monkeypatch):
     assert "ahead-of-time artifact" in region_summary(region)
 
 
+def test_the_replayed_convolutions_are_a_phase_of_the_first_call(built, monkeypatch):
+    """Where the device warms them (CUDA; here the CPU made to), the replay is a
+    lap of its own inside the first run's, and the laps still add up."""
+    from earth2studio_compile.artifacts import aot_load
+
+    monkeypatch.setattr(aot_load, "WARM_DEVICES", frozenset({"cpu", "cuda"}))
+    unverified(built.root)
+    out, _, region = session_call(built, built.root, monkeypatch)
+    assert region.executor == "aot", region
+    assert region.phases["warm_convolutions"] >= 0.0
+    assert region.phases["first_run"] >= 0.0
+    assert region.first_call_seconds == pytest.approx(region.compile_seconds)
+    assert rel_l2(out, eager(built.core, built.args)) < 1e-5
+
+
 def test_a_wrong_artifact_takes_the_dynamo_path_with_one_warning(
     built, planted, monkeypatch
 ):
