@@ -25,11 +25,8 @@ from earth2studio_compile import precision as _precision
 from earth2studio_compile._torch import MODULE_SLOT, tree_map
 from earth2studio_compile.artifacts import hints, speed, verified
 from earth2studio_compile.artifacts.aot_build import build_region, detached
-from earth2studio_compile.artifacts.aot_load import (
-    AotRunner,
-    load_runner,
-    wants_cudagraphs,
-)
+from earth2studio_compile.artifacts.aot_load import load_runner, wants_cudagraphs
+from earth2studio_compile.artifacts.aot_runner import AotRunner
 from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.cache import (
     cache_root,

@@ -32,5 +32,6 @@ ever giving a wrong answer:
 
 Ahead-of-time modules: :mod:`.aot_key` (what the key hashes about the core, the
 layout), :mod:`.aot_build` (export and compile one region), :mod:`.aot_load`
-(load, bind, run with CUDA graphs, verify).
+(load, bind, verify), :mod:`.aot_runner` (the loaded runner: bind, run with CUDA
+graphs).
 """

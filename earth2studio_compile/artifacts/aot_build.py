@@ -160,7 +160,7 @@ def _recorded_convolutions(
     kwargs: Mapping[str, Any],
 ) -> list[dict[str, Any]]:
     """The distinct convolutions one run of the package makes, bound as
-    :class:`~.aot_load.AotRunner` binds it and in its scope; none where they
+    :class:`~.aot_runner.AotRunner` binds it and in its scope; none where they
     cannot be recorded.
 
     Replayed before an artifact's first run on CUDA (:data:`.aot_key.CONVOLUTIONS`),

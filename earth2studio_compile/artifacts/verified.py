@@ -29,7 +29,7 @@ from earth2studio_compile.artifacts.aot_key import PACKAGE
 from earth2studio_compile.artifacts.aot_load import load_runner, verify
 
 if TYPE_CHECKING:
-    from earth2studio_compile.artifacts.aot_load import AotRunner
+    from earth2studio_compile.artifacts.aot_runner import AotRunner
     from earth2studio_compile.artifacts.key import RegionTarget
 
 __all__ = [

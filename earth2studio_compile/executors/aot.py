@@ -9,11 +9,8 @@ from loguru import logger
 
 from earth2studio_compile import _torch
 from earth2studio_compile.artifacts import verified
-from earth2studio_compile.artifacts.aot_load import (
-    AotRunner,
-    SignatureMismatch,
-    load_runner,
-)
+from earth2studio_compile.artifacts.aot_load import load_runner
+from earth2studio_compile.artifacts.aot_runner import AotRunner, SignatureMismatch
 from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.executors.base import Declined, Measured, Target
 from earth2studio_compile.metrics import Laps

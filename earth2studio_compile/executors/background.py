@@ -23,10 +23,7 @@ from loguru import logger
 
 from earth2studio_compile import _torch
 from earth2studio_compile.artifacts import background
-from earth2studio_compile.artifacts.aot_load import (
-    AotRunner,
-    SignatureMismatch,
-)
+from earth2studio_compile.artifacts.aot_runner import AotRunner, SignatureMismatch
 from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.executors.aot import run_artifact
 from earth2studio_compile.executors.base import Declined, Measured, Target

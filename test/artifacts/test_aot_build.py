@@ -17,11 +17,8 @@ from tiny_cores import (
 
 from earth2studio_compile.artifacts import aot_build
 from earth2studio_compile.artifacts.aot_build import build_region
-from earth2studio_compile.artifacts.aot_load import (
-    AotRunner,
-    load_runner,
-    verify,
-)
+from earth2studio_compile.artifacts.aot_load import load_runner, verify
+from earth2studio_compile.artifacts.aot_runner import AotRunner
 from earth2studio_compile.metrics import rel_l2
 
 

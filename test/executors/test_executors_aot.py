@@ -36,9 +36,9 @@ def test_a_session_runs_the_artifact_when_its_key_matches(built, monkeypatch):
 def test_the_replayed_convolutions_are_a_phase_of_the_first_call(built, monkeypatch):
     """Where the device warms them (CUDA; here the CPU made to), the replay is a
     lap of its own inside the first run's, and the laps still add up."""
-    from earth2studio_compile.artifacts import aot_load
+    from earth2studio_compile.artifacts import aot_runner
 
-    monkeypatch.setattr(aot_load, "WARM_DEVICES", frozenset({"cpu", "cuda"}))
+    monkeypatch.setattr(aot_runner, "WARM_DEVICES", frozenset({"cpu", "cuda"}))
     unverified(built.root)
     out, _, region = session_call(built, built.root, monkeypatch)
     assert region.executor == "aot", region
