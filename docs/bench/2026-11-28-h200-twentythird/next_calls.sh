@@ -16,6 +16,7 @@
 #   timeout 420 python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 test \
 #     --junitxml="$OUT/gpu-suite.xml"                                           # ~310 s
 #   bash docs/bench/2026-11-28-h200-twentythird/next_calls.sh "$OUT" th-cuda    # ~400 s?
+#   bash docs/bench/2026-11-27-h100-fourteenth/next_calls.sh "$OUT" spy         # ~150 s
 # build, first-run, dlwp-disk, memory: after the convolution warm-up (helper
 #   convwarm: the artifact's convolutions recorded at the build and replayed on
 #   empty tensors, the GIL free, before its first run). Read first-run's DLWP
@@ -24,6 +25,11 @@
 #   0.34-0.46). If the first run did not shorten, the plans did not match: rerun
 #   gil_probe.py with a longer timeout (its param-warm child did not run here).
 # fcn: FCN's artifact has one convolution; its rows check nothing got slower.
+#   FCN's steady state is 1.44x its compute floor here, the workflow waiting 0.77 s
+#   for free host buffers: its writes ran at ~5.3 GB/s in the call against the
+#   chunk floor's 12.3 (DLWP's reach their floor). spy (carry also ".whl-spy"):
+#   py-spy --idle --threads over the compiled FCN call: are the put threads busy
+#   all along, or waiting (for the GIL, for copies)?
 # th-cuda (issue 33; carry [".whl", ".shim", ".whl-fcn3", ".whl-thsrc"], the last
 #   from `bash .ci/fetch-th-cuda-source.sh`): the PyPI torch-harmonics 0.9.2 wheel
 #   runs DISCO only on the CPU, so FCN3's published GPU test failed here; build
