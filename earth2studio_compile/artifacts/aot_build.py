@@ -121,9 +121,8 @@ def _in_torch(module: str) -> bool:
 
 def _as_packaged(
     made: dict[str, torch.Tensor],
-    package: Path,
+    names: Sequence[str],
     live: Mapping[str, torch.Tensor],
-    device: torch.device,
     label: str,
 ) -> dict[str, torch.Tensor]:
     """``made`` under the names the compiled package asks for them by.
@@ -136,7 +135,6 @@ def _as_packaged(
     unambiguous (one such), refused otherwise. The first call of a loaded
     artifact is verified against eager all the same.
     """
-    names = list(_torch.aoti_loader(str(package), device).get_constant_fqns())
     wanted = [n for n in names if strip_core(n) not in live and n not in made]
     if not wanted:
         return made
@@ -152,23 +150,22 @@ def _as_packaged(
 
 
 def _recorded_convolutions(
-    package: Path,
+    loader: Any,
     made: Mapping[str, torch.Tensor],
     live: Mapping[str, torch.Tensor],
     target: RegionTarget,
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
 ) -> list[dict[str, Any]]:
-    """The distinct convolutions one run of the package makes, bound as
-    :class:`~.aot_runner.AotRunner` binds it and in its scope; none where they
-    cannot be recorded.
+    """The distinct convolutions one run of the staged package (``loader``) makes,
+    bound as :class:`~.aot_runner.AotRunner` binds it and in its scope; none where
+    they cannot be recorded.
 
     Replayed before an artifact's first run on CUDA (:data:`.aot_key.CONVOLUTIONS`),
     a record only saves time: a failure here never fails the build.
     """
     try:
         device = target.device
-        loader = _torch.aoti_loader(str(package), device)
         tensors = {}
         for name in loader.get_constant_fqns():
             short = strip_core(name)
@@ -312,14 +309,14 @@ def build_region(
                 _inductor_configs(policy.mode, policy.options, target.device),
             )
         timings["compile"] = time.perf_counter() - start
-        made = _as_packaged(made, tmp / PACKAGE, live, target.device, label)
+        # One load serves the constants' names and the convolutions' record.
+        loader = _torch.aoti_loader(str(tmp / PACKAGE), target.device)
+        made = _as_packaged(made, list(loader.get_constant_fqns()), live, label)
         members = [PACKAGE]
         if made:
             torch.save(made, tmp / CONSTANTS)
             members.append(CONSTANTS)
-        convolutions = _recorded_convolutions(
-            tmp / PACKAGE, made, live, target, args, kwargs
-        )
+        convolutions = _recorded_convolutions(loader, made, live, target, args, kwargs)
         if convolutions:
             (tmp / CONVOLUTIONS).write_text(json.dumps(convolutions))
             members.append(CONVOLUTIONS)
