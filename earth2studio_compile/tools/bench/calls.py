@@ -437,6 +437,8 @@ def builds_cancelled_on_sigterm() -> Iterator[None]:
 
 def main() -> None:
     spec, out = json.loads(sys.argv[1]), Path(sys.argv[2])
+    if spec.get("switch_interval") is not None:  # the whole process, as a user's
+        sys.setswitchinterval(spec["switch_interval"])
     with builds_cancelled_on_sigterm():
         with tempfile.TemporaryDirectory(dir=spec.get("workdir")) as tmp:
             run(spec, out, Path(tmp))

@@ -181,6 +181,14 @@ _RUNS_TWENTYTHIRD = tuple(
         "fcn-ens-58ee37a.json",
     )
 )
+_TWENTYFOURTH = "2026-11-29-h200-twentyfourth/"
+_RUNS_TWENTYFOURTH = tuple(
+    _TWENTYFOURTH + f
+    for f in (
+        "dlwp-ens-memory-a3ecc5f.json",
+        "dlwp-ens-all-a3ecc5f.json",
+    )
+)
 MODELS = "docs/models.md"
 FIGURES: tuple[Figure, ...] = (
     Figure(
@@ -473,6 +481,13 @@ FIGURES: tuple[Figure, ...] = (
         "ensembles-h200-twentythird-first",
         PERF,
         _RUNS_TWENTYTHIRD,
+        workflow_first_steps,
+    ),
+    Figure("ensembles-h200-twentyfourth", PERF, _RUNS_TWENTYFOURTH, workflow),
+    Figure(
+        "ensembles-h200-twentyfourth-first",
+        PERF,
+        _RUNS_TWENTYFOURTH,
         workflow_first_steps,
     ),
 )

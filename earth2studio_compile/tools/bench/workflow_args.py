@@ -150,6 +150,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "drawn before the clock and kept, as a user whose initial state is on "
         "hand; the call still fetches through it); default random",
     )
+    p.add_argument(
+        "--switch-interval",
+        type=float,
+        default=None,
+        help="the interpreter's switch interval in every child, in seconds "
+        "(sys.setswitchinterval; default Python's, 0.005): how soon a thread "
+        "running Python lets another have the GIL, e.g. a writer back from a "
+        "system call",
+    )
     p.add_argument("--workdir", type=Path, default=None, help="caches and stores")
     p.add_argument(
         "--cache-from",
@@ -181,6 +190,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         value = getattr(args, name)
         if value is not None and value < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, not {value}")
+    if args.switch_interval is not None and not args.switch_interval > 0:
+        p.error(f"--switch-interval must be > 0 seconds, not {args.switch_interval}")
     if args.fresh_repeats < 1:
         p.error(f"--fresh-repeats must be >= 1, not {args.fresh_repeats}")
     if args.cold_repeats is None:

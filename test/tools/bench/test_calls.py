@@ -4,6 +4,7 @@ ensemble's calls with overlapped writes, and the storage floor's writer pool."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -180,3 +181,22 @@ def test_a_child_stopped_by_sigterm_cancels_its_background_build(
     assert job.poll() == "failed" and job.reason == "cancelled"
     with pytest.raises(ProcessLookupError):
         os.kill(job.pid, 0)  # gone, and reaped
+
+
+def test_a_child_runs_with_the_switch_interval_it_was_given(tmp_path, monkeypatch):
+    """--switch-interval reaches the child: its whole process runs with it; a spec
+    without one leaves the process's own."""
+    from earth2studio_compile.tools.bench import calls
+
+    seen = []
+    monkeypatch.setattr(calls, "run", lambda *a: seen.append(sys.getswitchinterval()))
+    before = sys.getswitchinterval()
+    try:
+        for given in ({"switch_interval": 0.0002}, {}):
+            sys.setswitchinterval(0.003)
+            argv = ["calls", json.dumps({**given, "workdir": str(tmp_path)}), "out"]
+            monkeypatch.setattr(sys, "argv", argv)
+            calls.main()
+    finally:
+        sys.setswitchinterval(before)
+    assert seen == [pytest.approx(0.0002), pytest.approx(0.003)]

@@ -39,6 +39,10 @@ def test_workflow_plan_pairs_and_shares_caches():
     assert {s["writers"] for s in specs if s["kind"] == "floor"} == {8}
     args = workflow.parse(["--device", "cpu", "--jobs", "fcn", "--writers", "3"])
     assert [s["writers"] for s in workflow.plan(args) if s["kind"] == "floor"] == [3]
+    # Python's switch interval stays the child's own unless asked for.
+    assert all("switch_interval" not in s for s in specs)
+    args = workflow.parse(["--device", "cpu", "--switch-interval", "0.0002"])
+    assert {s["switch_interval"] for s in workflow.plan(args)} == {0.0002}
     small = workflow.parse(["--device", "cpu", "--jobs", "ens:toy,det:toy"])
     small.members, small.batch_size = 2, 8
     job = workflow_args.job_spec(argparse.ArgumentParser(), "ens:toy", small)
@@ -61,6 +65,7 @@ def test_workflow_plan_pairs_and_shares_caches():
         (["--steps", "0"], "--steps must be >= 1, not 0"),
         (["--device", "tpu"], "--device must be cuda or cpu"),
         (["--writers", "0"], "--writers must be >= 1, not 0"),
+        (["--switch-interval", "0"], "--switch-interval must be > 0 seconds, not 0"),
         (["--cache-from", "/no/such/dir"], "--cache-from: /no/such/dir is not a"),
         (
             ["--cache-from", ".", "--ways", "cold,warm"],
