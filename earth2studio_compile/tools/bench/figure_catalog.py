@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from earth2studio_compile.tools.bench.model_runs import model_runs
 from earth2studio_compile.tools.bench.tables import (
     Renderer,
     cluster,
@@ -482,6 +483,17 @@ FIGURES: tuple[Figure, ...] = (
         PERF,
         _RUNS_TWENTYTHIRD,
         workflow_first_steps,
+    ),
+    Figure(
+        "models-runs",
+        MODELS,
+        (
+            _NINTH + "aurora-rollout-b3a8d58.json",
+            _NINTH + "stormcast-aot-b3a8d58.json",
+            _TWENTYTHIRD + "fcn-ens-58ee37a.json",
+            _TWENTYFOURTH + "dlwp-ens-all-a3ecc5f.json",
+        ),
+        model_runs(),
     ),
     Figure("ensembles-h200-twentyfourth", PERF, _RUNS_TWENTYFOURTH, workflow),
     Figure(
