@@ -8,7 +8,8 @@
 #   export PYTHONPATH=/tmp/site:$PWD/.shim:$PWD PYTHONUNBUFFERED=1
 #   export EARTH2STUDIO_COMPILE_BENCH_COMMIT=<the commit of the tree sent>
 # carry [".whl", ".shim"] (spy: also ".whl-spy"; th-cuda: also ".whl-fcn3" and
-# ".whl-thsrc", from `bash .ci/fetch-th-cuda-source.sh`).
+# ".whl-thcuda" from `bash .ci/build-th-cuda-wheel.sh`, else ".whl-thsrc" from
+# `bash .ci/fetch-th-cuda-source.sh`).
 # In order, one hold (about 1600 s):
 #   bash docs/bench/2026-11-27-h100-twelfth/next_calls.sh "$OUT" build fcn   # ~160 s
 #   bash docs/bench/2026-11-29-h200-twentyfourth/next_calls.sh "$OUT" convoy # ~100 s
@@ -31,9 +32,11 @@
 # th-cuda (issue 33): the PyPI torch-harmonics 0.9.2 wheel has DISCO kernels for
 #   the CPU only (FCN3's published GPU test failed on it). This session's pip build
 #   of the tagged source with CUDA kernels ran past 380 s at its disco step 5 of 7
-#   (then the attention extension: 14 more). Here: built in place in /tmp/thsrc
-#   (ninja resumes where a timed-out call left it), DISCO's CUDA kernels only
-#   (FCN3 uses no torch-harmonics attention), then FCN3's GPU test on it.
+#   (then the attention extension: 14 more). With `.whl-thcuda` carried (the wheel
+#   `bash .ci/build-th-cuda-wheel.sh` builds on the CPU machine, which has nvcc):
+#   installed, then FCN3's GPU test (~150 s). Without it: built in place in
+#   /tmp/thsrc (ninja resumes where a timed-out call left it), DISCO's CUDA
+#   kernels only (FCN3 uses no torch-harmonics attention), then the test.
 set -uo pipefail
 out="$1"
 phase="$2"
@@ -51,6 +54,12 @@ case "$phase" in
     sed -n '/Whole call/,/^$/p' "$out/fcn-ens-switch.log" | tail -6
     ;;
   th-cuda)
+    if ls .whl-thcuda/*.whl >/dev/null 2>&1; then # built on the CPU machine
+      python3 -m pip install -q --no-index --no-deps --target /tmp/thcuda .whl-thcuda/*.whl
+      export PYTHONPATH=/tmp/thcuda:$PYTHONPATH
+      bash docs/bench/2026-11-28-h200-twentyfirst/next_calls.sh "$out" fcn3-gpu
+      exit
+    fi
     command -v nvcc || { echo "no nvcc on this machine: no CUDA build" >&2; exit 3; }
     src=/tmp/thsrc/torch-harmonics-0.9.2
     if [ ! -d "$src" ]; then
