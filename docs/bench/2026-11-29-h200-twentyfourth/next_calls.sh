@@ -16,9 +16,9 @@
 #   bash docs/bench/2026-11-28-h100-nineteenth/next_calls.sh "$OUT" fcn      # ~220 s
 #   bash docs/bench/2026-11-29-h200-twentyfourth/next_calls.sh "$OUT" switch # ~150 s
 #   bash docs/bench/2026-11-27-h100-fourteenth/next_calls.sh "$OUT" spy      # ~150 s
-#   bash docs/bench/2026-11-29-h200-twentyfourth/next_calls.sh "$OUT" th-cuda  # ~500 s,
-#     again in the next call if its build ran out of time (it resumes), then the
-#     FCN3 test runs
+#   bash docs/bench/2026-11-29-h200-twentyfourth/next_calls.sh "$OUT" th-cuda  # ~150 s
+#     with .whl-thcuda carried (else ~500 s of build, again in the next call if it
+#     ran out of time: it resumes), then the FCN3 test runs
 # convoy, switch (issue 34, target 3): FCN's steady state is 1.44x its compute
 #   floor, DLWP's at its storage floor. FCN's workflow thread spends ~27 ms of CPU a
 #   step in Python, DLWP's ~7; every chunk's four system calls hand the GIL back to
