@@ -28,7 +28,10 @@
 #   step, at the default interval and at 0.2 ms. switch: the compiled FCN row and
 #   eager + OverlappedIO again with --switch-interval 0.0002. If Python-busy
 #   slows the writes and the short interval brings FCN's steady state to its
-#   floor, the library sets the interval for a compile=True call (restored after).
+#   floor, the library sets the interval for a compile=True call (restored after):
+#   `git am docs/bench/2026-11-29-h200-twentyfourth/switchinterval.patch` (made and
+#   CPU-tested this session, not merged: io/switching.py, wired into run.py), then
+#   nineteenth `fcn` again on it.
 # th-cuda (issue 33): the PyPI torch-harmonics 0.9.2 wheel has DISCO kernels for
 #   the CPU only (FCN3's published GPU test failed on it). This session's pip build
 #   of the tagged source with CUDA kernels ran past 380 s at its disco step 5 of 7
