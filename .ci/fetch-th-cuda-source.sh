@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The source of torch-harmonics 0.9.2, for a build with its CUDA kernels on the GPU
-# machine (issue 33: the zoo's FCN3 at its published size).
+# The source of torch-harmonics 0.9.2, for a build with its CUDA kernels
+# (issue 33: the zoo's FCN3 at its published size; .ci/build-th-cuda-wheel.sh
+# builds it, on this machine, and says why).
 #
 # The PyPI wheel of torch-harmonics 0.9.2 (the version for the GPU machine's torch
 # 2.11) carries its DISCO kernels for the CPU only, and its convolution takes that
@@ -9,20 +10,10 @@
 # of 0.9.x, so the tagged source is archived from a git repository of
 # NVIDIA/torch-harmonics (a local mirror given as REPO, else cloned from GitHub):
 # the package, setup.py, pyproject.toml, README and licence, without the notebooks;
-# beside it the wheels of setuptools-scm, which its build needs (not on the
-# machine's image: the build runs without isolation, there being no network).
+# beside it the wheels of setuptools-scm, which its build needs (the build runs
+# without isolation).
 #
 #   bash .ci/fetch-th-cuda-source.sh [REPO] [DEST]
-#
-# and on the GPU machine (carry [".whl", ".shim", DEST]; nvcc must be on the
-# machine: `which nvcc` first):
-#   pip install --no-index --no-deps --target /tmp/thbuild DEST/*.whl
-#   PYTHONPATH=/tmp/thbuild:$PYTHONPATH SETUPTOOLS_SCM_PRETEND_VERSION=0.9.2 \
-#     TORCH_HARMONICS_BUILD_CUDA_EXTENSION=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 \
-#     python3 -m pip wheel -q --no-deps --no-build-isolation -w /tmp/thw \
-#     DEST/torch-harmonics-0.9.2.tar.gz
-#   pip install --no-index --no-deps --target /tmp/thcuda /tmp/thw/*.whl
-#   export PYTHONPATH=/tmp/thcuda:/tmp/fcn3:/tmp/site:$PWD/.shim:$PWD
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="${1:-}"

@@ -362,14 +362,26 @@ def lookup(model: Any) -> tuple[str, ModelSpec] | None:
     return None
 
 
+def shipped_entries() -> list[str]:
+    """The table's keys of Earth2Studio's own classes (not users' registrations),
+    in the published table's order: by class name, case aside.
+
+    Returns
+    -------
+    list[str]
+        Dotted class paths, ``earth2studio.models.px.<module>.<Class>``
+    """
+    shipped = [k for k in MODEL_TABLE if k.startswith(_PX)]
+    return sorted(shipped, key=lambda k: k.rsplit(".", 1)[-1].lower())
+
+
 def table_markdown() -> str:
     """The model table as Markdown, as published in ``docs/models.md``."""
     lines = [
         "| model | compiled region(s) | kept eager inside | notes / why eager |",
         "| --- | --- | --- | --- |",
     ]
-    shipped = [k for k in MODEL_TABLE if k.startswith(_PX)]  # not users' registrations
-    for key in sorted(shipped, key=lambda k: k.rsplit(".", 1)[-1].lower()):
+    for key in shipped_entries():
         spec = MODEL_TABLE[key]
         name = key.rsplit(".", 1)[-1]
         regions = ", ".join(f"`{r}`" for r in spec.regions)

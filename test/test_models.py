@@ -127,9 +127,13 @@ def test_zoo_sfno_takes_the_public_torch_harmonics_spec():
     # The table names the zoo's class by string; a rename would leave the entry dead.
     cls = zoo.SFNOPrognostic
     assert lookup(cls) == (f"{cls.__module__}.{cls.__qualname__}", TORCH_HARMONICS_SFNO)
-    from earth2studio_compile.models import table_markdown
+    from earth2studio_compile.models import shipped_entries, table_markdown
 
     assert "SFNOPrognostic" not in table_markdown()  # published: Earth2Studio's only
+    shipped = shipped_entries()
+    assert all(k.startswith("earth2studio.models.px.") for k in shipped)
+    rows = [r.split("|")[1].strip() for r in table_markdown().splitlines()[2:]]
+    assert rows == [k.rsplit(".", 1)[-1] for k in shipped]  # the table's order
 
 
 _IMPORT_TOOLS = """

@@ -8,8 +8,7 @@
 #   export PYTHONPATH=/tmp/site:$PWD/.shim:$PWD PYTHONUNBUFFERED=1
 #   export EARTH2STUDIO_COMPILE_BENCH_COMMIT=<the commit of the tree sent>
 # carry [".whl", ".shim"] (spy: also ".whl-spy"; th-cuda: also ".whl-fcn3" and
-# ".whl-thcuda" from `bash .ci/build-th-cuda-wheel.sh`, else ".whl-thsrc" from
-# `bash .ci/fetch-th-cuda-source.sh`).
+# ".whl-thcuda", from `bash .ci/build-th-cuda-wheel.sh`).
 # In order, one hold (about 1600 s):
 #   bash docs/bench/2026-11-27-h100-twelfth/next_calls.sh "$OUT" build fcn   # ~160 s
 #   bash docs/bench/2026-11-29-h200-twentyfourth/next_calls.sh "$OUT" convoy # ~100 s
@@ -17,8 +16,6 @@
 #   bash docs/bench/2026-11-29-h200-twentyfourth/next_calls.sh "$OUT" switch # ~150 s
 #   bash docs/bench/2026-11-27-h100-fourteenth/next_calls.sh "$OUT" spy      # ~150 s
 #   bash docs/bench/2026-11-29-h200-twentyfourth/next_calls.sh "$OUT" th-cuda  # ~150 s
-#     with .whl-thcuda carried (else ~500 s of build, again in the next call if it
-#     ran out of time: it resumes), then the FCN3 test runs
 # convoy, switch (issue 34, target 3): FCN's steady state is 1.44x its compute
 #   floor, DLWP's at its storage floor. FCN's workflow thread spends ~27 ms of CPU a
 #   step in Python, DLWP's ~7; every chunk's four system calls hand the GIL back to
@@ -35,11 +32,9 @@
 # th-cuda (issue 33): the PyPI torch-harmonics 0.9.2 wheel has DISCO kernels for
 #   the CPU only (FCN3's published GPU test failed on it). This session's pip build
 #   of the tagged source with CUDA kernels ran past 380 s at its disco step 5 of 7
-#   (then the attention extension: 14 more). With `.whl-thcuda` carried (the wheel
-#   `bash .ci/build-th-cuda-wheel.sh` builds on the CPU machine, which has nvcc):
-#   installed, then FCN3's GPU test (~150 s). Without it: built in place in
-#   /tmp/thsrc (ninja resumes where a timed-out call left it), DISCO's CUDA
-#   kernels only (FCN3 uses no torch-harmonics attention), then the test.
+#   (then the attention extension: 14 more). Here: the wheel
+#   `bash .ci/build-th-cuda-wheel.sh` builds on the CPU machine (which has nvcc),
+#   carried in `.whl-thcuda`, installed, then FCN3's GPU test.
 set -uo pipefail
 out="$1"
 phase="$2"
@@ -57,36 +52,10 @@ case "$phase" in
     sed -n '/Whole call/,/^$/p' "$out/fcn-ens-switch.log" | tail -6
     ;;
   th-cuda)
-    if ls .whl-thcuda/*.whl >/dev/null 2>&1; then # built on the CPU machine
-      python3 -m pip install -q --no-index --no-deps --target /tmp/thcuda .whl-thcuda/*.whl
-      export PYTHONPATH=/tmp/thcuda:$PYTHONPATH
-      bash docs/bench/2026-11-28-h200-twentyfirst/next_calls.sh "$out" fcn3-gpu
-      exit
-    fi
-    command -v nvcc || { echo "no nvcc on this machine: no CUDA build" >&2; exit 3; }
-    src=/tmp/thsrc/torch-harmonics-0.9.2
-    if [ ! -d "$src" ]; then
-      mkdir -p /tmp/thsrc && tar xzf .whl-thsrc/torch-harmonics-0.9.2.tar.gz -C /tmp/thsrc
-      python3 -m pip install -q --no-index --no-deps --target /tmp/thbuild .whl-thsrc/*.whl
-      # FCN3 uses DISCO, not torch-harmonics' attention: its 9 CUDA files stay out.
-      python3 - "$src/setup.py" <<'EOF'
-import sys
-p = sys.argv[1]
-s = open(p).read()
-old = '    if BUILD_CUDA:\n        print("Compiling attention CUDA kernels'
-assert old in s, "setup.py: the attention block moved"
-open(p, "w").write(s.replace(old, '    if False:\n        print("Compiling attention CUDA kernels', 1))
-EOF
-      printf 'version = "0.9.2"\n__version__ = version\n' >"$src/torch_harmonics/_version.py"
-    fi
-    start=$(date +%s)
-    (cd "$src" && PYTHONPATH=/tmp/thbuild:$PYTHONPATH SETUPTOOLS_SCM_PRETEND_VERSION=0.9.2 \
-      TORCH_HARMONICS_BUILD_CUDA_EXTENSION=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 \
-      timeout "${TH_BUILD_S:-450}" python3 setup.py build_ext --inplace >>"$out/th-build.log" 2>&1)
-    echo "build rc=$? in $(($(date +%s) - start)) s"
-    grep -E '\[[0-9]+/[0-9]+\]' "$out/th-build.log" | cut -c1-60 | tail -3
-    ls "$src"/torch_harmonics/disco/_C*.so "$src"/disco_helpers*.so || exit 4
-    export PYTHONPATH=$src:$PYTHONPATH
+    ls .whl-thcuda/*.whl >/dev/null 2>&1 ||
+      { echo "carry .whl-thcuda (bash .ci/build-th-cuda-wheel.sh)" >&2; exit 3; }
+    python3 -m pip install -q --no-index --no-deps --target /tmp/thcuda .whl-thcuda/*.whl
+    export PYTHONPATH=/tmp/thcuda:$PYTHONPATH
     bash docs/bench/2026-11-28-h200-twentyfirst/next_calls.sh "$out" fcn3-gpu
     ;;
   *) echo "phase: convoy, switch or th-cuda (the others: the paths above)" >&2; exit 2 ;;

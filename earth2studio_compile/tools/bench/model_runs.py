@@ -1,6 +1,7 @@
 """Issue 33's column of the model table: where each entry was run, and what it gave.
 
-One row per Earth2Studio class of :func:`earth2studio_compile.models.table_markdown`,
+One row per Earth2Studio class of the model table
+(:func:`earth2studio_compile.models.shipped_entries`),
 with the strongest evidence the records under ``docs/bench/`` hold for it:
 
 1. speed at published size on a GPU: a rollout of the bench CLI (``results``), one
@@ -23,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from earth2studio_compile.models import table_markdown
+from earth2studio_compile.models import shipped_entries
 from earth2studio_compile.tools.bench.tables import number
 
 __all__ = ["CPU_TESTS", "GPU_TESTS", "ZOO_CLASSES", "junit_outcome", "model_runs"]
@@ -123,8 +124,7 @@ def junit_outcome(record: Path, test: str) -> str:
 
 
 def _classes() -> list[str]:
-    rows = table_markdown().splitlines()[2:]
-    return [row.split("|")[1].strip() for row in rows]
+    return [key.rsplit(".", 1)[-1] for key in shipped_entries()]
 
 
 def _gpu_test(cls: str, bench: Path, link: str) -> str | None:
@@ -165,9 +165,9 @@ def _from_rollouts(data: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
         mine = [r for r in rows if r["model"] == model]
         fp32 = [r for r in mine if r["precision"] == "fp32" and r["mode"] == "eager"]
         for precision in ("tf32", "bf16"):
-            eager = [r for r in mine if r["precision"] == precision]
-            compiled = [r for r in eager if r["mode"] != "eager"]
-            eager = [r for r in eager if r["mode"] == "eager"] or fp32
+            rows_of = [r for r in mine if r["precision"] == precision]
+            compiled = [r for r in rows_of if r["mode"] != "eager"]
+            eager = [r for r in rows_of if r["mode"] == "eager"] or fp32
             if cls is None or not compiled:
                 continue
             c, e = compiled[-1], eager[-1]  # later rows: the current code's

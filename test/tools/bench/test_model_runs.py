@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from earth2studio_compile.models import table_markdown
+from earth2studio_compile.models import shipped_entries
 from earth2studio_compile.tools.bench import model_runs
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -20,7 +20,7 @@ _JUNIT = """<testsuites><testsuite>
 
 
 def _classes() -> set[str]:
-    return {row.split("|")[1].strip() for row in table_markdown().splitlines()[2:]}
+    return {key.rsplit(".", 1)[-1] for key in shipped_entries()}
 
 
 def test_the_catalogs_name_classes_tests_and_records_that_exist():
