@@ -106,11 +106,17 @@ _AURORA_ENSEMBLE = ModelSpec(
 # support; under "bf16" they run in fp32 (class names from makani's and fme's
 # sources: not run here, since neither package installs on these machines).
 _SPECTRAL = ("SpectralConvS2", "DistributedSpectralConvS2")
+# torch-harmonics 0.9.2's ResampleS2 (FCN3's decoders; the release with CUDA DISCO
+# kernels for torch 2.11) branches on a bool tensor, a data-dependent jump for
+# Dynamo: three graph breaks per decoder on an H200. Called as one opaque operator,
+# each decoder stays one graph; 0.9.3 keeps a Python bool.
 _MAKANI = ModelSpec(
     regions=("model.model.model",),
     exclude=_SHT,
+    opaque=("ResampleS2",),
     fp32_modules=_SPECTRAL,
-    note="makani network under its datetime-taking wrappers; SHTs stay eager",
+    note="makani network under its datetime-taking wrappers; SHTs stay eager; "
+    "torch-harmonics' resampling runs eagerly inside the graph",
 )
 # Run on the CPU (zoo "ace2", small, fme 2026.10.0 with torch-harmonics 0.8.0): the
 # network with its SHTs split off (the entry before) compiled as ten graphs, one per
