@@ -84,20 +84,21 @@ def compiled_workflow_within_eager_rounding(
     model: torch.nn.Module,
     nsteps: int,
     full_precision: Callable[[], AbstractContextManager],
+    margin: float,
     device: str = "cpu",
     restart: Restart | None = None,
 ) -> tuple[CompileReport, float, float]:
     """For a wrapper that lowers its own precision (FCN3's bf16 autocast beside
     torch-harmonics' CUDA kernels): compiled and eager runs round differently, so
-    the compiled run may move each variable away from eager's by at most what
-    eager's own rounding moved it from the same wrapper run eagerly in fp32 (inside
-    ``full_precision()``), after step 1 (relative L2).
+    both are judged against the same wrapper run eagerly in fp32 (inside
+    ``full_precision()``), after step 1: the compiled run's relative L2 there may
+    be at most ``margin`` times eager's own, variable by variable.
 
     Returns
     -------
     tuple[CompileReport, float, float]
-        The compiled call's report; for the variable nearest its bound, the
-        compiled run's relative L2 to eager and eager's to fp32
+        The compiled call's report; the compiled and the eager run's relative L2 to
+        fp32 for the variable where the compiled run stands worst against eager
     """
     start = snapshot(model) if restart is not None else None
     with full_precision():
@@ -110,14 +111,17 @@ def compiled_workflow_within_eager_rounding(
     ratios, pairs = {}, {}
     for name, values in exact.items():
         # (time, lead_time, ...): lead time 0 is the initial state, equal in all.
-        reference, ours = eager[name][:, 1:], compiled[name][:, 1:]
-        pair = (rel_l2(ours, reference), rel_l2(reference, values[:, 1:]))
+        reference = values[:, 1:]
+        pair = (
+            rel_l2(compiled[name][:, 1:], reference),
+            rel_l2(eager[name][:, 1:], reference),
+        )
         assert pair[1] > 0.0, f"{name}: eager equals fp32: full_precision did nothing"
         pairs[name], ratios[name] = pair, pair[0] / pair[1]
     worst = _worst(ratios)
-    assert ratios[worst] <= 1.0, (
-        f"{worst}: rel L2 {pairs[worst][0]:.2e} to eager, whose own to fp32 is "
-        f"{pairs[worst][1]:.2e}"
+    assert ratios[worst] <= margin, (
+        f"{worst}: rel L2 to fp32 {pairs[worst][0]:.2e} compiled, "
+        f"{pairs[worst][1]:.2e} eager"
     )
     return report, *pairs[worst]
 

@@ -190,6 +190,8 @@ _RUNS_TWENTYFOURTH = tuple(
         "dlwp-ens-all-a3ecc5f.json",
     )
 )
+_TWENTYFIFTH = "2026-11-29-h200-twentyfifth/"
+_RUNS_TWENTYFIFTH = (_TWENTYFIFTH + "fcn-ens-cddd604.json",)
 MODELS = "docs/models.md"
 FIGURES: tuple[Figure, ...] = (
     Figure(
@@ -490,7 +492,7 @@ FIGURES: tuple[Figure, ...] = (
         (
             _NINTH + "aurora-rollout-b3a8d58.json",
             _NINTH + "stormcast-aot-b3a8d58.json",
-            _TWENTYTHIRD + "fcn-ens-58ee37a.json",
+            _TWENTYFIFTH + "fcn-ens-cddd604.json",
             _TWENTYFOURTH + "dlwp-ens-all-a3ecc5f.json",
         ),
         model_runs(),
@@ -500,6 +502,13 @@ FIGURES: tuple[Figure, ...] = (
         "ensembles-h200-twentyfourth-first",
         PERF,
         _RUNS_TWENTYFOURTH,
+        workflow_first_steps,
+    ),
+    Figure("ensembles-h200-twentyfifth", PERF, _RUNS_TWENTYFIFTH, workflow),
+    Figure(
+        "ensembles-h200-twentyfifth-first",
+        PERF,
+        _RUNS_TWENTYFIFTH,
         workflow_first_steps,
     ),
 )

@@ -80,7 +80,7 @@ GPU_TESTS: dict[str, tuple[str, str]] = {
         "test_published_aifs2ens_on_the_gpu_matches_eager",
     ),
     "FCN3": (
-        "2026-11-29-h200-twentyfourth/fcn3-gpu-a3ecc5f.xml",
+        "2026-11-29-h200-twentyfifth/fcn3-gpu-4d7db7a.xml",
         "test_published_fcn3_on_the_gpu_matches_eager",
     ),
 }

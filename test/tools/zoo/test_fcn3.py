@@ -51,10 +51,13 @@ REL_L2 = 1e-5
 # the GPU too: fp32 with TF32 off, the published 10 blocks, two steps.
 GPU_REL_L2 = 1e-3
 # With them, the wrapper runs its network under a bf16 autocast, whose rounding
-# Inductor's fused kernels do not repeat op by op (measured on an H200 at cddd604:
-# 2.7e-3 between compiled and eager after two steps, past GPU_REL_L2), so the
-# bound is eager's own rounding (zoo_helpers.compiled_workflow_within_eager_
-# rounding).
+# Inductor's fused kernels do not repeat op by op: both runs are judged against
+# the wrapper in fp32. Measured on an H200 (records in docs/bench/2026-11-29-h200-
+# twentyfifth/): compiled and eager 2.7e-3 apart after two steps (cddd604), the
+# compiled run 1.55x eager's distance to fp32 at worst (v600: 6.07e-3, 3.92e-3;
+# cde97ae), 1.75x eager's distance from eager itself (u10m; 4d7db7a). The bound:
+# compiling may at most double what the wrapper's own bf16 already costs.
+BF16_MARGIN = 2.0
 
 
 def _restart(model, start) -> None:
@@ -149,8 +152,9 @@ def _wrapper_in_fp32() -> contextlib.AbstractContextManager:
 def test_published_fcn3_on_the_gpu_matches_eager(logs, strict_fp32, record_property):
     """makani's published FourCastNet3 configuration (10 blocks, 2 global, on the
     721x1440 grid, 8 noise channels), 2 steps: every region one graph, no break,
-    no skipped CUDA graph; within eager's own bf16 rounding where the wrapper
-    lowers its precision (torch-harmonics' CUDA kernels), fp32 tolerance otherwise.
+    no skipped CUDA graph; where the wrapper lowers its precision (torch-harmonics'
+    CUDA kernels), within BF16_MARGIN of eager's own distance from fp32, within the
+    fp32 tolerance otherwise.
 
     Needs the wheels of ``.ci/fetch-fcn3-wheels.sh`` there (and, for the CUDA
     kernels, ``.ci/build-th-cuda-wheel.sh``'s)."""
@@ -164,10 +168,11 @@ def test_published_fcn3_on_the_gpu_matches_eager(logs, strict_fp32, record_prope
             model,
             nsteps=2,
             full_precision=_wrapper_in_fp32,
+            margin=BF16_MARGIN,
             device="cuda",
             restart=_restart,
         )
-        record_property("eager_rel_l2_to_fp32", eager)  # the bound
+        record_property("eager_rel_l2_to_fp32", eager)
     else:
         report, worst = compiled_workflow_matches_eager(
             model, nsteps=2, tolerance=GPU_REL_L2, device="cuda", restart=_restart
