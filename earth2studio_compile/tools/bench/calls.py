@@ -104,7 +104,8 @@ def make_call_io(spec: dict[str, Any], model: Any, tmp: Path) -> Any:
     ``zarr-disk`` is ``ZarrBackend`` on a path, ``memory-zarr`` ``ZarrBackend`` in
     memory, ``async-zarr`` upstream's ``AsyncZarrBackend(blocking=False)``,
     ``overlapped`` ``OverlappedIO`` with its default writers around a ``ZarrBackend``
-    on a path, ``overlapped-memory`` the same around one in memory.
+    on a path, ``overlapped-memory`` the same around one in memory; the spec's
+    ``max_pending``, where given, is the ``OverlappedIO``'s.
     """
     from earth2studio_compile import OverlappedIO  # where it lives moves; this stays
     from earth2studio_compile.tools.bench.ensemble.upstream import make_ensemble_io
@@ -120,7 +121,11 @@ def make_call_io(spec: dict[str, Any], model: Any, tmp: Path) -> Any:
         from earth2studio_compile.tools.bench.e2e import make_io
 
         io = make_io(base, tmp, model, spec["steps"])
-    return OverlappedIO(io) if name in OVERLAPPED else io
+    if name not in OVERLAPPED:
+        return io
+    if spec.get("max_pending") is None:
+        return OverlappedIO(io)
+    return OverlappedIO(io, max_pending=spec["max_pending"])
 
 
 def store_bytes(spec: dict[str, Any], model: Any) -> int:
@@ -214,8 +219,10 @@ def call(
         disk), ``thread_s`` (where the workflow's thread spent the call;
         ``thread_cpu_s`` its CPU seconds there) and ``first_step`` (where its
         first step went: :func:`.phases.thread_phases`), ``write_seconds`` (each of
-        its first :data:`.phases.FIRST_WRITES` writes) and, compiled, ``report`` (its
-        summary and regions)
+        its first :data:`.phases.FIRST_WRITES` writes), ``host_bytes`` and
+        ``max_pending`` (an ``OverlappedIO``'s most host memory held and its bound,
+        in steps; None for another IO) and, compiled, ``report`` (its summary and
+        regions)
     """
     import numpy as np
     import torch
@@ -276,6 +283,8 @@ def call(
         "thread_cpu_s": phases.cpu,
         "first_step": phases.first,
         "write_seconds": phases.each_write,
+        "host_bytes": getattr(io, "host_bytes", None),
+        "max_pending": getattr(io, "max_pending", None),
     }
 
 

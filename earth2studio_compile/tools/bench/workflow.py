@@ -128,8 +128,9 @@ def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
         for precision in args.precision_list:
             base = {**job, "precision": precision, "size": args.size}
             base["device"], base["source"] = args.device, args.source
-            if args.switch_interval is not None:  # absent: the rows as before
-                base["switch_interval"] = args.switch_interval
+            for knob in ("switch_interval", "max_pending"):
+                if getattr(args, knob) is not None:  # absent: the rows as before
+                    base[knob] = getattr(args, knob)
             key = f"{job['job']}-{precision}".replace(":", "_")
             rows = [{**base, "io": io, "cache": key} for io in args.io_list]
             for n, row in enumerate(rows):

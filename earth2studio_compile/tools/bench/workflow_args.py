@@ -159,6 +159,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "running Python lets another have the GIL, e.g. a writer back from a "
         "system call",
     )
+    p.add_argument(
+        "--max-pending",
+        type=int,
+        default=None,
+        help="the overlapped rows' OverlappedIO(max_pending=N): steps queued behind "
+        "the one being stored, so at most N + 1 steps of host memory (default "
+        "OverlappedIO's, 2)",
+    )
     p.add_argument("--workdir", type=Path, default=None, help="caches and stores")
     p.add_argument(
         "--cache-from",
@@ -186,7 +194,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
             "--ways warm reuses the cold row's caches; add cold (--ways cold,warm) "
             "or give --cache-from"
         )
-    for name in ("steps", "members", "batch_size", "repeats", "writers"):
+    for name in ("steps", "members", "batch_size", "repeats", "writers", "max_pending"):
         value = getattr(args, name)
         if value is not None and value < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, not {value}")

@@ -3,6 +3,7 @@ ensemble's calls with overlapped writes, and the storage floor's writer pool."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 
@@ -66,6 +67,10 @@ def test_workflow_calls_of_an_ensemble_and_overlapped_writes(tmp_path, monkeypat
     (row,) = calls.run(det, tmp_path / "d.json", tmp_path)
     assert row["store_bytes"] > 0 and row["wall_s"] >= row["returned_s"] > 0
     assert row["thread_s"]["blocked_s"] >= 0  # an OverlappedIO's
+    # its host memory: at most max_pending + 1 steps of 26 fields, one member
+    assert row["max_pending"] == 2
+    assert 0 < row["host_bytes"] <= 3 * 26 * 16 * 32 * 4
+    assert eager["host_bytes"] is eager["max_pending"] is None  # AsyncZarrBackend
     assert row["first_step"]["perturbation"] == 0  # a deterministic call has none
     assert {x["status"] for x in row["report"]["regions"]} == {"compiled"}
 
@@ -200,3 +205,26 @@ def test_a_child_runs_with_the_switch_interval_it_was_given(tmp_path, monkeypatc
     finally:
         sys.setswitchinterval(before)
     assert seen == [pytest.approx(0.0002), pytest.approx(0.003)]
+
+
+def test_overlapped_rows_take_the_max_pending_they_were_given(tmp_path):
+    """--max-pending reaches the overlapped rows' OverlappedIO; a spec without one
+    keeps OverlappedIO's default; a row of another IO has none to set."""
+    from earth2studio_compile import OverlappedIO
+    from earth2studio_compile.tools.bench import calls
+
+    model = _small_fcn()
+    spec = {"workflow": "deterministic", "steps": 2, "io": "overlapped"}
+    default = calls.make_call_io(spec, model, tmp_path / "a")
+    given = calls.make_call_io(spec | {"max_pending": 7}, model, tmp_path / "b")
+    plain = calls.make_call_io(
+        spec | {"io": "zarr-disk", "max_pending": 7}, model, tmp_path / "c"
+    )
+    try:
+        assert isinstance(given, OverlappedIO) and given.max_pending == 7
+        own = inspect.signature(OverlappedIO).parameters["max_pending"].default
+        assert default.max_pending == own
+        assert not isinstance(plain, OverlappedIO)
+    finally:
+        default.close()
+        given.close()

@@ -43,6 +43,10 @@ def test_workflow_plan_pairs_and_shares_caches():
     assert all("switch_interval" not in s for s in specs)
     args = workflow.parse(["--device", "cpu", "--switch-interval", "0.0002"])
     assert {s["switch_interval"] for s in workflow.plan(args)} == {0.0002}
+    # OverlappedIO's own max_pending unless asked for.
+    assert all("max_pending" not in s for s in specs)
+    args = workflow.parse(["--device", "cpu", "--max-pending", "8"])
+    assert {s["max_pending"] for s in workflow.plan(args)} == {8}
     small = workflow.parse(["--device", "cpu", "--jobs", "ens:toy,det:toy"])
     small.members, small.batch_size = 2, 8
     job = workflow_args.job_spec(argparse.ArgumentParser(), "ens:toy", small)
@@ -66,6 +70,7 @@ def test_workflow_plan_pairs_and_shares_caches():
         (["--device", "tpu"], "--device must be cuda or cpu"),
         (["--writers", "0"], "--writers must be >= 1, not 0"),
         (["--switch-interval", "0"], "--switch-interval must be > 0 seconds, not 0"),
+        (["--max-pending", "0"], "--max-pending must be >= 1, not 0"),
         (["--cache-from", "/no/such/dir"], "--cache-from: /no/such/dir is not a"),
         (
             ["--cache-from", ".", "--ways", "cold,warm"],
