@@ -377,7 +377,10 @@ class FirstCall:
 
     def _first_ahead(self, target: Target) -> bool:
         device = target.device
-        hint = hints.recall(target, self._root)
+        # This thread's current CUDA device is the first one, not the caller's.
+        on = torch.cuda.device(device) if device.type == "cuda" else nullcontext()
+        with on:  # the made-up inputs are drawn there
+            hint = hints.recall(target, self._root)
         if hint is None:
             return False
         args, kwargs, inference = hint
@@ -388,8 +391,6 @@ class FirstCall:
             return False
         self.report.device = device.type
         laps = Laps()
-        # This thread's current CUDA device is the first one, not the caller's.
-        on = torch.cuda.device(device) if device.type == "cuda" else nullcontext()
         try:
             with on, torch.inference_mode(inference):
                 out = self._attempt(call, chosen, target, laps)

@@ -119,8 +119,8 @@ def remember(
 
 def recall(target: RegionTarget, root: Path | None) -> Hint | None:
     """Made-up inputs of the shapes of the region's last first call: normal values
-    from a generator of their own (the caller's random state is never touched),
-    zeros for integer and bool tensors, on the target's device.
+    from a generator of their own on the target's device (the caller's random
+    state is never touched), zeros for integer and bool tensors, made there.
 
     Parameters
     ----------
@@ -142,17 +142,21 @@ def recall(target: RegionTarget, root: Path | None) -> Hint | None:
         hint = json.loads(path.read_text())
         if hint.get("format") != HINT_FORMAT:
             return None
-        generator = torch.Generator().manual_seed(0)
+        device = target.device
+        # Drawn where they are used: FCN's (432 MB) drawn on the host and copied
+        # over took its first call ahead a second on an H200, beside the
+        # workflow's first steps (docs/bench/2026-11-29-h200-twentyfifth).
+        generator = torch.Generator(device=device).manual_seed(0)
         leaves = []
         for shape, name in hint["tensors"]:
             dtype = getattr(torch, name)
             if not isinstance(dtype, torch.dtype):
                 return None
             if dtype.is_floating_point:
-                x = torch.randn(shape, generator=generator).to(dtype)
+                x = torch.randn(shape, generator=generator, dtype=dtype, device=device)
             else:
-                x = torch.zeros(shape, dtype=dtype)
-            leaves.append(x.to(target.device))
+                x = torch.zeros(shape, dtype=dtype, device=device)
+            leaves.append(x)
         args, kwargs = _torch.tree_unflatten(
             leaves, _torch.treespec_loads(hint["tree"])
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from earth2studio_compile.artifacts.hints import hint_path, recall, remember
@@ -35,6 +36,41 @@ def test_a_first_calls_inputs_come_back_made_up_with_their_shapes(tmp_path):
     assert not torch.equal(args[0], x) and args[0].std() > 0.5
     assert kwargs["steps"].dtype == torch.int64 and not kwargs["steps"].any()
     assert kwargs["extra"][0].shape == (1, 4, 8, 8) and inference is False
+
+
+def test_made_up_inputs_are_made_on_the_device_in_their_dtype(tmp_path, monkeypatch):
+    """Drawn where the first call ahead runs, in their dtype: never drawn on the
+    host and copied over (on a GPU, FCN's took most of a second), nor cast."""
+    target = _target()
+    remember(target, tmp_path, (torch.randn(2, 4, 8, 8).half(), torch.arange(3)), {})
+    moved = []
+    to = torch.Tensor.to
+    monkeypatch.setattr(
+        torch.Tensor, "to", lambda t, *a, **k: moved.append(a) or to(t, *a, **k)
+    )
+    (x, steps), _, _ = recall(target, tmp_path)
+    assert not moved
+    assert x.dtype == torch.float16 and x.device == target.device and x.std() > 0.5
+    assert steps.dtype == torch.int64 and steps.device == target.device
+
+
+@pytest.mark.gpu
+def test_made_up_inputs_on_cuda_leave_every_random_state_alone(tmp_path):
+    """On CUDA too, a generator of their own: neither the host's random state
+    nor the device's moves."""
+    target = RegionTarget.resolve(
+        zoo.ToyCore(4, 8).eval().cuda(),
+        owner="tests.Toy",
+        region="net",
+        device=torch.device("cuda"),
+        precision=None,
+    )
+    remember(target, tmp_path, (torch.randn(2, 4, 8, 8, device="cuda"),), {})
+    states = torch.get_rng_state(), torch.cuda.get_rng_state()
+    (x,), _, _ = recall(target, tmp_path)
+    assert x.is_cuda and x.shape == (2, 4, 8, 8) and x.std() > 0.5
+    assert torch.equal(torch.get_rng_state(), states[0])
+    assert torch.equal(torch.cuda.get_rng_state(), states[1])
 
 
 def test_a_call_made_in_inference_mode_elsewhere_is_kept_as_such(tmp_path):
