@@ -55,7 +55,7 @@ GPU_REL_L2 = 1e-3
 # the wrapper in fp32. Measured on an H200 (records in docs/bench/2026-11-29-h200-
 # twentyfifth/): compiled and eager 2.7e-3 apart after two steps (cddd604), the
 # compiled run 1.55x eager's distance to fp32 at worst (v600: 6.07e-3, 3.92e-3;
-# cde97ae), 1.75x eager's distance from eager itself (u10m; 4d7db7a). The bound:
+# cde97ae); 1.75x as far from eager as eager is from fp32 (u10m; 4d7db7a). The bound:
 # compiling may at most double what the wrapper's own bf16 already costs.
 BF16_MARGIN = 2.0
 
