@@ -45,7 +45,6 @@ from earth2studio_compile.executors import (
     root_of,
 )
 from earth2studio_compile.metrics import Laps, synchronize, timed
-from earth2studio_compile.probe import warn_if_slower
 from earth2studio_compile.report import describe
 from earth2studio_compile.spec import unused_arguments
 from earth2studio_compile.staging import Call
@@ -95,6 +94,9 @@ class FirstCall:
     #: region's modules (:meth:`_attempt`); taken by :meth:`_leave_cudagraphs`.
     #: A tuple: a class attribute shared by every region until one sets its own.
     _reassigned: Sequence[module_state.HeldTensor] = ()
+    #: Keeps the probe's figures beside the artifact the region runs, once judged
+    #: (:meth:`_speed_beside`).
+    _remember_speed: Callable[[], None] | None = None
 
     if TYPE_CHECKING:  # what the region (region.py) gives its first call
         module: torch.nn.Module
@@ -124,6 +126,8 @@ class FirstCall:
         ) -> None: ...
 
         def _drop_executor(self) -> None: ...
+
+        def _eager_if_slower(self) -> None: ...
 
     # -- the first call -------------------------------------------------------------
     def _first(self, call: Call) -> Any:
@@ -213,8 +217,9 @@ class FirstCall:
         """For an executor that runs an artifact (its ``runner`` has the artifact's
         ``path`` and ``device``): the speed probe's figures an earlier process kept
         beside it stand for this process's probe, which then times no eager calls
-        (:mod:`~earth2studio_compile.artifacts.speed`); without them, the probe's
-        are kept there once judged, while ``chosen`` still runs the region."""
+        (:mod:`~earth2studio_compile.artifacts.speed`), and a verdict of slower
+        turns the region eager at once; without them, the probe's are kept there
+        once judged, while ``chosen`` still runs the region."""
         runner = getattr(chosen, "runner", None)
         path, device = getattr(runner, "path", None), getattr(runner, "device", None)
         if not self.probe.enabled or path is None or device is None:
@@ -224,14 +229,21 @@ class FirstCall:
             for name, value in kept.items():
                 setattr(self.report, name, value)
             self.report.speed_earlier = True
-            warn_if_slower(self.report)
+            self._eager_if_slower()
             return
 
         def keep() -> None:
             if self._executor is chosen:
                 speed.remember(Path(path), device, self.precision, self.report)
 
-        self.probe.judged = keep
+        self._remember_speed = keep
+
+    def _judged(self) -> None:
+        """The speed probe's figures are in the report: keep them beside the
+        artifact the region runs, if any, and act on its verdict."""
+        if self._remember_speed is not None:
+            self._remember_speed()
+        self._eager_if_slower()
 
     def _leave_cudagraphs(self) -> None:
         """After an executor's first call on CUDA graphs that reassigned tensors on
@@ -293,6 +305,8 @@ class FirstCall:
         self.state = (
             RegionState.BUILDING if kept.executor.compiling else RegionState.COMPILED
         )
+        # Judged slower in an earlier session: eager again, without compiling.
+        self._eager_if_slower()
 
     # -- a later call its executor declines ----------------------------------------
     def _hand_over(self, call: Call, reason: str) -> Any:

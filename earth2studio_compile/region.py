@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from loguru import logger
 
 from earth2studio_compile import (
     _torch,
@@ -59,7 +60,7 @@ from earth2studio_compile.hooks import Hooks
 from earth2studio_compile.measured import record, warn_fallback
 from earth2studio_compile.metrics import Laps
 from earth2studio_compile.options import CompileOptions
-from earth2studio_compile.probe import SpeedProbe, signature
+from earth2studio_compile.probe import SpeedProbe, signature, slower_text
 from earth2studio_compile.report import RegionReport, describe, interruption
 from earth2studio_compile.spec import ModelSpec
 from earth2studio_compile.staging import (
@@ -119,6 +120,7 @@ class CompiledRegion(FirstCall):
         self.artifacts = artifacts
         self.owner = owner or report.model
         self.probe = SpeedProbe(report, enabled=probe)
+        self.probe.judged = self._judged
         self._state = RegionState.PENDING
         self._executor: Executor | None = None
         self._eager_executor = EagerExecutor(module)
@@ -151,10 +153,13 @@ class CompiledRegion(FirstCall):
         self.hooks.restore(self)
         self._off_the_pool()
         executor, r = self._executor, self.report
+        # A region eager for being slower keeps its executor with the verdict: a
+        # later session over the core turns eager without compiling again.
+        slower = self._state is RegionState.EAGER and r.slower
         if (
             executor is not None
             and executor.keepable
-            and self._state in (RegionState.COMPILED, RegionState.BUILDING)
+            and (self._state in (RegionState.COMPILED, RegionState.BUILDING) or slower)
             and self._shelf_key is not None
             and r.interrupted is None
         ):
@@ -330,6 +335,22 @@ class CompiledRegion(FirstCall):
             return self._eager(call, count=False)
 
     # -- observing and falling back ----------------------------------------------
+    def _eager_if_slower(self) -> None:
+        """Run eagerly from the next call where the speed probe found every
+        compiled call slower than every eager one (this process's probe, or an
+        earlier process's or session's figures): ``compile=True`` is not left
+        slower than eager. One WARNING; the executor stays (unused) for the shelf."""
+        r = self.report
+        if not r.slower or self._state is not RegionState.COMPILED:
+            return
+        self._off_the_pool()  # eager calls read the modules' own memory
+        self.state = RegionState.EAGER
+        r.reason = slower_text(r)
+        logger.warning(
+            f"{r.label} {r.reason}: it runs eagerly for the rest of the session; no "
+            "output is lost. CompileSession(probe=False) keeps it compiled."
+        )
+
     def _interrupted(self, err: BaseException, seconds: float) -> None:
         """Note that a call ended by ``err`` (Ctrl-C, an error eager raises too)."""
         r = self.report

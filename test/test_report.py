@@ -45,7 +45,8 @@ def test_the_probe_times_no_call_that_compiled():
                 core.net(x)
                 walls.append(time.perf_counter() - start)
                 compiled.append(r.recompiles > before)
-    assert r.status == "compiled" and r.recompiles == 2
+    # A toy's compiled calls (guards, staging) may lose to eager: then it runs eager.
+    assert r.status == ("eager" if r.slower else "compiled") and r.recompiles == 2
     assert r.compiled_ms is not None and r.eager_ms is not None
     assert r.compiled_range is not None and r.eager_range is not None
     # Each timed call lies inside a step that compiled nothing: no figure of the
@@ -63,7 +64,9 @@ def test_the_eager_probe_calls_run_like_the_compiled_ones():
     x = torch.randn(1, 4, 8, 8)
     outs = []
     with CompileSession(core, regions=("net",), backend=eager_backend) as session:
-        for _ in range(10):  # grad enabled, as in a user's own loop
+        # Grad enabled, as in a user's own loop; call 9 is the probe's last (a
+        # region judged slower then runs eagerly, as the user's code would).
+        for _ in range(9):
             x = core.net(x)
             outs.append(x)
     r = session.report.regions[0]
@@ -77,13 +80,14 @@ def test_the_eager_probe_calls_run_like_the_compiled_ones():
 
 def test_a_failure_names_the_users_step(logs):
     """``model.net`` inside ``model``: the outer region's fp32 reference and eager
-    probe calls reached the inner one, which failed "at call 2" at step 5."""
+    probe calls reached the inner one, which failed "at call 2" at step 5 (now
+    step 6: steps 4 and 5 are the outer probe's eager calls)."""
     step = [0]
 
     def fails_at_step_5(gm, example_inputs):
         def run(*args):
-            if step[0] == 5:
-                raise RuntimeError("injected failure at step 5")
+            if step[0] == 6:
+                raise RuntimeError("injected failure at step 6")
             return gm.forward(*args)
 
         return run
@@ -103,7 +107,7 @@ def test_a_failure_names_the_users_step(logs):
     assert outer.label == "GridPrognostic.model" and outer.status == "eager"
     assert inner.status == "skipped" and "inside GridPrognostic.model" in inner.reason
     (warning,) = messages(logs, "WARNING")
-    assert "GridPrognostic.model at step 5:" in warning
+    assert "GridPrognostic.model at step 6:" in warning
 
 
 # -- 3. the first call's phases are all measured ---------------------------------------
@@ -170,14 +174,14 @@ def test_an_interrupt_inside_a_step_is_reported_at_that_step(logs):
     model = zoo.build("toy")
     before = snapshot(model)
     x = torch.randn(1, 4, 16, 32)
-    session = CompileSession(model, backend=_interrupting(5, step))
+    session = CompileSession(model, backend=_interrupting(6, step))
     with pytest.raises(KeyboardInterrupt), session, torch.no_grad():
         for step[0] in range(1, 11):
             x = model.model(x)
     assert_unchanged(model, before)
     summary = session.report.summary()
-    assert "GridPrognostic.model: interrupted at step 5 (KeyboardInterrupt)" in summary
-    assert any("interrupted at step 5" in m for m in messages(logs, "INFO"))
+    assert "GridPrognostic.model: interrupted at step 6 (KeyboardInterrupt)" in summary
+    assert any("interrupted at step 6" in m for m in messages(logs, "INFO"))
 
 
 def test_an_interrupt_while_compiling_is_not_reported_as_not_called(logs):

@@ -95,7 +95,8 @@ def _compiled_matches_eager(
     model: torch.nn.Module, tolerance: float, device: str = "cpu"
 ) -> tuple[CompileSession, float]:
     """Two steps in a session, then two eager ones: the same valid outputs within
-    ``tolerance``, the model left as it was, every region compiled, no fallback.
+    ``tolerance``, the model left as it was, every region compiled, no fallback
+    but the speed probe's (a region slower compiled runs eagerly after it).
 
     Returns the session and the largest relative L2."""
     model = model.to(device)
@@ -114,9 +115,12 @@ def _compiled_matches_eager(
             assert error <= tolerance, f"step {step}, {name}: rel L2 {error:.2e}"
             worst = max(worst, error)
     report = session.report
-    assert not report.fell_back, report.summary()
     for region in report.regions:
-        assert region.status == "compiled", report.summary()
+        # Compiled, or eager from the speed probe's verdict on: compiled slower
+        # than eager (DLESyM's atmosphere regions on an H200); nothing else fell back.
+        assert region.status == ("eager" if region.slower else "compiled"), (
+            report.summary()
+        )
         calls = CALLS[region.region.split(".")[0]] * 2
         if region.region in REGIONS:
             assert region.calls == calls, (region.region, region.calls)
@@ -222,7 +226,9 @@ def test_published_dlesym_on_the_gpu_matches_eager(
     the table's ``quiet_nvtx`` makes a no-op inside the regions' calls: without
     it each pad broke the graph and the regions fell back after Dynamo's
     recompile limit), two 96-hour steps with every output held: the four regions
-    whole, compiled, one graph each, no break, no skipped CUDA graph, no WARNING.
+    whole, compiled, one graph each, no break, no skipped CUDA graph, no WARNING
+    but the speed probe's for a region slower compiled than eager, which then runs
+    eagerly (the atmosphere's on an H200: their eager calls take a few ms).
 
     The ConvGRU state is assigned to the module at every decoder call, not
     returned: CUDA graphs, which reuse their output memory, would overwrite it at
@@ -254,7 +260,12 @@ def test_published_dlesym_on_the_gpu_matches_eager(
         mode = "inductor/default" if stateful else "inductor/reduce-overhead"
         assert region.mode == mode, (path, region.mode)
         assert region.cudagraph_skips == 0, report.summary()
-    assert not messages(logs, "WARNING"), messages(logs, "WARNING")
+    # The one WARNING a region may give: the probe's, for a region that then ran
+    # eagerly because it was slower compiled.
+    warnings = messages(logs, "WARNING")
+    slower = [r for r in regions.values() if r.slower]
+    assert len(warnings) == len(slower), warnings
+    assert all("runs slower compiled" in m for m in warnings), warnings
     # No module keeps memory of a CUDA graph (the eager rollout after the session
     # read the states; reading one now would raise if a replay had taken it).
     for m in model.modules():
