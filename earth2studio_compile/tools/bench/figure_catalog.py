@@ -192,6 +192,8 @@ _RUNS_TWENTYFOURTH = tuple(
 )
 _TWENTYFIFTH = "2026-11-29-h200-twentyfifth/"
 _RUNS_TWENTYFIFTH = (_TWENTYFIFTH + "fcn-ens-cddd604.json",)
+_TWENTYSIXTH = "2026-11-29-h200-twentysixth/"
+_RUNS_TWENTYSIXTH = (_TWENTYSIXTH + "fcn-ens-5562bf9.json",)
 MODELS = "docs/models.md"
 FIGURES: tuple[Figure, ...] = (
     Figure(
@@ -492,7 +494,7 @@ FIGURES: tuple[Figure, ...] = (
         (
             _NINTH + "aurora-rollout-b3a8d58.json",
             _NINTH + "stormcast-aot-b3a8d58.json",
-            _TWENTYFIFTH + "fcn-ens-cddd604.json",
+            _TWENTYSIXTH + "fcn-ens-5562bf9.json",
             _TWENTYFOURTH + "dlwp-ens-all-a3ecc5f.json",
         ),
         model_runs(),
@@ -509,6 +511,13 @@ FIGURES: tuple[Figure, ...] = (
         "ensembles-h200-twentyfifth-first",
         PERF,
         _RUNS_TWENTYFIFTH,
+        workflow_first_steps,
+    ),
+    Figure("ensembles-h200-twentysixth", PERF, _RUNS_TWENTYSIXTH, workflow),
+    Figure(
+        "ensembles-h200-twentysixth-first",
+        PERF,
+        _RUNS_TWENTYSIXTH,
         workflow_first_steps,
     ),
 )

@@ -72,15 +72,15 @@ GPU_TESTS: dict[str, tuple[str, str]] = {
         "test_published_stormcast_on_the_gpu_matches_eager",
     ),
     "DLESyM": (
-        "2026-11-27-h100-fifteenth/dlesym-dd5f796.xml",
-        "test_published_dlesym_on_the_gpu_matches_eager",
+        "2026-11-29-h200-twentysixth/dlesym-gpu-5562bf9.xml",
+        "test_published_dlesym_on_the_gpu_matches_eager[dlesym]",
     ),
     "AIFS2ENS": (
         "2026-11-28-h200-twentyfirst/aifs-gpu-6a80cc1.xml",
         "test_published_aifs2ens_on_the_gpu_matches_eager",
     ),
     "FCN3": (
-        "2026-11-29-h200-twentyfifth/fcn3-gpu-4d7db7a.xml",
+        "2026-11-29-h200-twentysixth/fcn3-gpu-5562bf9.xml",
         "test_published_fcn3_on_the_gpu_matches_eager",
     ),
 }
