@@ -38,8 +38,11 @@ def test_speed_probe_can_be_turned_off():
 def test_a_region_slower_compiled_runs_eagerly_from_the_verdict_on(logs):
     import time
 
+    ran = [0]  # compiled calls
+
     def slow_backend(gm, example_inputs):
         def run(*args):
+            ran[0] += 1
             time.sleep(0.05)  # a compiled region that loses to eager
             return gm.forward(*args)
 
@@ -65,14 +68,13 @@ def test_a_region_slower_compiled_runs_eagerly_from_the_verdict_on(logs):
 
     # The next session over the core takes the kept executor with its verdict:
     # eager from its first call, nothing compiled again, one WARNING.
+    ran[0] = 0
     with CompileSession(model, backend=slow_backend) as again, torch.no_grad():
-        started = time.perf_counter()
         for _ in range(4):
             model.model(x)
-        took = time.perf_counter() - started
     second = again.report.regions[0]
     assert second.status == "eager" and second.eager_calls == 4
-    assert second.reused is not None and took < 4 * 0.05
+    assert second.reused is not None and ran[0] == 0
     slow = [m for m in messages(logs, "WARNING") if "runs slower compiled" in m]
     assert len(slow) == 2
 
