@@ -35,19 +35,25 @@ def test_speed_probe_can_be_turned_off():
         CompileSession(core, probe="no")
 
 
-def test_a_region_slower_compiled_runs_eagerly_from_the_verdict_on(logs):
+def _sleeping_backend(seconds: float, ran: list[int]):
+    """A backend whose compiled calls each sleep ``seconds`` (a compiled region that
+    loses to eager), counted in ``ran[0]``."""
     import time
 
-    ran = [0]  # compiled calls
-
-    def slow_backend(gm, example_inputs):
+    def backend(gm, example_inputs):
         def run(*args):
             ran[0] += 1
-            time.sleep(0.05)  # a compiled region that loses to eager
+            time.sleep(seconds)
             return gm.forward(*args)
 
         return run
 
+    return backend
+
+
+def test_a_region_slower_compiled_runs_eagerly_from_the_verdict_on(logs):
+    ran = [0]  # compiled calls
+    slow_backend = _sleeping_backend(0.05, ran)
     model = zoo.build("toy")
     x = torch.randn(1, 4, 16, 32)
     with torch.no_grad():
@@ -80,15 +86,7 @@ def test_a_region_slower_compiled_runs_eagerly_from_the_verdict_on(logs):
 
 
 def test_probe_false_keeps_a_slower_region_compiled(logs):
-    import time
-
-    def slow_backend(gm, example_inputs):
-        def run(*args):
-            time.sleep(0.02)
-            return gm.forward(*args)
-
-        return run
-
+    slow_backend = _sleeping_backend(0.02, [0])
     model = zoo.build("toy")
     x = torch.randn(1, 4, 16, 32)
     with CompileSession(model, backend=slow_backend, probe=False) as session:
