@@ -137,6 +137,11 @@ def _stepper(
         ),
         timestep=datetime.timedelta(hours=6),
     )
+    # Through fme's own state path, as `load_stepper` reads a published checkpoint:
+    # it puts the coordinates on fme's device (CUDA where there is one), where the
+    # corrector meets the network's outputs; built in place they would stay on
+    # the CPU and the first corrected step on a GPU would fail.
+    info = DatasetInfo.from_state(info.get_state())
     config = StepperConfig(step=StepSelector(type="single_module", config=step))
     return config.get_stepper(info)
 

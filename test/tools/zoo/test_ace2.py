@@ -88,6 +88,26 @@ def test_published_ace2_on_the_gpu_matches_eager(logs, strict_fp32, record_prope
     assert not messages(logs, "WARNING"), messages(logs, "WARNING")
 
 
+def test_ace2_coordinates_go_where_fme_loads_them(monkeypatch):
+    """fme's checkpoint load puts the dataset's coordinates on ``get_device()``
+    (CUDA where there is one), where its corrector meets the network's outputs; the
+    zoo's stepper must ask the same, or its first corrected step on a GPU fails
+    ("Expected all tensors to be on the same device", H200, 2026-11-29). On the CPU
+    fme names the CPU, so the test counts that the zoo asked."""
+    import fme.core.coordinates
+
+    asked = []
+    device = fme.core.coordinates.get_device
+
+    def spy():
+        asked.append(device())
+        return asked[-1]
+
+    monkeypatch.setattr(fme.core.coordinates, "get_device", spy)
+    zoo.build("ace2")
+    assert len(asked) == 2, asked  # the vertical and the horizontal coordinates
+
+
 def test_held_ace2_outputs_are_not_overwritten():
     model = zoo.build("ace2")
     before = snapshot(model.stepper.modules)
