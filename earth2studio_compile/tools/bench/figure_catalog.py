@@ -194,6 +194,11 @@ _TWENTYFIFTH = "2026-11-29-h200-twentyfifth/"
 _RUNS_TWENTYFIFTH = (_TWENTYFIFTH + "fcn-ens-cddd604.json",)
 _TWENTYSIXTH = "2026-11-29-h200-twentysixth/"
 _RUNS_TWENTYSIXTH = (_TWENTYSIXTH + "fcn-ens-5562bf9.json",)
+_TWENTYSEVENTH = "2026-11-29-h200-twentyseventh/"
+_RUNS_TWENTYSEVENTH = (
+    _TWENTYSEVENTH + "stormcast-calls-70e27ba.json",
+    _TWENTYSEVENTH + "ace2-calls-ee629a8.json",
+)
 MODELS = "docs/models.md"
 FIGURES: tuple[Figure, ...] = (
     Figure(
@@ -511,6 +516,13 @@ FIGURES: tuple[Figure, ...] = (
         "ensembles-h200-twentyfifth-first",
         PERF,
         _RUNS_TWENTYFIFTH,
+        workflow_first_steps,
+    ),
+    Figure("models-calls-h200-twentyseventh", MODELS, _RUNS_TWENTYSEVENTH, workflow),
+    Figure(
+        "models-calls-h200-twentyseventh-first",
+        MODELS,
+        _RUNS_TWENTYSEVENTH,
         workflow_first_steps,
     ),
     Figure("ensembles-h200-twentysixth", PERF, _RUNS_TWENTYSIXTH, workflow),

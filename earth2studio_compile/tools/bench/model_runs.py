@@ -71,12 +71,16 @@ GPU_TESTS: dict[str, tuple[str, str]] = {
         "2026-11-27-h100-fourteenth/published-a734c63.xml",
         "test_published_stormcast_on_the_gpu_matches_eager",
     ),
+    "ACE2ERA5": (
+        "2026-11-29-h200-twentyseventh/ace2-gpu-ee629a8.xml",
+        "test_published_ace2_on_the_gpu_matches_eager",
+    ),
     "DLESyM": (
-        "2026-11-29-h200-twentysixth/dlesym-gpu-5562bf9.xml",
+        "2026-11-29-h200-twentyseventh/dlesym-gpu-70e27ba.xml",
         "test_published_dlesym_on_the_gpu_matches_eager[dlesym]",
     ),
     "AIFS2ENS": (
-        "2026-11-28-h200-twentyfirst/aifs-gpu-6a80cc1.xml",
+        "2026-11-29-h200-twentyseventh/aifs-gpu-70e27ba.xml",
         "test_published_aifs2ens_on_the_gpu_matches_eager",
     ),
     "FCN3": (
