@@ -35,7 +35,7 @@ import torch
 from loguru import logger
 
 from earth2studio_compile import module_state, resident
-from earth2studio_compile.artifacts import hints, speed
+from earth2studio_compile.artifacts import hints, payoff, speed
 from earth2studio_compile.executors import (
     AotExecutor,
     Declined,
@@ -45,6 +45,7 @@ from earth2studio_compile.executors import (
     root_of,
 )
 from earth2studio_compile.metrics import Laps, synchronize, timed
+from earth2studio_compile.probe import signature
 from earth2studio_compile.report import describe
 from earth2studio_compile.spec import unused_arguments
 from earth2studio_compile.staging import Call
@@ -97,6 +98,12 @@ class FirstCall:
     #: Keeps the probe's figures beside the artifact the region runs, once judged
     #: (:meth:`_speed_beside`).
     _remember_speed: Callable[[], None] | None = None
+    #: The workflow's steps in this session, where the caller said
+    #: (:meth:`~earth2studio_compile.CompileSession.expect`).
+    steps: int | None = None
+    #: Where the first call's figures of compile against calls are kept
+    #: (:mod:`~earth2studio_compile.artifacts.payoff`).
+    _payoff_at: Path | None = None
 
     if TYPE_CHECKING:  # what the region (region.py) gives its first call
         module: torch.nn.Module
@@ -147,6 +154,27 @@ class FirstCall:
             hints.remember(target, self._root, call.args, call.kwargs)
         return out
 
+    def _not_paying(self, call: Call, target: Target) -> bool:
+        """Before a first call compiles on the Dynamo path (no artifact serves
+        it): eager for good where an earlier process found that this compile
+        cannot pay for itself within this session's steps
+        (:mod:`.artifacts.payoff`), with the speed probe on (``probe=False``
+        keeps every region compiled)."""
+        if self._state is not RegionState.PENDING or not self.probe.enabled:
+            return False
+        try:
+            inputs = signature(call.args, call.kwargs)
+            self._payoff_at = payoff.payoff_path(target, self._root, inputs)
+        except Exception as err:  # without figures the region compiles, as before
+            logger.debug(f"{self.report.label}: no payoff figures ({err!r})")
+            return False
+        reason = payoff.against(self._payoff_at, self.steps)
+        if reason is not None:
+            self.state = RegionState.EAGER
+            self.report.reason = reason
+            logger.info(f"{self.report.label} runs eagerly: {reason}")
+        return reason is not None
+
     def _choose(
         self, call: Call, laps: Laps, chosen_by: Callable[[Executor, Any, Laps], Any]
     ) -> Any:
@@ -163,6 +191,8 @@ class FirstCall:
             if isinstance(chosen, str):
                 reason = chosen
                 continue
+            if chosen.name == "dynamo" and self._not_paying(call, target):
+                return self._eager(call)
             try:
                 out = self._attempt(call, chosen, target, laps)
             except Declined as declined:

@@ -48,6 +48,7 @@ from earth2studio_compile import (
     resident,
 )
 from earth2studio_compile._torch import tree_map
+from earth2studio_compile.artifacts import payoff
 from earth2studio_compile.executors import (
     RECOMPILE_LIMIT,
     Declined,
@@ -153,6 +154,9 @@ class CompiledRegion(FirstCall):
         self.hooks.restore(self)
         self._off_the_pool()
         executor, r = self._executor, self.report
+        if self._payoff_at is not None and self.steps and r.executor == "dynamo":
+            # What compiling cost and saved here, for a later process's first call.
+            payoff.remember(self._payoff_at, r, self.steps)
         # A region eager for being slower keeps its executor with the verdict: a
         # later session over the core turns eager without compiling again.
         slower = self._state is RegionState.EAGER and r.slower

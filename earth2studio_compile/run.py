@@ -23,6 +23,7 @@ import contextvars
 import difflib
 import functools
 import inspect
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -179,6 +180,22 @@ def _check_arguments(
         raise TypeError(message) from None
 
 
+def _model_steps(arguments: dict[str, Any]) -> int | None:
+    """The prognostic's steps a workflow call runs: ``nsteps``, times the batches
+    of an ensemble (``nensemble`` members, ``batch_size`` a batch); None where
+    the arguments do not say."""
+    nsteps = arguments.get("nsteps")
+    if not isinstance(nsteps, int) or nsteps <= 0:
+        return None
+    members = arguments.get("nensemble")
+    if members is None:
+        return nsteps
+    batch = arguments.get("batch_size") or members
+    if not isinstance(members, int) or not isinstance(batch, int) or batch <= 0:
+        return None
+    return nsteps * math.ceil(members / batch)
+
+
 def _with_compile(
     upstream: Callable[..., Any], models: tuple[str, ...]
 ) -> Callable[..., Any]:
@@ -232,6 +249,9 @@ def _with_compile(
                         *(bound.arguments[name] for name in models), precision=chosen
                     ) as session:
                         _last.set(session.report)
+                        steps = _model_steps(bound.arguments)
+                        if steps is not None:
+                            session.expect(steps)
                         # The cores' artifacts load while the workflow fetches data.
                         session.ahead()
                         result = upstream(*bound.args, **bound.kwargs)

@@ -287,6 +287,22 @@ class CompileSession:
             self._pool.shutdown(wait=True)
             self._pool = None
 
+    def expect(self, steps: int) -> None:
+        """Say how many workflow steps this session runs (the workflows of
+        :mod:`earth2studio_compile.run` do): a region on the Dynamo path whose
+        compile an earlier process found cannot pay for itself within them runs
+        eagerly from its first call (:mod:`~earth2studio_compile.artifacts.payoff`,
+        with the speed probe on), and its figures are kept per step.
+
+        Parameters
+        ----------
+        steps : int
+            The workflow's model steps (an ensemble's: steps x batches)
+        """
+        if isinstance(steps, int) and steps > 0:
+            for region in self._open:
+                region.steps = steps
+
     def close(self) -> None:
         """Restore every model and log the summary (called by ``__exit__``)."""
         self._restore()

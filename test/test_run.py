@@ -474,3 +474,29 @@ def test_a_failed_write_of_an_overlapped_call_is_raised_after_the_steps_before(
     assert fields and {0, 1} <= set(stores)
     for field in fields:  # time, lead time, lat, lon: the first two lead times
         assert np.isfinite(np.asarray(field[:, :2])).all(), field.name
+
+
+@pytest.mark.parametrize(
+    ("arguments", "steps"),
+    [
+        ({"nsteps": 20}, 20),
+        ({"nsteps": 20, "nensemble": 16, "batch_size": 8}, 40),
+        ({"nsteps": 20, "nensemble": 10, "batch_size": 4}, 60),  # uneven last batch
+        ({"nsteps": 20, "nensemble": 16}, 20),  # one batch of every member
+        ({"nsteps": 0}, None),
+        ({}, None),
+    ],
+)
+def test_the_model_steps_of_a_workflow_call(arguments, steps):
+    assert run._model_steps(arguments) == steps
+
+
+def test_a_compiled_ensemble_tells_its_session_its_model_steps(monkeypatch):
+    """What the session's regions weigh a compile against (artifacts/payoff.py):
+    3 steps of 3 members in batches of 2, so 6 model steps."""
+    from earth2studio_compile import CompileSession
+
+    told: list[int] = []
+    monkeypatch.setattr(CompileSession, "expect", lambda self, n: told.append(n))
+    run_workflow(run.ensemble, "ensemble", zoo.build("toy"), nsteps=3, compile=True)
+    assert told == [6]

@@ -1,0 +1,183 @@
+"""Whether a region's compile can pay for itself within one workflow call.
+
+A region on the Dynamo path (no ahead-of-time artifact serves it: opaque Python
+operators inside, or nothing built) compiles at its first call in every process:
+Dynamo traces the core again even where Inductor's cache holds the kernels. Where
+its compiled calls save less than that over the call's steps, ``compile=True``
+made the call slower than eager: ACE2 at its published size on an H200 saved 3.5
+ms a call against a 2.9 s first call from a warm cache, 20 calls a 20-step call
+(docs/bench/2026-11-29-h200-twentyseventh). Once a process's speed probe has
+judged such a region, what a call saves, what its first call cost that every
+process pays (the whole first call where the cache was warm, else Dynamo's own
+trace, which a warm cache does not spare) and its calls per workflow step are kept
+(:func:`remember`); a later process's first call, told the workflow's steps, runs
+the region eagerly where they say the compile cannot pay within the call
+(:meth:`Payoff.pays`). Kept under the cache root's ``aot/payoff/``, keyed as the
+region's hint (every setting, the core's constants) plus the inputs' shapes, the
+device's kind, torch and the TF32 flags: figures of one place stand for no other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from loguru import logger
+
+from earth2studio_compile.artifacts.hints import hint_path
+from earth2studio_compile.artifacts.key import RegionTarget
+from earth2studio_compile.artifacts.store import write_file
+from earth2studio_compile.cache import make_private_dir
+from earth2studio_compile.precision import tf32_under
+
+__all__ = ["Payoff", "against", "payoff_path", "recall", "remember"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Payoff:
+    """An earlier process's figures of a region's compile against its calls.
+
+    Attributes
+    ----------
+    saved_ms : float
+        Eager's median call minus the compiled one's (the speed probe's)
+    cost_s : float
+        The part of the first call every process pays, in seconds
+    calls_per_step : float
+        The region's calls per workflow step (StormCast's denoiser: one per
+        sampler step)
+    """
+
+    saved_ms: float
+    cost_s: float
+    calls_per_step: float
+
+    def pays(self, steps: int) -> bool:
+        """Whether ``steps`` workflow steps save more than the compile costs."""
+        return self.saved_ms / 1e3 * self.calls_per_step * steps > self.cost_s
+
+    def text(self, steps: int) -> str:
+        """Why not, for the report: ``"compiling would not pay for itself in this
+        call (...)"``."""
+        calls = self.calls_per_step * steps
+        return (
+            f"compiling would not pay for itself in this call: {self.saved_ms:.2f} "
+            f"ms saved a call, {calls:g} calls ({steps} steps), against "
+            f"{self.cost_s:.1f} s of compiling at each process's first call "
+            "(measured in an earlier process)"
+        )
+
+
+def payoff_path(
+    target: RegionTarget, root: Path | None, inputs: tuple[Any, ...]
+) -> Path | None:
+    """Where the figures of ``target``'s region for these inputs are kept.
+
+    Parameters
+    ----------
+    target : RegionTarget
+        The region and its settings
+    root : Path | None
+        Cache root (None: the cache is off)
+    inputs : tuple[Any, ...]
+        The call's :func:`~earth2studio_compile.probe.signature`
+
+    Returns
+    -------
+    Path | None
+        The file, None without a cache
+    """
+    hint = hint_path(target, root)
+    if hint is None:
+        return None
+    device = target.device
+    kind = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    text = (
+        f"{hint.stem}|{inputs}|{kind}|{torch.__version__}|"
+        f"{tf32_under(target.precision)}"
+    )
+    name = hashlib.sha256(text.encode()).hexdigest()[:32]
+    return hint.parent.parent / "payoff" / f"{name}.json"
+
+
+def remember(path: Path, report: Any, steps: int) -> None:
+    """Keep what ``report``'s session measured: its probe's verdict, its first
+    call, its calls over ``steps`` workflow steps. Never raises (a cache the
+    process cannot write only means the next process compiles again); keeps
+    nothing where the probe did not judge or the first call did not compile on
+    the Dynamo path in this process.
+
+    Parameters
+    ----------
+    path : Path
+        :func:`payoff_path` of the region's first call
+    report : RegionReport
+        The region's report at the session's end
+    steps : int
+        The workflow's steps in the session
+    """
+    first = report.first_call_seconds
+    dynamo = report.phases.get("dynamo")
+    if report.compiled_ms is None or not report.eager_ms or dynamo is None:
+        return
+    if steps <= 0 or report.calls <= 0 or first is None:
+        return
+    cost = first if report.cache == "warm" else dynamo
+    figures = {
+        "saved_ms": report.eager_ms - report.compiled_ms,
+        "cost_s": cost,
+        "calls_per_step": report.calls / steps,
+    }
+    try:
+        make_private_dir(path.parent)
+        write_file(path, json.dumps(figures).encode())
+    except Exception as err:
+        logger.debug(f"Could not keep the payoff of {report.label}: {err!r}")
+
+
+def recall(path: Path | None) -> Payoff | None:
+    """The figures an earlier process kept at ``path``; None where none were kept,
+    or they are not readable as such (the region compiles, as without them)."""
+    if path is None:
+        return None
+    try:
+        kept = json.loads(path.read_text())
+        payoff = Payoff(
+            float(kept["saved_ms"]),
+            float(kept["cost_s"]),
+            float(kept["calls_per_step"]),
+        )
+    except Exception:
+        return None
+    numbers = (payoff.saved_ms, payoff.cost_s, payoff.calls_per_step)
+    if not all(math.isfinite(x) for x in numbers) or payoff.calls_per_step <= 0:
+        return None
+    return payoff
+
+
+def against(path: Path | None, steps: int | None) -> str | None:
+    """Why a region should run eagerly in a call of ``steps`` workflow steps, from
+    the figures kept at ``path``; None where it should compile (no figures, no
+    steps, or a compile that pays).
+
+    Parameters
+    ----------
+    path : Path | None
+        :func:`payoff_path` of the region's first call
+    steps : int | None
+        The workflow's steps in the session (None: not said)
+
+    Returns
+    -------
+    str | None
+        The report's reason (:meth:`Payoff.text`), or None
+    """
+    kept = recall(path)
+    if kept is None or steps is None or kept.pays(steps):
+        return None
+    return kept.text(steps)

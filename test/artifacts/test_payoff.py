@@ -1,0 +1,129 @@
+"""Whether a region's compile pays within a workflow call
+(earth2studio_compile.artifacts.payoff): figures kept at a session's end on the
+Dynamo path, and a later first call that runs eagerly where they say it cannot.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from conftest import messages
+
+from earth2studio_compile import CompileSession
+from earth2studio_compile.artifacts import payoff
+from earth2studio_compile.tools import zoo
+
+
+def test_ace2s_h200_figures_do_not_pay_in_twenty_steps():
+    # ACE2 at published size on an H200 (docs/bench/2026-11-29-h200-twentyseventh):
+    # 28.81 ms eager, 25.33 compiled a call, a 2.9 s first call from a warm cache.
+    ace2 = payoff.Payoff(saved_ms=28.81 - 25.33, cost_s=2.92, calls_per_step=1.0)
+    assert not ace2.pays(20)
+    assert ace2.pays(1000)
+    assert "20 calls (20 steps)" in ace2.text(20)
+    # StormCast's denoiser runs once a sampler step: 36 calls a workflow step.
+    denoiser = payoff.Payoff(saved_ms=37.7, cost_s=2.92, calls_per_step=36.0)
+    assert denoiser.pays(20)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "not json",
+        json.dumps({"saved_ms": 1.0, "cost_s": 2.0}),
+        json.dumps({"saved_ms": math.nan, "cost_s": 2.0, "calls_per_step": 1.0}),
+        json.dumps({"saved_ms": 1.0, "cost_s": 2.0, "calls_per_step": 0.0}),
+    ],
+)
+def test_damaged_figures_are_not_read(tmp_path, text):
+    path = tmp_path / "payoff.json"
+    path.write_text(text)
+    assert payoff.recall(path) is None
+    assert payoff.against(path, 20) is None  # compiles, as without figures
+
+
+def _counting_backend(ran: list[int]):
+    def backend(gm, example_inputs):
+        def call(*args):
+            ran[0] += 1
+            return gm.forward(*args)
+
+        return call
+
+    return backend
+
+
+def _session(backend, calls: int, steps: int | None, probe: bool = True):
+    """A fresh core (as in a later process: nothing of it on the in-process
+    shelf) through ``calls`` calls of a session told ``steps``."""
+    core = zoo.ToyCore(4, 8).eval()
+    x = torch.randn(2, 4, 8, 8)
+    with CompileSession(core, regions=("net",), backend=backend, probe=probe) as s:
+        if steps is not None:
+            s.expect(steps)
+        with torch.no_grad():
+            for _ in range(calls):
+                core.net(x)
+    return s.report.regions[0]
+
+
+def test_a_compile_that_cannot_pay_runs_eagerly_in_a_later_process(
+    tmp_path, monkeypatch, logs
+):
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
+    ran = [0]
+    backend = _counting_backend(ran)
+    # Nine calls: the probe judges; the figures are kept per step.
+    first = _session(backend, 9, steps=9)
+    # Judged (compiled, or eager when the counting wrapper made it slower).
+    assert first.executor == "dynamo" and first.compiled_ms is not None
+    (kept,) = tmp_path.rglob("payoff/*.json")
+    figures = json.loads(kept.read_text())
+    assert figures["calls_per_step"] == 1.0
+    assert figures["saved_ms"] == pytest.approx(first.eager_ms - first.compiled_ms)
+    # Not Inductor: no cache to be warm, so the cost is Dynamo's trace alone.
+    assert figures["cost_s"] == first.phases["dynamo"]
+
+    # A compile that saves a microsecond a call against 100 s.
+    kept.write_text(
+        json.dumps({"saved_ms": 1e-3, "cost_s": 100.0, "calls_per_step": 1.0})
+    )
+    ran[0] = 0
+    logs.clear()  # the first session's (a slower verdict's WARNING, if any)
+    eager = _session(backend, 3, steps=20)
+    assert ran[0] == 0, "nothing may run compiled"
+    assert eager.status == "eager" and eager.compile_seconds == 0.0
+    assert eager.reason.startswith("compiling would not pay for itself in this call")
+    assert eager.eager_calls == 3
+    assert any(
+        "runs eagerly: compiling would not pay" in m for m in messages(logs, "INFO")
+    )
+    assert not messages(logs, "WARNING")  # nothing failed
+
+    # probe=False keeps every region compiled; so does a call of unknown length.
+    assert _session(backend, 3, steps=20, probe=False).status == "compiled"
+    assert _session(backend, 3, steps=None).status == "compiled"
+    # Figures that pay within the call: compiled.
+    kept.write_text(json.dumps({"saved_ms": 1e3, "cost_s": 1.0, "calls_per_step": 1.0}))
+    assert _session(backend, 3, steps=20).status == "compiled"
+
+
+def test_figures_that_cannot_be_found_leave_the_region_compiling(tmp_path, monkeypatch):
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
+
+    def broken(*args):
+        raise OSError("no such place")
+
+    monkeypatch.setattr(payoff, "payoff_path", broken)
+    assert _session(_counting_backend([0]), 3, steps=20).status == "compiled"
+
+
+def test_without_a_cache_nothing_is_kept_or_decided(monkeypatch, tmp_path):
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", "off")
+    monkeypatch.chdir(tmp_path)
+    region = _session(_counting_backend([0]), 9, steps=9)
+    assert region.executor == "dynamo" and region.compiled_ms is not None  # judged
+    assert not list(tmp_path.rglob("payoff"))
