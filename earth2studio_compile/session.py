@@ -298,10 +298,21 @@ class CompileSession:
         ----------
         steps : int
             The workflow's model steps (an ensemble's: steps x batches)
+
+        Raises
+        ------
+        TypeError, ValueError
+            ``steps`` not a whole number, or not positive
         """
-        if isinstance(steps, int) and steps > 0:
-            for region in self._open:
-                region.steps = steps
+        if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)):
+            raise TypeError(
+                f"steps must be a whole number of workflow steps, got "
+                f"{type(steps).__name__} ({steps!r})."
+            )
+        if steps <= 0:
+            raise ValueError(f"steps must be positive, got {steps}.")
+        for region in self._open:
+            region.steps = int(steps)
 
     def close(self) -> None:
         """Restore every model and log the summary (called by ``__exit__``)."""

@@ -127,3 +127,13 @@ def test_without_a_cache_nothing_is_kept_or_decided(monkeypatch, tmp_path):
     region = _session(_counting_backend([0]), 9, steps=9)
     assert region.executor == "dynamo" and region.compiled_ms is not None  # judged
     assert not list(tmp_path.rglob("payoff"))
+
+
+@pytest.mark.parametrize(
+    ("steps", "error"), [(0, ValueError), (2.5, TypeError), (True, TypeError)]
+)
+def test_expect_names_a_bad_step_count(steps, error):
+    core = zoo.ToyCore(4, 8).eval()
+    with CompileSession(core, regions=("net",)) as session:
+        with pytest.raises(error, match="steps"):
+            session.expect(steps)
