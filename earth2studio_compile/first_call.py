@@ -160,7 +160,12 @@ class FirstCall:
         cannot pay for itself within this session's steps
         (:mod:`.artifacts.payoff`), with the speed probe on (``probe=False``
         keeps every region compiled)."""
-        if self._state is not RegionState.PENDING or not self.probe.enabled:
+        # Without the workflow's steps there is nothing to decide or to keep.
+        if (
+            self._state is not RegionState.PENDING
+            or not self.probe.enabled
+            or self.steps is None
+        ):
             return False
         try:
             inputs = signature(call.args, call.kwargs)

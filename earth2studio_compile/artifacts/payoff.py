@@ -26,14 +26,13 @@ import math
 from pathlib import Path
 from typing import Any
 
-import torch
 from loguru import logger
 
 from earth2studio_compile.artifacts.hints import hint_path
 from earth2studio_compile.artifacts.key import RegionTarget
+from earth2studio_compile.artifacts.speed import timing_text
 from earth2studio_compile.artifacts.store import write_file
 from earth2studio_compile.cache import make_private_dir
-from earth2studio_compile.precision import tf32_under
 
 __all__ = ["Payoff", "against", "payoff_path", "recall", "remember"]
 
@@ -95,12 +94,7 @@ def payoff_path(
     hint = hint_path(target, root)
     if hint is None:
         return None
-    device = target.device
-    kind = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-    text = (
-        f"{hint.stem}|{inputs}|{kind}|{torch.__version__}|"
-        f"{tf32_under(target.precision)}"
-    )
+    text = f"{hint.stem}|{inputs}|{timing_text(target.device, target.precision)}"
     name = hashlib.sha256(text.encode()).hexdigest()[:32]
     return hint.parent.parent / "payoff" / f"{name}.json"
 

@@ -29,10 +29,31 @@ from loguru import logger
 from earth2studio_compile.artifacts import store
 from earth2studio_compile.precision import tf32_under
 
-__all__ = ["FIGURES", "recall", "remember", "speed_file"]
+__all__ = ["FIGURES", "recall", "remember", "speed_file", "timing_text"]
 
 #: The report's fields the probe fills (``RegionReport``), kept and recalled.
 FIGURES = ("compiled_ms", "eager_ms", "compiled_range", "eager_range", "slower")
+
+
+def timing_text(device: torch.device, precision: str | None) -> str:
+    """What a region's timings depend on beyond the region: the device's kind (a
+    GPU by its name: another model times otherwise), torch, and the TF32 flags its
+    calls run under (:func:`~earth2studio_compile.precision.tf32_under`).
+
+    Parameters
+    ----------
+    device : torch.device
+        The device the calls run on
+    precision : str | None
+        The region's precision (None: PyTorch's flags)
+
+    Returns
+    -------
+    str
+        ``"<kind>|<torch version>|<TF32 flags>"``
+    """
+    kind = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    return f"{kind}|{torch.__version__}|{tf32_under(precision)}"
 
 
 def speed_file(artifact: Path, device: torch.device, precision: str | None) -> Path:
@@ -54,8 +75,7 @@ def speed_file(artifact: Path, device: torch.device, precision: str | None) -> P
         the region's calls run under
         (:func:`~earth2studio_compile.precision.tf32_under`)
     """
-    kind = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-    text = f"{kind}|{torch.__version__}|{tf32_under(precision)}"
+    text = timing_text(device, precision)
     return artifact / f"speed-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
 
 
