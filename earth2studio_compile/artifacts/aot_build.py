@@ -37,6 +37,7 @@ from earth2studio_compile.artifacts.aot_key import (
     strip_core,
 )
 from earth2studio_compile.artifacts.key import RegionTarget
+from earth2studio_compile.artifacts.refused import Refused, remember
 from earth2studio_compile.opaque import find_opaque
 from earth2studio_compile.precision import KeepFp32
 
@@ -216,6 +217,13 @@ def detached(value: Any) -> Any:
     )
 
 
+def _refused(directory: Path, key: str, reason: str) -> Refused:
+    """The refusal to raise, kept for later processes (the same key, the same
+    refusal: :mod:`earth2studio_compile.artifacts.refused`)."""
+    remember(directory, key, reason)
+    return Refused(reason)
+
+
 def build_region(
     target: RegionTarget,
     args: tuple[Any, ...],
@@ -244,11 +252,14 @@ def build_region(
 
     Raises
     ------
+    Refused
+        The core cannot be built ahead of time for this key, in any process (it
+        mutates its inputs or buffers, or holds tensors that are neither
+        parameters nor buffers; tensors it makes while it runs are kept in the
+        artifact): kept under the cache (:mod:`.refused`) for later processes;
+        the Dynamo path still works for it
     RuntimeError
-        The cache is off, this PyTorch cannot build, or the core cannot be built
-        ahead of time (it mutates its inputs or buffers, or holds tensors that are
-        neither parameters nor buffers; tensors it makes while it runs are kept
-        in the artifact); the Dynamo path still works for it
+        The cache is off, this PyTorch cannot build, or the build failed
     """
     reason = _torch.missing("aoti_compile")
     if reason is not None:
@@ -279,9 +290,11 @@ def build_region(
     timings["export"] = time.perf_counter() - start
     signature = program.graph_signature
     if signature.buffers_to_mutate or signature.user_inputs_to_mutate:
-        raise RuntimeError(
+        raise _refused(
+            directory,
+            key,
             f"{label} updates its buffers or inputs in place; ahead-of-time "
-            "artifacts bind buffers read-only. It stays on the Dynamo path."
+            "artifacts bind buffers read-only. It stays on the Dynamo path.",
         )
     live = live_tensors(module)
     # Made by the core's code, the same in every process for these shapes: kept
@@ -295,10 +308,12 @@ def build_region(
     constants = [*program.state_dict, *program.constants]
     strays = [n for n in constants if strip_core(n) not in live and n not in made]
     if strays:
-        raise RuntimeError(
+        raise _refused(
+            directory,
+            key,
             f"{label} computes with tensors that are neither parameters nor "
             f"buffers ({', '.join(strays[:3])}); they could not be bound from the "
-            "live model. It stays on the Dynamo path."
+            "live model. It stays on the Dynamo path.",
         )
     with store.staged(directory) as tmp:
         start = time.perf_counter()

@@ -15,7 +15,7 @@ from tiny_cores import (
     window_masks,
 )
 
-from earth2studio_compile.artifacts import aot_build
+from earth2studio_compile.artifacts import aot_build, refused
 from earth2studio_compile.artifacts.aot_build import build_region
 from earth2studio_compile.artifacts.aot_load import load_runner, verify
 from earth2studio_compile.artifacts.aot_runner import AotRunner
@@ -84,10 +84,16 @@ def test_a_mask_made_before_the_build_is_kept_under_the_packages_name(tmp_path):
 
 def test_a_tensor_the_model_holds_beside_its_weights_is_refused(tmp_path):
     """A tensor held as a plain attribute is the model's own data (it may differ
-    between processes with the same weights): an artifact must not keep it."""
-    core = HeldTensorCore()
-    with pytest.raises(RuntimeError, match="neither parameters nor buffers"):
-        build_region(tiny_target(core), (torch.randn(4, 8),), {}, root=tmp_path)
+    between processes with the same weights): an artifact must not keep it. The
+    refusal is kept for the key: a later process does not build it again."""
+    core, x = HeldTensorCore(), torch.randn(4, 8)
+    assert (
+        refused.recall(tmp_path / "aot", tiny_target(core).aot_key((x,), {})[0]) is None
+    )
+    with pytest.raises(refused.Refused, match="neither parameters nor buffers"):
+        build_region(tiny_target(core), (x,), {}, root=tmp_path)
+    key = tiny_target(core).aot_key((x,), {})[0]
+    assert "neither parameters nor buffers" in refused.recall(tmp_path / "aot", key)
 
 
 def test_a_built_conv_net_keeps_its_distinct_convolutions(conv_built):

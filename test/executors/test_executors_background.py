@@ -58,6 +58,9 @@ class _Job:
 def test_a_failed_build_keeps_eager_results_and_says_so_once(
     background_on, monkeypatch, logs
 ):
+    from earth2studio_compile.executors import background as executor
+
+    monkeypatch.setattr(executor, "LOOK_EVERY_S", 0.0)  # a look at every call
     job = _Job(running=2, end="failed")
     monkeypatch.setattr(background, "start", lambda *a, **k: job)
     model = TinyModel()
@@ -218,3 +221,59 @@ def test_a_running_forecast_launches_one_build_at_a_time(background_on, monkeypa
     finally:
         background.cancel()
     assert not background.building_here()
+
+
+def test_a_core_an_earlier_build_refused_runs_eagerly_without_a_build(
+    background_on, monkeypatch, logs
+):
+    """An earlier process's build of the same key was refused (DLESyM's atmosphere
+    decoder: 185 s on an H200, then refused, in every process): eager at once,
+    no build started, the reason in the report and its one WARNING."""
+    from earth2studio_compile.artifacts import refused
+    from earth2studio_compile.artifacts.aot_key import aot_root
+
+    started = []
+    job = _Job(running=100, end="built")
+    monkeypatch.setattr(background, "start", lambda *a, **k: started.append(k) or job)
+    model = TinyModel()
+    x = torch.randn(4, 8)
+    with CompileSession(model, regions=["core"]) as first:
+        with torch.no_grad():
+            model.core(x)
+    assert len(started) == 1  # no record yet: the build starts
+    key = started[0]["key"]
+    refused.remember(aot_root(background_on), key, "it updates its buffers in place")
+    started.clear()
+    resident.release()
+    with CompileSession(model, regions=["core"]) as session:
+        with torch.no_grad():
+            outs = [model.core(x) for _ in range(3)]
+    assert not started
+    assert all(torch.equal(o, _eager(model.core, x)) for o in outs)
+    [r] = session.report.regions
+    assert r.status == "eager" and "updates its buffers in place" in r.reason, r
+    assert "no ahead-of-time artifact can be built" in r.reason, r.reason
+    assert len(messages(logs, "WARNING")) == 1, messages(logs, "WARNING")
+    assert first.report.regions[0].executor == "background"
+
+
+def test_a_running_build_is_looked_at_twice_a_second_not_at_every_call(
+    background_on, monkeypatch
+):
+    """A look at another process's build takes its file lock: DLESyM calls its
+    regions 520 times in a 20-step call. Within LOOK_EVERY_S the calls run
+    eagerly on what the last look said."""
+    from earth2studio_compile.executors import background as executor
+
+    job = _Job(running=1000, end="built")
+    monkeypatch.setattr(background, "start", lambda *a, **k: job)
+    monkeypatch.setattr(executor, "LOOK_EVERY_S", 3600.0)
+    model = TinyModel()
+    x = torch.randn(4, 8)
+    with CompileSession(model, regions=["core"]) as session:
+        with torch.no_grad():
+            outs = [model.core(x) for _ in range(20)]
+    assert all(torch.equal(o, _eager(model.core, x)) for o in outs)
+    assert job.polls <= 3, job.polls  # one look, its description, the close
+    [r] = session.report.regions
+    assert r.status == "building" and "still building" in r.background, r

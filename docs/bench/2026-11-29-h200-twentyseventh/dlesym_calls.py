@@ -96,6 +96,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--label", default="", help="the row's name in the JSON")
+    parser.add_argument(
+        "--wait-builds",
+        type=float,
+        default=0.0,
+        help="after the calls, wait up to this many seconds for the background "
+        "builds this process started (kept in the last row)",
+    )
     a = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
@@ -128,6 +135,18 @@ def main() -> None:
         )
         if compiled:
             print("  " + row["summary"], flush=True)
+    if a.wait_builds > 0:
+        from earth2studio_compile.artifacts import background
+
+        start = time.perf_counter()
+        jobs = background.wait(timeout=a.wait_builds)
+        rows[-1]["background_wait_s"] = time.perf_counter() - start
+        rows[-1]["background"] = [j.describe() for j in jobs]
+        a.out.write_text(json.dumps(rows, indent=1))
+        waited = rows[-1]["background_wait_s"]
+        print(f"waited {waited:.1f} s for the builds:", flush=True)
+        for text in rows[-1]["background"]:
+            print("  " + text, flush=True)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from earth2studio_compile.tools.bench.tables import (
     e2e_profile,
     e2e_writers,
     kernels,
+    loop_calls,
     overlap,
     rollouts,
     second_call,
@@ -198,6 +199,12 @@ _TWENTYSEVENTH = "2026-11-29-h200-twentyseventh/"
 _RUNS_TWENTYSEVENTH = (
     _TWENTYSEVENTH + "stormcast-calls-70e27ba.json",
     _TWENTYSEVENTH + "ace2-calls-ee629a8.json",
+)
+_TWENTYEIGHTH = "2026-11-29-h200-twentyeighth/"
+_RUNS_TWENTYEIGHTH = (_TWENTYEIGHTH + "ace2-calls-951fbda.json",)
+_DLESYM_TWENTYEIGHTH = (
+    _TWENTYEIGHTH + "dlesym-calls-951fbda.json",
+    _TWENTYEIGHTH + "dlesym-built-951fbda.json",
 )
 MODELS = "docs/models.md"
 FIGURES: tuple[Figure, ...] = (
@@ -525,6 +532,8 @@ FIGURES: tuple[Figure, ...] = (
         _RUNS_TWENTYSEVENTH,
         workflow_first_steps,
     ),
+    Figure("models-calls-h200-twentyeighth", MODELS, _RUNS_TWENTYEIGHTH, workflow),
+    Figure("models-dlesym-h200-twentyeighth", MODELS, _DLESYM_TWENTYEIGHTH, loop_calls),
     Figure("ensembles-h200-twentysixth", PERF, _RUNS_TWENTYSIXTH, workflow),
     Figure(
         "ensembles-h200-twentysixth-first",

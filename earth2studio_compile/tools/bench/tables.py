@@ -208,6 +208,46 @@ def second_call(datas: Sequence[Mapping[str, Any]]) -> str:
     return markdown([*header, "compile=True's call"], rows) + note
 
 
+def loop_calls(datas: Sequence[Mapping[str, Any]]) -> str:
+    """``dlesym_calls.py``: a model's own forecast loop, eager against a
+    ``CompileSession``, in a fresh process or in turn in one; each source one run."""
+    rows = []
+    for data in datas:
+        eager: Mapping[str, Any] = {}
+        for r in data["rows"]:
+            if r["run"] == "eager":
+                eager = r  # the compiled calls after it are compared with it
+                continue
+            way = r["label"] + (f", call {r['call']}" if r["way"] == "second" else "")
+            ran = sorted({f"{g['status']} ({g['executor']})" for g in r["regions"]})
+            rows.append(
+                [
+                    data["meta"]["run"],
+                    way,
+                    number(eager.get("wall_s"), ".2f"),
+                    number(r["wall_s"], ".2f"),
+                    _times(eager["wall_s"] / r["wall_s"] if eager else None),
+                    f"{number(eager.get('first_step_s'), '.2f')}/"
+                    f"{r['first_step_s']:.2f}",
+                    ", ".join(ran),
+                    number(r.get("background_wait_s"), ".0f"),
+                ]
+            )
+    meta = datas[0]["meta"]
+    note = (
+        f"\n\n{meta['steps']} steps, {meta['size']} size (random weights), TF32; "
+        "each call timed from creating the model's iterator until the last step's "
+        "outputs are on the host. eager = the same loop without a session, the "
+        "process's eager call before the compiled one (a fresh process: the run's "
+        "fresh eager process); regions = each region's status (executor) at the "
+        "call's end; waited = seconds the process waited after its call for the "
+        "background builds it launched."
+    )
+    header = ["run", "process, call", "eager s", "compiled s", "eager / compiled"]
+    header += ["first step s eager/compiled", "regions", "waited s"]
+    return markdown(header, rows) + note
+
+
 def kernels(datas: Sequence[Mapping[str, Any]]) -> str:
     """``tools.bench.kernels``: ms per step by kernel family, from the profiler."""
     keys: tuple[str, ...] = ("wall", "device", "host", "fft", "gemm", "conv")

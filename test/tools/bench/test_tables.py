@@ -54,3 +54,31 @@ def test_the_kernel_table_names_a_compiled_rows_inductor_options():
         "compiled",
         "compiled, layout_optimization=False",
     ]
+
+
+def test_a_loop_call_is_compared_with_the_eager_call_before_it():
+    """``loop_calls``: a compiled call beside the process's eager call before it
+    (a fresh compiled process: the run's fresh eager process)."""
+    from earth2studio_compile.tools.bench.tables import loop_calls
+
+    region = {"status": "compiled", "executor": "aot"}
+
+    def row(label, way, run, call, wall):
+        return {"label": label, "way": way, "run": run, "call": call}, wall
+
+    rows = []
+    for r, wall in (
+        row("fresh, eager", "fresh", "eager", 1, 4.0),
+        row("fresh, warm cache", "fresh", "compiled", 1, 2.0),
+        row("one process", "second", "eager", 1, 3.0),
+        row("one process", "second", "compiled", 2, 1.5),
+        row("one process", "second", "eager", 3, 2.0),
+        row("one process", "second", "compiled", 4, 2.5),
+    ):
+        rows.append(r | {"wall_s": wall, "first_step_s": 0.1, "regions": [region]})
+    meta = {"run": "built", "steps": 20, "size": "full"}
+    lines = loop_calls([{"meta": meta, "rows": rows}]).splitlines()
+    header = _cells(lines[0])
+    column = header.index("eager / compiled")
+    assert [_cells(line)[column] for line in lines[2:5]] == ["2.00x", "2.00x", "0.80x"]
+    assert _cells(lines[2])[header.index("regions")] == "compiled (aot)"

@@ -1,0 +1,97 @@
+"""Cores that no ahead-of-time artifact can serve, remembered across processes.
+
+The export refuses a core that updates its buffers or inputs in place, or that
+computes with tensors held beside its parameters and buffers
+(:func:`~earth2studio_compile.artifacts.aot_build.build_region`): DLESyM's
+atmosphere decoder keeps its recurrent state as plain attributes, and its
+background build failed after 185 s on an H200 (traced, then refused;
+docs/bench/2026-11-29-h200-twentyeighth). The refusal depends only on what the
+artifact's key holds (the core's code and settings, the inputs' shapes), so each
+later process would start the same build, share its machine with it for minutes,
+and see it fail again. :func:`remember` keeps the reason under the cache root's
+``aot/refused/<key>.json``; :func:`recall` gives it to a later first call, which
+then runs the region eagerly at once (:mod:`earth2studio_compile.executors.
+background`). A build that failed for another reason (killed, out of memory, a
+compiler error a later PyTorch may not make) is not remembered: it is tried again.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from loguru import logger
+
+from earth2studio_compile.artifacts.store import write_file
+from earth2studio_compile.cache import make_private_dir
+
+__all__ = ["Refused", "recall", "refused_path", "remember"]
+
+
+class Refused(RuntimeError):
+    """The core cannot be built ahead of time for its key, in any process (the
+    Dynamo path still compiles it)."""
+
+
+def refused_path(aot: Path, key: str) -> Path:
+    """Where the refusal of an artifact is kept.
+
+    Parameters
+    ----------
+    aot : Path
+        The artifacts' directory (``<cache root>/aot``)
+    key : str
+        The artifact's key
+
+    Returns
+    -------
+    Path
+        ``<aot>/refused/<key>.json``
+    """
+    return aot / "refused" / f"{key}.json"
+
+
+def remember(aot: Path, key: str, reason: str) -> None:
+    """Keep why the artifact ``key`` cannot be built. Never raises: a cache the
+    process cannot write only means a later process tries the build again.
+
+    Parameters
+    ----------
+    aot : Path
+        The artifacts' directory (``<cache root>/aot``)
+    key : str
+        The artifact's key
+    reason : str
+        The refusal, as :class:`Refused` said it
+    """
+    path = refused_path(aot, key)
+    try:
+        make_private_dir(path.parent)
+        write_file(path, json.dumps({"reason": reason}).encode())
+    except Exception as err:
+        logger.debug(f"Could not keep the refusal of {key}: {err!r}")
+
+
+def recall(aot: Path | None, key: str) -> str | None:
+    """Why an earlier build of ``key`` was refused; None where none was, or the
+    record is not readable (the build is tried, as without it).
+
+    Parameters
+    ----------
+    aot : Path | None
+        The artifacts' directory (None: the cache is off)
+    key : str
+        The artifact's key
+
+    Returns
+    -------
+    str | None
+        The reason :func:`remember` kept
+    """
+    if aot is None:
+        return None
+    try:
+        reason = json.loads(refused_path(aot, key).read_text())["reason"]
+    except Exception:
+        return None
+    return reason if isinstance(reason, str) and reason else None
