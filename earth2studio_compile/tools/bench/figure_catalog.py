@@ -205,6 +205,7 @@ _RUNS_TWENTYEIGHTH = (_TWENTYEIGHTH + "ace2-calls-951fbda.json",)
 _DLESYM_TWENTYEIGHTH = (
     _TWENTYEIGHTH + "dlesym-calls-951fbda.json",
     _TWENTYEIGHTH + "dlesym-built-951fbda.json",
+    _TWENTYEIGHTH + "dlesym-built-f9b0996.json",
 )
 MODELS = "docs/models.md"
 FIGURES: tuple[Figure, ...] = (
