@@ -23,7 +23,7 @@ from loguru import logger
 
 from earth2studio_compile import precision as _precision
 from earth2studio_compile._torch import MODULE_SLOT, tree_map
-from earth2studio_compile.artifacts import hints, speed, verified
+from earth2studio_compile.artifacts import hints, payoff, speed, verified
 from earth2studio_compile.artifacts.aot_build import build_region, detached
 from earth2studio_compile.artifacts.aot_load import load_runner, wants_cudagraphs
 from earth2studio_compile.artifacts.aot_runner import AotRunner
@@ -37,7 +37,7 @@ from earth2studio_compile.options import CompileOptions
 from earth2studio_compile.planning import plan
 from earth2studio_compile.probe import SpeedProbe, signature
 from earth2studio_compile.report import RegionReport
-from earth2studio_compile.session import example_input
+from earth2studio_compile.session import CompileSession, example_input
 from earth2studio_compile.spec import check_paths, unused_arguments
 from earth2studio_compile.staging import first_device
 
@@ -61,9 +61,12 @@ class Built:
         The artifact's directory; None if not built
     status : str
         ``"built"``, ``"present"`` (a loadable artifact for the key existed),
-        ``"skipped"`` (the region cannot be built ahead of time) or ``"failed"``
+        ``"judged"`` (no artifact can serve it: compiled on the Dynamo path and
+        timed, its payoff figures kept), ``"skipped"`` (the region cannot be
+        built ahead of time) or ``"failed"``
     seconds : float
-        Wall time of the build (0 unless built)
+        Wall time of the build, or of the judged region's first (compiling)
+        call (0 otherwise)
     reason : str | None
         Why it was skipped or failed
     verified : bool
@@ -217,11 +220,12 @@ def build(
         chosen = None
     out: list[Built] = []
     todo: list[tuple[str, torch.nn.Module]] = []
+    dynamo: list[str] = []
     for path, module in p.targets:
         label = f"{name}.{path}"
         if p.spec.opaque:
-            why = "opaque submodules (Python operators) need the Dynamo path"
-            out.append(Built(label, None, "skipped", reason=why))
+            # No artifact: judged on the Dynamo path below.
+            dynamo.append(label)
         elif module.__dict__.get(MODULE_SLOT) is not None:
             out.append(Built(label, None, "skipped", reason="compiled in a session"))
         else:
@@ -270,6 +274,69 @@ def build(
         # ahead of its workflow's, while the data is fetched (CompiledRegion.ahead).
         hints.remember(target, root, args, kwargs, inference)
         _time_speed(done, target, calls, sealed)
+    if dynamo:
+        out += _judge(model, x, coords, dynamo, regions, chosen, mode, options)
+    return out
+
+
+#: Model calls in the session that judges the Dynamo-path regions, its steps: the
+#: first compiles, the next records CUDA graphs, then the speed probe times its
+#: pairs of compiled and eager calls, with room for a recompile.
+JUDGE_CALLS = 20
+
+
+def _judge(
+    model: PrognosticModel | DiagnosticModel,
+    x: torch.Tensor,
+    coords: CoordSystem,
+    labels: Sequence[str],
+    regions: Sequence[str] | None,
+    precision: str | None,
+    mode: str | None,
+    options: Mapping[str, Any] | None,
+) -> list[Built]:
+    """Compile the regions no artifact can serve (opaque submodules need the
+    Dynamo path) in a session of :data:`JUDGE_CALLS` calls of ``model``, as
+    ``compile=True`` would. The session keeps their payoff figures
+    (:mod:`~earth2studio_compile.artifacts.payoff`): a later process's first call
+    then knows whether the compile pays within its call, and runs the region
+    eagerly where it cannot, instead of compiling to find out; Inductor's cache is
+    warm for the ones that compile. One :class:`Built` per region of ``labels``:
+    ``"judged"`` with what the figures say, else ``"skipped"`` and why."""
+    session = CompileSession(
+        model, regions=regions, precision=precision, mode=mode, options=options
+    )
+    try:
+        with session, torch.no_grad():
+            session.expect(JUDGE_CALLS)
+            for _ in range(JUDGE_CALLS):
+                model(x, coords)
+    except Exception as err:  # one model's failure must not stop the build's report
+        why = f"not judged on the Dynamo path ({type(err).__name__}: {err})"
+        return [Built(label, None, "failed", reason=why) for label in labels]
+    out = []
+    for r in session.report.regions:
+        if r.label not in labels:
+            continue
+        figures = payoff.figures_of(r, JUDGE_CALLS)
+        if r.executor != "dynamo" or figures is None:
+            why = r.reason or f"its speed was not judged ({r.status})"
+            out.append(Built(r.label, None, "skipped", reason=f"not judged: {why}"))
+            continue
+        steps = figures.break_even()
+        verdict = (
+            f"compile=True compiles it in calls of {steps} steps or more, eagerly below"
+            if steps is not None
+            else "it saves nothing a call: compile=True runs it eagerly"
+        )
+        why = (
+            f"no artifact (opaque submodules need the Dynamo path); compiled and "
+            f"timed there: {figures.saved_ms:.2f} ms saved a call, "
+            f"{figures.calls_per_step:g} calls a step, {figures.cost_s:.1f} s of "
+            f"compiling at each process's first call; {verdict}"
+        )
+        seconds = r.first_call_seconds or 0.0
+        out.append(Built(r.label, None, "judged", seconds, reason=why))
     return out
 
 

@@ -116,3 +116,33 @@ def test_build_times_the_runner_its_seal_ran_where_it_runs_no_cuda_graphs(
     assert again.status == "present" and again.verified
     assert loads == [False]
     assert speed.recall(built.result.path, cpu, "fp32") is not None
+
+
+def test_build_judges_a_region_no_artifact_can_serve_for_a_later_first_call(
+    tmp_path, monkeypatch
+):
+    """Opaque submodules need the Dynamo path: no artifact. build() compiles such a
+    region in a session of the model's calls and keeps its payoff figures, so a
+    later process's first call knows whether compiling pays within its call
+    (ACE2 at published size: slower compiled in a fresh process; before, build()
+    skipped it and every fresh process compiled to find out)."""
+    import torch
+
+    from earth2studio_compile import CompileSession, build, example_input, resident
+    from earth2studio_compile.tools import zoo
+
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
+    model = zoo.build("sfno")
+    [result] = build(model)
+    assert result.status == "judged", result
+    assert "compiled and timed there" in result.reason, result.reason
+    assert (tmp_path / "aot" / "payoff").is_dir()
+    resident.release()  # as a new process: no compiled code kept in this one
+    x, coords = example_input(model)
+    with CompileSession(model) as session:
+        session.expect(1)  # one step cannot pay for a compile
+        with torch.no_grad():
+            model(x, coords)
+    [r] = session.report.regions
+    assert r.status == "eager" and r.executor is None, r
+    assert "compiling would not pay for itself in this call" in r.reason, r.reason

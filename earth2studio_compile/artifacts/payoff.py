@@ -34,7 +34,7 @@ from earth2studio_compile.artifacts.speed import timing_text
 from earth2studio_compile.artifacts.store import write_file
 from earth2studio_compile.cache import make_private_dir
 
-__all__ = ["Payoff", "against", "payoff_path", "recall", "remember"]
+__all__ = ["Payoff", "against", "figures_of", "payoff_path", "recall", "remember"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +59,14 @@ class Payoff:
     def pays(self, steps: int) -> bool:
         """Whether ``steps`` workflow steps save more than the compile costs."""
         return self.saved_ms / 1e3 * self.calls_per_step * steps > self.cost_s
+
+    def break_even(self) -> int | None:
+        """The fewest workflow steps that save more than the compile costs; None
+        where a call saves nothing."""
+        per_step = self.saved_ms / 1e3 * self.calls_per_step
+        if per_step <= 0:
+            return None
+        return math.floor(self.cost_s / per_step) + 1
 
     def text(self, steps: int) -> str:
         """Why not, for the report: ``"compiling would not pay for itself in this
@@ -115,23 +123,43 @@ def remember(path: Path, report: Any, steps: int) -> None:
     steps : int
         The workflow's steps in the session
     """
+    figures = figures_of(report, steps)
+    if figures is None:
+        return
+    try:
+        make_private_dir(path.parent)
+        write_file(path, json.dumps(dataclasses.asdict(figures)).encode())
+    except Exception as err:
+        logger.debug(f"Could not keep the payoff of {report.label}: {err!r}")
+
+
+def figures_of(report: Any, steps: int) -> Payoff | None:
+    """The figures :func:`remember` keeps of ``report``'s session.
+
+    Parameters
+    ----------
+    report : RegionReport
+        The region's report at the session's end
+    steps : int
+        The workflow's steps in the session
+
+    Returns
+    -------
+    Payoff | None
+        None where the probe did not judge, or the first call did not compile on
+        the Dynamo path in this process
+    """
     first = report.first_call_seconds
     dynamo = report.phases.get("dynamo")
     if report.compiled_ms is None or not report.eager_ms or dynamo is None:
-        return
+        return None
     if steps <= 0 or report.calls <= 0 or first is None:
-        return
-    cost = first if report.cache == "warm" else dynamo
-    figures = {
-        "saved_ms": report.eager_ms - report.compiled_ms,
-        "cost_s": cost,
-        "calls_per_step": report.calls / steps,
-    }
-    try:
-        make_private_dir(path.parent)
-        write_file(path, json.dumps(figures).encode())
-    except Exception as err:
-        logger.debug(f"Could not keep the payoff of {report.label}: {err!r}")
+        return None
+    return Payoff(
+        saved_ms=report.eager_ms - report.compiled_ms,
+        cost_s=first if report.cache == "warm" else dynamo,
+        calls_per_step=report.calls / steps,
+    )
 
 
 def recall(path: Path | None) -> Payoff | None:

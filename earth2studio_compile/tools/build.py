@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for b in built:
         where = b.path if b.path is not None else b.reason
-        took = f" in {b.seconds:.1f} s" if b.status == "built" else ""
+        took = f" in {b.seconds:.1f} s" if b.status in ("built", "judged") else ""
         checked = ", verified against eager" if b.verified else ""
         print(f"{b.label}: {b.status}{took}{checked}: {where}")
     return 1 if any(b.status == "failed" for b in built) else 0

@@ -137,3 +137,14 @@ def test_expect_names_a_bad_step_count(steps, error):
     with CompileSession(core, regions=("net",)) as session:
         with pytest.raises(error, match="steps"):
             session.expect(steps)
+
+
+def test_break_even_is_the_fewest_steps_that_pay():
+    figures = payoff.Payoff(saved_ms=2.0, cost_s=1.0, calls_per_step=5.0)
+    steps = figures.break_even()
+    assert steps == 101  # 10 ms saved a step: 100 steps save exactly the cost
+    assert figures.pays(steps) and not figures.pays(steps - 1)
+    assert (
+        payoff.Payoff(saved_ms=-0.3, cost_s=1.0, calls_per_step=1.0).break_even()
+        is None
+    )
