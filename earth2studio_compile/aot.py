@@ -279,12 +279,6 @@ def build(
     return out
 
 
-#: Model calls in the session that judges the Dynamo-path regions, its steps: the
-#: first compiles, the next records CUDA graphs, then the speed probe times its
-#: pairs of compiled and eager calls, with room for a recompile.
-JUDGE_CALLS = 20
-
-
 def _judge(
     model: PrognosticModel | DiagnosticModel,
     x: torch.Tensor,
@@ -296,7 +290,7 @@ def _judge(
     options: Mapping[str, Any] | None,
 ) -> list[Built]:
     """Compile the regions no artifact can serve (opaque submodules need the
-    Dynamo path) in a session of :data:`JUDGE_CALLS` calls of ``model``, as
+    Dynamo path) in a session of ``JUDGE_CALLS`` calls of ``model``, as
     ``compile=True`` would. The session keeps their payoff figures
     (:mod:`~earth2studio_compile.artifacts.payoff`): a later process's first call
     then knows whether the compile pays within its call, and runs the region
@@ -308,8 +302,8 @@ def _judge(
     )
     try:
         with session, torch.no_grad():
-            session.expect(JUDGE_CALLS)
-            for _ in range(JUDGE_CALLS):
+            session.expect(payoff.JUDGE_CALLS)
+            for _ in range(payoff.JUDGE_CALLS):
                 model(x, coords)
     except Exception as err:  # one model's failure must not stop the build's report
         why = f"not judged on the Dynamo path ({type(err).__name__}: {err})"
@@ -318,7 +312,7 @@ def _judge(
     for r in session.report.regions:
         if r.label not in labels:
             continue
-        figures = payoff.figures_of(r, JUDGE_CALLS)
+        figures = payoff.figures_of(r, payoff.JUDGE_CALLS)
         if r.executor != "dynamo" or figures is None:
             why = r.reason or f"its speed was not judged ({r.status})"
             out.append(Built(r.label, None, "skipped", reason=f"not judged: {why}"))

@@ -35,7 +35,7 @@ import torch
 from loguru import logger
 
 from earth2studio_compile import module_state, resident
-from earth2studio_compile.artifacts import hints, payoff, speed
+from earth2studio_compile.artifacts import hints, speed
 from earth2studio_compile.executors import (
     AotExecutor,
     Declined,
@@ -45,7 +45,7 @@ from earth2studio_compile.executors import (
     root_of,
 )
 from earth2studio_compile.metrics import Laps, synchronize, timed
-from earth2studio_compile.probe import signature
+from earth2studio_compile.payoff_gate import PayoffGate
 from earth2studio_compile.report import describe
 from earth2studio_compile.spec import unused_arguments
 from earth2studio_compile.staging import Call
@@ -74,7 +74,7 @@ class RegionState(enum.Enum):
     EAGER = "eager"
 
 
-class FirstCall:
+class FirstCall(PayoffGate):
     """The first call of a :class:`~earth2studio_compile.region.CompiledRegion`,
     the region's executor handed over at a later call, and the first call ahead.
 
@@ -98,12 +98,6 @@ class FirstCall:
     #: Keeps the probe's figures beside the artifact the region runs, once judged
     #: (:meth:`_speed_beside`).
     _remember_speed: Callable[[], None] | None = None
-    #: The workflow's steps in this session, where the caller said
-    #: (:meth:`~earth2studio_compile.CompileSession.expect`).
-    steps: int | None = None
-    #: Where the first call's figures of compile against calls are kept
-    #: (:mod:`~earth2studio_compile.artifacts.payoff`).
-    _payoff_at: Path | None = None
 
     if TYPE_CHECKING:  # what the region (region.py) gives its first call
         module: torch.nn.Module
@@ -156,24 +150,11 @@ class FirstCall:
 
     def _not_paying(self, call: Call, target: Target) -> bool:
         """Before a first call compiles on the Dynamo path (no artifact serves
-        it): eager for good where an earlier process found that this compile
-        cannot pay for itself within this session's steps
-        (:mod:`.artifacts.payoff`), with the speed probe on (``probe=False``
-        keeps every region compiled)."""
-        # Without the workflow's steps there is nothing to decide or to keep.
-        if (
-            self._state is not RegionState.PENDING
-            or not self.probe.enabled
-            or self.steps is None
-        ):
+        it): eager for good where the payoff figures say so, or while a judge
+        finds them (:class:`~earth2studio_compile.payoff_gate.PayoffGate`)."""
+        if self._state is not RegionState.PENDING:
             return False
-        try:
-            inputs = signature(call.args, call.kwargs)
-            self._payoff_at = payoff.payoff_path(target, self._root, inputs)
-        except Exception as err:  # without figures the region compiles, as before
-            logger.debug(f"{self.report.label}: no payoff figures ({err!r})")
-            return False
-        reason = payoff.against(self._payoff_at, self.steps)
+        reason = self._payoff_reason(call, target)
         if reason is not None:
             self.state = RegionState.EAGER
             self.report.reason = reason

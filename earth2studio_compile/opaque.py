@@ -249,6 +249,9 @@ class OpaqueSubmodule:
             outs = [args[k] if k >= 0 else next(fresh) for k in alias]
             return tuple(outs) if is_tuple else outs[0]
 
+        # What a copy of the core for another process leaves out: the child
+        # installs its own (artifacts.snapshot.HOOK_MARK).
+        opaque_forward._earth2studio_compile_hook = True  # type: ignore[attr-defined]
         d[_FORWARD] = opaque_forward
 
     def restore(self) -> None:

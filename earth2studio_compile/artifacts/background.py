@@ -59,6 +59,7 @@ __all__ = [
     "launch_later",
     "settings_of",
     "start",
+    "track",
     "wait",
 ]
 
@@ -213,6 +214,19 @@ def start(
     with _started_lock:
         _started.append(job)
     return job
+
+
+def track(job: BuildJob) -> None:
+    """Count ``job``, made elsewhere (a judge's: :mod:`.judge`), among this
+    process's: :func:`wait` and :func:`cancel` then take it too.
+
+    Parameters
+    ----------
+    job : BuildJob
+        The job
+    """
+    with _started_lock:
+        _started.append(job)
 
 
 def wait(timeout: float | None = None) -> list[BuildJob]:

@@ -79,6 +79,10 @@ class BuildJob:
         (:func:`.snapshot.check_picklable`)
     """
 
+    #: What its process runs instead of :data:`CHILD` (a judge's:
+    #: :mod:`.judge`), None for a build
+    child: str | None = None
+
     def __init__(
         self,
         label: str,
@@ -278,7 +282,7 @@ def _launch(job: BuildJob, payload: dict[str, Any]) -> None:
         del payload  # the copy's device memory goes back now
         with open(job.directory / _LOG, "wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-c", CHILD, str(job.directory)],
+                [sys.executable, "-c", job.child or CHILD, str(job.directory)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -34,7 +34,23 @@ from earth2studio_compile.artifacts.speed import timing_text
 from earth2studio_compile.artifacts.store import write_file
 from earth2studio_compile.cache import make_private_dir
 
-__all__ = ["Payoff", "against", "figures_of", "payoff_path", "recall", "remember"]
+__all__ = [
+    "JUDGE_CALLS",
+    "Payoff",
+    "against",
+    "figures_of",
+    "keep",
+    "payoff_path",
+    "recall",
+    "remember",
+]
+
+
+#: Calls of a region in a session that judges it, off a workflow's path
+#: (:func:`earth2studio_compile.build`, :mod:`.judge`): the first compiles, the
+#: next records CUDA graphs, then the speed probe times its pairs of compiled and
+#: eager calls, with room for a recompile.
+JUDGE_CALLS = 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,13 +140,28 @@ def remember(path: Path, report: Any, steps: int) -> None:
         The workflow's steps in the session
     """
     figures = figures_of(report, steps)
-    if figures is None:
-        return
+    if figures is not None:
+        keep(path, figures, report.label)
+
+
+def keep(path: Path, figures: Payoff, label: str) -> None:
+    """Write ``figures`` to ``path``. Never raises (a cache the process cannot
+    write only means the next process compiles again).
+
+    Parameters
+    ----------
+    path : Path
+        :func:`payoff_path` of the region's first call
+    figures : Payoff
+        What to keep
+    label : str
+        The region's label, for the DEBUG line of a failed write
+    """
     try:
         make_private_dir(path.parent)
         write_file(path, json.dumps(dataclasses.asdict(figures)).encode())
     except Exception as err:
-        logger.debug(f"Could not keep the payoff of {report.label}: {err!r}")
+        logger.debug(f"Could not keep the payoff of {label}: {err!r}")
 
 
 def figures_of(report: Any, steps: int) -> Payoff | None:

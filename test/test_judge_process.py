@@ -1,0 +1,65 @@
+"""A judge's own process (earth2studio_compile.judge_process), end to end: a
+cache's first process runs a Dynamo-path region eagerly, its judge compiles and
+times the core in a child process, and the next process decides from the figures
+it kept. One real child (imports, two compiles of the small SFNO: 30-90 s on 2
+cores)."""
+
+from __future__ import annotations
+
+import torch
+
+from earth2studio_compile import CompileSession, example_input, resident
+from earth2studio_compile.artifacts import background, judge, payoff
+from earth2studio_compile.artifacts.store import file_lock
+from earth2studio_compile.tools import zoo
+
+
+def test_a_first_process_runs_eagerly_and_its_judge_keeps_the_next_ones_figures(
+    background_on, logs
+):
+    background.cancel()
+    model = zoo.build("sfno")  # opaque spectral convolutions: the Dynamo path
+    x, coords = example_input(model)
+    with CompileSession(model) as first:
+        first.expect(3)
+        with torch.no_grad():
+            outs = [model(x, coords)[0] for _ in range(3)]
+    [r] = first.report.regions
+    assert r.status == "eager" and r.executor is None, r
+    assert "no figures yet" in r.reason, r.reason
+    with torch.no_grad():
+        assert torch.equal(outs[-1], model(x, coords)[0])  # eager: bitwise
+    # This test's jobs: the list holds every job the process started.
+    jobs = [
+        j
+        for j in background.wait(timeout=600)
+        if isinstance(j, judge.JudgeJob) and j.artifact.is_relative_to(background_on)
+    ]
+    assert [j.poll() for j in jobs] == ["built"], [
+        j.describe() + "\n" + j.log_tail(40) for j in jobs
+    ]
+    figures = payoff.recall(jobs[0].artifact)
+    assert figures is not None and figures.calls_per_step == 1.0, figures
+    assert figures.cost_s > 0
+    # A later process: its first call decides from the judge's figures.
+    resident.release()
+    known = background.cancel()
+    with CompileSession(model) as later:
+        later.expect(1)
+        with torch.no_grad():
+            model(x, coords)
+    [r] = later.report.regions
+    assert r.status == "eager" and r.executor is None, r
+    assert "compiling would not pay for itself in this call" in r.reason, r.reason
+    assert not [j for j in background.cancel() if j not in known]  # no judge again
+    # While another process judges it (no figures yet), eager too: no compile.
+    jobs[0].artifact.unlink()
+    resident.release()
+    with file_lock(judge.judge_lock(jobs[0].artifact)):
+        with CompileSession(model) as busy:
+            busy.expect(1)
+            with torch.no_grad():
+                model(x, coords)
+    [r] = busy.report.regions
+    assert r.status == "eager" and judge.BUSY in r.reason, r
+    assert not [j for j in background.cancel() if j not in known]
