@@ -237,9 +237,13 @@ class BuildJob:
         except Exception:  # the child died before it wrote one
             code = self._proc.returncode if self._proc is not None else None
             return self._end("failed", f"the build process ended with code {code}")
-        if result.get("ok") and (self.artifact / META).is_file():
+        if result.get("ok") and self._left():
             return self._end("built")
         return self._end("failed", str(result.get("reason") or "no artifact"))
+
+    def _left(self) -> bool:
+        """Whether what the job makes is there (an artifact: its ``meta.json``)."""
+        return (self.artifact / META).is_file()
 
 
 def locked(artifact: Path) -> bool:

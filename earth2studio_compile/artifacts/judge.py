@@ -19,7 +19,6 @@ time. ``build()`` judges the same regions in its own process.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -32,7 +31,6 @@ from earth2studio_compile.artifacts import background
 from earth2studio_compile.artifacts.aot_build import detached
 from earth2studio_compile.artifacts.aot_key import aot_root
 from earth2studio_compile.artifacts.build_job import BuildJob
-from earth2studio_compile.artifacts.build_process import RESULT
 from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.artifacts.payoff import JUDGE_CALLS
 from earth2studio_compile.artifacts.snapshot import check_picklable, installed
@@ -83,16 +81,8 @@ class JudgeJob(BuildJob):
         if self._payload is not None:
             self._payload["calls_per_step"] = calls_per_step
 
-    def _read_result(self) -> str:
-        assert self.directory is not None
-        try:
-            result = json.loads((self.directory / RESULT).read_text())
-        except Exception:  # the child died before it wrote one
-            code = self._proc.returncode if self._proc is not None else None
-            return self._end("failed", f"the judge's process ended with code {code}")
-        if result.get("ok") and self.artifact.is_file():
-            return self._end("built")
-        return self._end("failed", str(result.get("reason") or "no figures"))
+    def _left(self) -> bool:
+        return self.artifact.is_file()
 
     def describe(self) -> str:
         state = self.poll()

@@ -33,7 +33,11 @@ def test_ensemble_mode_measures_small_fcn(tmp_path):
         b = r["breakdown"]
         assert b["steps"] == 2 and all(b[f"{p}_ms"] >= 0 for p in STEP if p != "loop")
         assert b["core_ms"] > 0 and b["write_ms"] > 0 and b["perturb_ms"] > 0
-    assert rows[2]["report"]["regions"][0]["status"] == "compiled"
+    region = rows[2]["report"]["regions"][0]
+    # Compiled, unless its speed probe timed it slower on a loaded 2-core machine
+    # (then eager by design; the suite's other workers share the cores).
+    slower = (region.get("reason") or "").startswith("runs slower compiled")
+    assert region["status"] == "compiled" or slower, region
     # Same seeded data and perturbation at the same batch size as the reference.
     assert rows[2]["rel_l2_first"] < 1e-5
     # The compiled row measures its floors in its session: the compiled step, and
