@@ -59,6 +59,7 @@ __all__ = [
     "launch_later",
     "settings_of",
     "start",
+    "started",
     "track",
     "wait",
 ]
@@ -245,15 +246,21 @@ def wait(timeout: float | None = None) -> list[BuildJob]:
         state
     """
     deadline = None if timeout is None else time.monotonic() + timeout
-    jobs = _jobs()
+    jobs = started()
     for job in jobs:
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         job.wait(left)
     return jobs
 
 
-def _jobs() -> list[BuildJob]:
-    """The jobs this process started, copied (regions start them from any thread)."""
+def started() -> list[BuildJob]:
+    """The jobs this process started, copied (regions start them from any thread).
+
+    Returns
+    -------
+    list[BuildJob]
+        Every job started (or tracked: :func:`track`), in order
+    """
     with _started_lock:
         return list(_started)
 
@@ -272,7 +279,7 @@ def building_here() -> bool:
     bool
         True while one is running (launched, neither ended nor cancelled)
     """
-    jobs = _jobs()
+    jobs = started()
     return any(
         j.directory is not None and not j.waiting and j.poll() == "running"
         for j in jobs
@@ -288,7 +295,7 @@ def cancel() -> list[BuildJob]:
     list[BuildJob]
         Every job started, each in its final state
     """
-    jobs = _jobs()
+    jobs = started()
     for job in jobs:
         job.cancel()
     return jobs

@@ -156,6 +156,11 @@ def prepare(
     directory = aot_root(root)
     if directory is None:
         return "the compile cache is off"
+    # A later session of this process, while its judge has not taken the lock yet.
+    for job in background.started():
+        if isinstance(job, JudgeJob) and job.artifact == figures:
+            if job.poll() in ("waiting", "running"):
+                return BUSY
     lock = file_lock(judge_lock(figures))
     make_private_dir(figures.parent)
     try:

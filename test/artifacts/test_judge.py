@@ -34,14 +34,19 @@ def test_a_prepared_judge_waits_for_its_calls_per_step(monkeypatch, tmp_path):
     job.set_calls_per_step(2.0)
     assert job._payload["calls_per_step"] == 2.0
     assert job._payload["calls"] == judge.JUDGE_CALLS
-    # One judge per figures file: another process holding its lock wins.
+    # One judge per figures file: this process's own, not launched yet ...
+    assert (
+        judge.prepare(target, (torch.randn(4, 8),), {}, tmp_path, figures, session)
+        == judge.BUSY
+    )
+    # ... and another process holding its lock.
+    assert job in background.cancel()  # tracked: wait() and cancel() take it
     lock = file_lock(judge.judge_lock(figures))
     with lock:
         again = judge.prepare(
             target, (torch.randn(4, 8),), {}, tmp_path, figures, session
         )
     assert again == judge.BUSY
-    assert job in background.cancel()  # tracked: wait() and cancel() take it
     assert job.poll() == "failed" and not job.waiting  # never launched
 
 
