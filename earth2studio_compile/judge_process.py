@@ -17,24 +17,20 @@ go to the forecast's file; ``result.json`` says how it went.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import filelock
 import torch
-from loguru import logger
 
 from earth2studio_compile import resident
 from earth2studio_compile.artifacts import background, payoff
-from earth2studio_compile.artifacts.build_process import INPUT, RESULT
+from earth2studio_compile.artifacts.build_process import lower_priority, run_job
 from earth2studio_compile.artifacts.judge import judge_lock
 from earth2studio_compile.artifacts.store import file_lock
 from earth2studio_compile.models import MODEL_TABLE
-from earth2studio_compile.precision import tf32_enabled
 from earth2studio_compile.session import CompileSession
 
 __all__ = ["Holder", "judge", "main"]
@@ -52,30 +48,17 @@ class Holder(torch.nn.Module):
 def main(argv: list[str] | None = None) -> int:
     """The child: judge the job in ``argv[0]`` (a job directory) at a lower
     priority; 0 when it kept figures."""
-    try:
-        os.nice(10)
-    except (AttributeError, OSError):  # not on this OS: judge at normal priority
-        pass
+    lower_priority()
     directory = Path((argv if argv is not None else sys.argv[1:])[0])
-    result: dict[str, Any] = {"ok": False}
-    start = time.perf_counter()
-    try:
-        payload = torch.load(directory / INPUT, weights_only=False)
-        result = judge(payload)
-    except Exception as err:
-        result["reason"] = f"{type(err).__name__}: {err}"
-        logger.exception("Judging failed")
-    finally:
-        (directory / INPUT).unlink(missing_ok=True)
-        result["seconds"] = time.perf_counter() - start
-        (directory / RESULT).write_text(json.dumps(result))
-    return 0 if result.get("ok") else 1
+    return 0 if run_job(directory, judge, "judging") else 1
 
 
 def judge(payload: dict[str, Any]) -> dict[str, Any]:
     """Compile, time and keep the figures of the job ``payload``
-    (:func:`~earth2studio_compile.artifacts.judge.prepare`'s). Sets PyTorch's
-    global TF32 flags to the forecast's: call it in a process of its own.
+    (:func:`~earth2studio_compile.artifacts.judge.prepare`'s), under the
+    forecast's TF32 flags (:func:`~earth2studio_compile.artifacts.build_process.
+    run_job` set them). Changes process-wide state (the model table, the
+    background builds' setting): call it in a process of its own.
 
     Parameters
     ----------
@@ -89,10 +72,6 @@ def judge(payload: dict[str, Any]) -> dict[str, Any]:
     """
     if payload["calls_per_step"] is None:
         return {"ok": False, "reason": "the forecast's session told no calls per step"}
-    matmul, conv = payload["tf32"]
-    if (matmul, conv) != tf32_enabled():
-        torch.backends.cuda.matmul.allow_tf32 = matmul
-        torch.backends.cudnn.allow_tf32 = conv
     # The forecast's region took the Dynamo path: so does this one.
     os.environ[background.ENV] = "off"
     figures_at: Path = payload["figures"]
@@ -122,7 +101,6 @@ def judge(payload: dict[str, Any]) -> dict[str, Any]:
             figures = dataclasses.replace(figures, cost_s=cost)
         figures = dataclasses.replace(figures, calls_per_step=payload["calls_per_step"])
         payoff.keep(figures_at, figures, target.label)
-        logger.info(f"{target.label}: judged: {figures}")
         return {"ok": True, **dataclasses.asdict(figures)}
     finally:
         lock.release()

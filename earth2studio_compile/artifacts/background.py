@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from loguru import logger
@@ -57,12 +57,15 @@ __all__ = [
     "deferred",
     "enabled",
     "launch_later",
+    "make_job",
     "settings_of",
     "start",
     "started",
     "track",
     "wait",
 ]
+
+Job = TypeVar("Job", bound=BuildJob)
 
 #: ``auto`` (the default: on CUDA devices), ``on`` or ``off``.
 ENV = "EARTH2STUDIO_COMPILE_BACKGROUND"
@@ -187,19 +190,67 @@ def start(
     if busy:
         logger.debug(f"{label}: another process builds {artifact}; watching for it")
         return BuildJob(label, artifact, None)
+    # With precision None the build follows PyTorch's global TF32 flags (they are
+    # part of the key, and Inductor bakes them into kernels).
+    job = make_job(
+        BuildJob, target, args, kwargs, directory, artifact, key, key=key, root=root
+    )
+    if isinstance(job, BuildJob) and launch:
+        job.launch()
+    return job
+
+
+def make_job(
+    kind: type[Job],
+    target: RegionTarget,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    directory: Path,
+    artifact: Path,
+    name: str,
+    **fields: Any,
+) -> Job | str:
+    """A waiting job that hands ``target``'s core and these inputs to a process
+    of its own, counted among this process's (:func:`wait`, :func:`cancel`).
+
+    On the caller's step: a copy of the inputs and a check that the job can be
+    pickled (its structure, not its tensors); the module is copied when the job
+    launches (:meth:`BuildJob.launch`).
+
+    Parameters
+    ----------
+    kind : type[BuildJob]
+        The job's class (a build's, a judge's)
+    target : RegionTarget
+        The region (its module's hooks may be installed) and its settings
+    args, kwargs : tuple, dict
+        The first call's arguments
+    directory : Path
+        The cache's artifacts directory (``<root>/aot``): the job's own goes
+        under its ``.jobs``
+    artifact : Path
+        What the job makes
+    name : str
+        Its job directory's prefix
+    **fields : Any
+        The rest of the payload; ``target``, ``args``, ``kwargs`` and ``tf32``
+        (PyTorch's global TF32 flags now) are added
+
+    Returns
+    -------
+    BuildJob | str
+        The job, or why the core cannot be handed to another process
+    """
     try:
         # Normal tensors, whatever mode the forecast runs in: the child traces them.
         with torch.inference_mode(False), torch.no_grad():
             args, kwargs = detached(tuple(args)), detached(dict(kwargs))
         payload = {
-            "key": key,
-            # With precision None the build follows PyTorch's global TF32 flags
-            # (they are part of the key, and Inductor bakes them into kernels).
+            **fields,
             "tf32": tf32_enabled(),
             "target": target,  # its module is copied on the thread
             "args": args,
             "kwargs": kwargs,
-            "root": root,
         }
         pickler = check_picklable(payload, installed(target.module))
     except Exception as err:  # an unpicklable model: compile it in this process
@@ -208,12 +259,9 @@ def start(
     jobs = directory / _JOBS
     make_private_dir(jobs)
     sweep(jobs)
-    job = BuildJob(label, artifact, Path(_mkdtemp(jobs, key)), pickler)
+    job = kind(target.label, artifact, Path(_mkdtemp(jobs, name)), pickler)
     job._payload = payload
-    if launch:
-        job.launch()
-    with _started_lock:
-        _started.append(job)
+    track(job)
     return job
 
 

@@ -24,13 +24,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import filelock
 import torch
 
 from earth2studio_compile.artifacts.build_process import INPUT, RESULT, lock_path
 from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.artifacts.snapshot import snapshot_module
-from earth2studio_compile.artifacts.store import META, file_lock
+from earth2studio_compile.artifacts.store import META, held
 
 __all__ = ["CHILD", "BuildJob", "locked", "settings_of"]
 
@@ -248,13 +247,7 @@ class BuildJob:
 
 def locked(artifact: Path) -> bool:
     """Whether some process holds the build lock of ``artifact`` now."""
-    lock = file_lock(lock_path(artifact))
-    try:
-        lock.acquire(timeout=0)
-    except filelock.Timeout:
-        return True
-    lock.release()
-    return False
+    return held(lock_path(artifact))
 
 
 def _child_env() -> dict[str, str]:

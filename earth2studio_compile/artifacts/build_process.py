@@ -16,6 +16,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,9 @@ __all__ = [
     "RESULT",
     "build_job",
     "lock_path",
+    "lower_priority",
     "main",
+    "run_job",
     "slot_path",
 ]
 
@@ -65,23 +68,41 @@ def slot_path(directory: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     """The child: build the job in ``argv[0]`` (a job directory) at a lower
     priority; 0 when it left an artifact."""
-    try:
-        os.nice(10)
-    except (AttributeError, OSError):  # not on this OS: build at normal priority
-        pass
+    lower_priority()
     return 0 if build_job(Path((argv if argv is not None else sys.argv[1:])[0])) else 1
 
 
-def build_job(directory: Path) -> bool:
-    """Build the artifact of the job in ``directory``; write its ``result.json``.
+def lower_priority() -> None:
+    """``nice`` 10 for this process, where the OS has it: the forecast beside it
+    keeps its cores first."""
+    try:
+        os.nice(10)
+    except (AttributeError, OSError):  # not on this OS: normal priority
+        pass
 
-    Sets PyTorch's global TF32 flags to the forecast's: call it in a process of
-    its own (:func:`main`).
+
+def run_job(
+    directory: Path, work: Callable[[dict[str, Any]], dict[str, Any]], what: str
+) -> bool:
+    """Run ``work`` on the job saved in ``directory``, under the forecast's TF32
+    flags; write its ``result.json`` whatever happens, and remove the input.
+
+    Sets PyTorch's global TF32 flags: call it in a process of its own.
+
+    Parameters
+    ----------
+    directory : Path
+        The job's directory
+    work : Callable[[dict[str, Any]], dict[str, Any]]
+        The job's payload -> its result (``ok``, and what it made or the
+        ``reason`` it did not)
+    what : str
+        The job in words, for the log
 
     Returns
     -------
     bool
-        Whether the artifact was built
+        The result's ``ok``
     """
     result: dict[str, Any] = {"ok": False}
     start_time = time.perf_counter()
@@ -92,49 +113,65 @@ def build_job(directory: Path) -> bool:
             # A fresh process: the legacy setters cannot clash with the new API.
             torch.backends.cuda.matmul.allow_tf32 = matmul
             torch.backends.cudnn.allow_tf32 = conv
-        target: RegionTarget = payload["target"]
-        label = target.label
-        key, _ = target.aot_key(payload["args"], payload["kwargs"])
-        if key != payload["key"]:
-            raise RuntimeError(
-                f"this process computes the key {key}, the forecast's process "
-                f"{payload['key']}: an artifact built here would never be found"
-            )
-        directory_root = aot_root(payload["root"])
-        assert directory_root is not None
-        lock = file_lock(lock_path(directory_root / key))
-        try:
-            lock.acquire(timeout=0)
-        except filelock.Timeout:
-            result["reason"] = "another process builds the same artifact"
-        else:
-            slot = file_lock(slot_path(directory_root))
-            try:
-                try:
-                    slot.acquire(timeout=0)
-                except filelock.Timeout:
-                    logger.info(f"{label}: waiting for another build to end")
-                    slot.acquire()
-                path = build_region(
-                    target, payload["args"], payload["kwargs"], root=payload["root"]
-                )
-                result = {"ok": True, "path": str(path)}
-                result["sealed"] = verified.seal_built(
-                    target, payload["args"], payload["kwargs"], payload["root"]
-                ).why
-            finally:
-                if slot.is_locked:
-                    slot.release()
-                lock.release()
-        logger.info(f"{label}: background build ended: {result}")
+        result = work(payload)
+        logger.info(f"{payload['target'].label}: {what} ended: {result}")
     except Exception as err:
         result["reason"] = f"{type(err).__name__}: {err}"
-        logger.exception("Background build failed")
+        logger.exception(f"{what} failed")
     finally:
         (directory / INPUT).unlink(missing_ok=True)
         result["seconds"] = time.perf_counter() - start_time
         (directory / RESULT).write_text(json.dumps(result))
     return bool(result.get("ok"))
+
+
+def build_job(directory: Path) -> bool:
+    """Build the artifact of the job in ``directory``; write its ``result.json``
+    (:func:`run_job`).
+
+    Returns
+    -------
+    bool
+        Whether the artifact was built
+    """
+    return run_job(directory, _build, "background build")
+
+
+def _build(payload: dict[str, Any]) -> dict[str, Any]:
+    """The build of one job's payload: its result."""
+    target: RegionTarget = payload["target"]
+    label = target.label
+    key, _ = target.aot_key(payload["args"], payload["kwargs"])
+    if key != payload["key"]:
+        raise RuntimeError(
+            f"this process computes the key {key}, the forecast's process "
+            f"{payload['key']}: an artifact built here would never be found"
+        )
+    directory_root = aot_root(payload["root"])
+    assert directory_root is not None
+    lock = file_lock(lock_path(directory_root / key))
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        return {"ok": False, "reason": "another process builds the same artifact"}
+    slot = file_lock(slot_path(directory_root))
+    try:
+        try:
+            slot.acquire(timeout=0)
+        except filelock.Timeout:
+            logger.info(f"{label}: waiting for another build to end")
+            slot.acquire()
+        path = build_region(
+            target, payload["args"], payload["kwargs"], root=payload["root"]
+        )
+        sealed = verified.seal_built(
+            target, payload["args"], payload["kwargs"], payload["root"]
+        ).why
+        return {"ok": True, "path": str(path), "sealed": sealed}
+    finally:
+        if slot.is_locked:
+            slot.release()
+        lock.release()
 
 
 if __name__ == "__main__":

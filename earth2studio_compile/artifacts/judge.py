@@ -19,24 +19,16 @@ time. ``build()`` judges the same regions in its own process.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-import filelock
-import torch
-
 from earth2studio_compile.artifacts import background
-from earth2studio_compile.artifacts.aot_build import detached
 from earth2studio_compile.artifacts.aot_key import aot_root
 from earth2studio_compile.artifacts.build_job import BuildJob
 from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.artifacts.payoff import JUDGE_CALLS
-from earth2studio_compile.artifacts.snapshot import check_picklable, installed
-from earth2studio_compile.artifacts.store import file_lock
+from earth2studio_compile.artifacts.store import held
 from earth2studio_compile.cache import make_private_dir
-from earth2studio_compile.precision import tf32_enabled
 
 __all__ = ["BUSY", "JUDGE_CHILD", "JudgeJob", "judge_lock", "prepare", "unjudged"]
 
@@ -161,35 +153,22 @@ def prepare(
         if isinstance(job, JudgeJob) and job.artifact == figures:
             if job.poll() in ("waiting", "running"):
                 return BUSY
-    lock = file_lock(judge_lock(figures))
     make_private_dir(figures.parent)
     try:
-        lock.acquire(timeout=0)
-    except filelock.Timeout:
-        return BUSY
+        if held(judge_lock(figures)):
+            return BUSY
     except OSError as err:
         return f"no lock on this file system ({err})"
-    lock.release()
-    try:
-        with torch.inference_mode(False), torch.no_grad():
-            args, kwargs = detached(tuple(args)), detached(dict(kwargs))
-        payload = {
-            "target": target,
-            "args": args,
-            "kwargs": kwargs,
-            "tf32": tf32_enabled(),
-            "figures": figures,
-            "calls": JUDGE_CALLS,
-            "calls_per_step": None,
-            **session,
-        }
-        pickler = check_picklable(payload, installed(target.module))
-    except Exception as err:
-        return f"its core cannot be handed to a process ({type(err).__name__}: {err})"
-    jobs = directory / ".jobs"
-    make_private_dir(jobs)
-    where = tempfile.mkdtemp(dir=jobs, prefix=f"judge-{figures.stem}-{os.getpid()}-")
-    job = JudgeJob(target.label, figures, Path(where), pickler)
-    job._payload = payload
-    background.track(job)
-    return job
+    return background.make_job(
+        JudgeJob,
+        target,
+        args,
+        kwargs,
+        directory,
+        figures,
+        f"judge-{figures.stem}",
+        figures=figures,
+        calls=JUDGE_CALLS,
+        calls_per_step=None,
+        **session,
+    )

@@ -26,13 +26,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from loguru import logger
-
 from earth2studio_compile.artifacts.hints import hint_path
 from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.artifacts.speed import timing_text
-from earth2studio_compile.artifacts.store import write_file
-from earth2studio_compile.cache import make_private_dir
+from earth2studio_compile.artifacts.store import keep_json
 
 __all__ = [
     "JUDGE_CALLS",
@@ -157,11 +154,7 @@ def keep(path: Path, figures: Payoff, label: str) -> None:
     label : str
         The region's label, for the DEBUG line of a failed write
     """
-    try:
-        make_private_dir(path.parent)
-        write_file(path, json.dumps(dataclasses.asdict(figures)).encode())
-    except Exception as err:
-        logger.debug(f"Could not keep the payoff of {label}: {err!r}")
+    keep_json(path, dataclasses.asdict(figures), f"the payoff of {label}")
 
 
 def figures_of(report: Any, steps: int) -> Payoff | None:

@@ -20,10 +20,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from loguru import logger
-
-from earth2studio_compile.artifacts.store import write_file
-from earth2studio_compile.cache import make_private_dir
+from earth2studio_compile.artifacts.store import keep_json
 
 __all__ = ["Refused", "recall", "refused_path", "remember"]
 
@@ -64,12 +61,7 @@ def remember(aot: Path, key: str, reason: str) -> None:
     reason : str
         The refusal, as :class:`Refused` said it
     """
-    path = refused_path(aot, key)
-    try:
-        make_private_dir(path.parent)
-        write_file(path, json.dumps({"reason": reason}).encode())
-    except Exception as err:
-        logger.debug(f"Could not keep the refusal of {key}: {err!r}")
+    keep_json(refused_path(aot, key), {"reason": reason}, f"the refusal of {key}")
 
 
 def recall(aot: Path | None, key: str) -> str | None:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import filelock
+from loguru import logger
 
 from earth2studio_compile.cache import (
     TMP_PREFIX,
@@ -49,8 +50,10 @@ __all__ = [
     "check_meta",
     "distrust",
     "file_lock",
+    "held",
     "identity",
     "install",
+    "keep_json",
     "meta_bytes",
     "read_meta",
     "sha256_bytes",
@@ -255,6 +258,27 @@ def write_file(path: Path, data: bytes) -> None:
         raise
 
 
+def keep_json(path: Path, value: Any, what: str) -> None:
+    """Write ``value`` as JSON to ``path`` whole (:func:`write_file`), its
+    directory made private. Never raises: a cache the process cannot write only
+    loses the record, which a later process then finds missing.
+
+    Parameters
+    ----------
+    path : Path
+        The file written
+    value : Any
+        What to keep (JSON-serialisable)
+    what : str
+        The record in words, for the DEBUG line of a failed write
+    """
+    try:
+        make_private_dir(path.parent)
+        write_file(path, json.dumps(value).encode())
+    except Exception as err:
+        logger.debug(f"Could not keep {what}: {err!r}")
+
+
 @contextlib.contextmanager
 def staged(parent: Path) -> Iterator[Path]:
     """A private temporary directory in ``parent`` to build an entry in.
@@ -337,3 +361,31 @@ def file_lock(path: Path) -> filelock.BaseFileLock:
     outlive a dead holder.
     """
     return filelock.FileLock(path, thread_local=False, **_LOCK_OPTIONS)
+
+
+def held(path: Path) -> bool:
+    """Whether some process holds the :func:`file_lock` on ``path`` now (taken and
+    given back at once where none does).
+
+    Parameters
+    ----------
+    path : Path
+        The lock file
+
+    Returns
+    -------
+    bool
+        True while another holder has it
+
+    Raises
+    ------
+    OSError
+        The file system has no flock (:func:`file_lock`)
+    """
+    lock = file_lock(path)
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        return True
+    lock.release()
+    return False

@@ -17,7 +17,7 @@ import torch
 from tiny_cores import TinyModel
 
 from earth2studio_compile import CompileSession
-from earth2studio_compile.artifacts import background, build_job
+from earth2studio_compile.artifacts import background, store
 from earth2studio_compile.metrics import rel_l2
 
 
@@ -73,7 +73,7 @@ def test_no_build_lock_compiles_on_the_first_call(background_on, monkeypatch):
         def acquire(self, timeout=None):
             raise OSError("flock not supported")
 
-    monkeypatch.setattr(build_job, "file_lock", lambda path: NoFlock())
+    monkeypatch.setattr(store, "file_lock", lambda path: NoFlock())
     model = TinyModel()
     x = torch.randn(4, 8)
     with CompileSession(model, regions=["core"], probe=False) as session:
