@@ -23,7 +23,7 @@ from loguru import logger
 
 from earth2studio_compile import precision as _precision
 from earth2studio_compile._torch import MODULE_SLOT, tree_map
-from earth2studio_compile.artifacts import hints, payoff, speed, verified
+from earth2studio_compile.artifacts import background, hints, payoff, speed, verified
 from earth2studio_compile.artifacts.aot_build import build_region, detached
 from earth2studio_compile.artifacts.aot_load import load_runner, wants_cudagraphs
 from earth2studio_compile.artifacts.aot_runner import AotRunner
@@ -301,7 +301,8 @@ def _judge(
         model, regions=regions, precision=precision, mode=mode, options=options
     )
     try:
-        with session, torch.no_grad():
+        # Judged here, not by a child while the region runs eagerly.
+        with background.in_process(), session, torch.no_grad():
             session.expect(payoff.JUDGE_CALLS)
             for _ in range(payoff.JUDGE_CALLS):
                 model(x, coords)

@@ -56,6 +56,7 @@ __all__ = [
     "cancel",
     "deferred",
     "enabled",
+    "in_process",
     "launch_later",
     "make_job",
     "settings_of",
@@ -77,6 +78,30 @@ _started_lock = threading.Lock()
 _held: contextvars.ContextVar[list[BuildJob] | None] = contextvars.ContextVar(
     "earth2studio_compile_held_builds", default=None
 )
+
+
+#: Set inside :func:`in_process`: no region launches a child.
+_in_process: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "earth2studio_compile_in_process", default=False
+)
+
+
+@contextlib.contextmanager
+def in_process() -> Iterator[None]:
+    """Inside this block :func:`enabled` is False: regions compile (and are
+    judged) in this process, as with ``EARTH2STUDIO_COMPILE_BACKGROUND=off``.
+
+    :func:`~earth2studio_compile.build` judges a Dynamo-path region in a session
+    of its own calls: a region of that session must compile there, not run
+    eagerly while a child judges it (ACE2 at published size was "skipped: not
+    judged" on an H200). The environment is left alone: other threads and the
+    children keep the caller's setting.
+    """
+    token = _in_process.set(True)
+    try:
+        yield
+    finally:
+        _in_process.reset(token)
 
 
 @contextlib.contextmanager
@@ -130,6 +155,8 @@ def enabled(device: torch.device) -> bool:
         child's compile workers have cores to spare and the artifact runs CUDA
         graphs
     """
+    if _in_process.get():
+        return False
     value = os.environ.get(ENV, "auto").strip().lower()
     if value in ("1", "on", "true", "yes"):
         return True

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 import torch
 from tiny_cores import TinyModel
 
@@ -34,6 +35,17 @@ def test_enabled_reads_the_environment(monkeypatch):
     assert not background.enabled(cuda)
     monkeypatch.setenv(background.ENV, "on")
     assert background.enabled(cpu)
+
+
+def test_in_process_turns_background_builds_off_for_its_block_only(monkeypatch):
+    cuda = torch.device("cuda")
+    monkeypatch.setenv(background.ENV, "on")
+    with background.in_process():
+        assert not background.enabled(cuda)
+    assert background.enabled(cuda)
+    with pytest.raises(RuntimeError), background.in_process():
+        raise RuntimeError("a failed judge")
+    assert background.enabled(cuda)
 
 
 def test_an_unpicklable_core_compiles_on_its_first_call(background_on):
