@@ -44,7 +44,10 @@ FAMILIES = (
     ("fft", re.compile(r"fft|regular_fft|vector_fft", re.I)),
     (
         "gemm",
-        re.compile(r"gemm|sm90_xmma|cutlass|cublas|ampere_sgemm|sgemm|matmul", re.I),
+        # nvjet: cuBLASLt's Hopper GEMMs, whose names say neither gemm nor cublas.
+        re.compile(
+            r"gemm|sm90_xmma|cutlass|cublas|ampere_sgemm|sgemm|matmul|^nvjet", re.I
+        ),
     ),
     ("conv", re.compile(r"conv|cudnn|implicit_convolve|winograd|xmma_fprop", re.I)),
     ("triton", re.compile(r"^triton_|triton", re.I)),

@@ -14,6 +14,9 @@ from earth2studio_compile.tools.bench.kernels import _family, main
     [
         ("sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32", "gemm"),
         ("ampere_sgemm_128x64_tn", "gemm"),
+        # cuBLASLt's Hopper kernels (bf16 linear layers on an H200): read as
+        # "other" until 2026-11-29.
+        ("nvjet_sm90_tst_128x288_64x4_2x1_v_bz_coopA_bias_TNT", "gemm"),
         (
             "fmha_cutlassF_f32_aligned_64x64_rf_sm80(PyTorchMemEffAttention)",
             "attention",

@@ -49,6 +49,31 @@ def _stages(n: int) -> list[str]:
     ]
 
 
+def test_every_swin_stage_changes_its_input():
+    """Aurora zero-initialises its blocks' norm modulations: built that way, every
+    Swin block returned its input and a precision's cost inside a stage read 0.0.
+    The zoo's weights make each stage do arithmetic: bf16 moves every output."""
+    model = zoo.build("aurora")
+    zeros = [n for n, p in model.named_parameters() if p.ndim > 1 and not p.any()]
+    assert zeros == []
+    inputs = {}
+    for name in _stages(2):
+        model.get_submodule(name).register_forward_pre_hook(
+            lambda m, a, k, name=name: inputs.setdefault(name, (a, k)),
+            with_kwargs=True,
+        )
+    x, coords = earth2studio_compile.example_input(model)
+    with torch.no_grad():
+        model(x, coords)
+    for name, (args, kwargs) in inputs.items():
+        stage = model.get_submodule(name)
+        with torch.no_grad():
+            want = stage(*args, **kwargs)[0]
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                got = stage(*args, **kwargs)[0]
+        assert not torch.equal(got.float(), want), name
+
+
 def test_compiled_aurora_matches_eager_each_swin_stage_one_graph(logs):
     model = zoo.build("aurora")
     report, _ = compiled_workflow_matches_eager(
