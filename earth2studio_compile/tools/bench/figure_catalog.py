@@ -16,6 +16,7 @@ from earth2studio_compile.tools.bench.tables import (
     kernels,
     loop_calls,
     overlap,
+    region_probes,
     rollouts,
     second_call,
     warm_phases,
@@ -207,6 +208,12 @@ _DLESYM_TWENTYEIGHTH = (
     _TWENTYEIGHTH + "dlesym-built-951fbda.json",
     _TWENTYEIGHTH + "dlesym-built-f9b0996.json",
 )
+_TWENTYNINTH = "2026-11-29-h200-twentyninth/"
+_RUNS_TWENTYNINTH = (
+    _TWENTYNINTH + "ace2-calls-740bdf0.json",
+    _TWENTYNINTH + "ace2-built-calls-c73fbe3.json",
+)
+_AURORA_BF16 = (_TWENTYNINTH + "aurora-bf16-rollout-c73fbe3.json",)
 MODELS = "docs/models.md"
 FIGURES: tuple[Figure, ...] = (
     Figure(
@@ -506,6 +513,7 @@ FIGURES: tuple[Figure, ...] = (
         MODELS,
         (
             _NINTH + "aurora-rollout-b3a8d58.json",
+            *_AURORA_BF16,
             _NINTH + "stormcast-aot-b3a8d58.json",
             _TWENTYSIXTH + "fcn-ens-5562bf9.json",
             _TWENTYFOURTH + "dlwp-ens-all-a3ecc5f.json",
@@ -535,6 +543,15 @@ FIGURES: tuple[Figure, ...] = (
     ),
     Figure("models-calls-h200-twentyeighth", MODELS, _RUNS_TWENTYEIGHTH, workflow),
     Figure("models-dlesym-h200-twentyeighth", MODELS, _DLESYM_TWENTYEIGHTH, loop_calls),
+    Figure("models-calls-h200-twentyninth", MODELS, _RUNS_TWENTYNINTH, workflow),
+    Figure("models-aurora-bf16", MODELS, _AURORA_BF16, rollouts(forecast=20)),
+    Figure("models-aurora-bf16-stages", MODELS, _AURORA_BF16, region_probes),
+    Figure(
+        "models-aurora-bf16-kernels",
+        MODELS,
+        (_TWENTYNINTH + "kernels-aurora-eager-bf16-c73fbe3.json",),
+        kernels,
+    ),
     Figure("ensembles-h200-twentysixth", PERF, _RUNS_TWENTYSIXTH, workflow),
     Figure(
         "ensembles-h200-twentysixth-first",

@@ -72,7 +72,7 @@ GPU_TESTS: dict[str, tuple[str, str]] = {
         "test_published_stormcast_on_the_gpu_matches_eager",
     ),
     "ACE2ERA5": (
-        "2026-11-29-h200-twentyeighth/ace2-gpu-951fbda.xml",
+        "2026-11-29-h200-twentyninth/ace2-gpu-740bdf0.xml",
         "test_published_ace2_on_the_gpu_matches_eager",
     ),
     "DLESyM": (

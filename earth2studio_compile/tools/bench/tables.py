@@ -158,6 +158,40 @@ def rollouts(forecast: int | None = None) -> Renderer:
     return table
 
 
+def region_probes(datas: Sequence[Mapping[str, Any]]) -> str:
+    """The speed probe's figures of each region of the compiled rollout rows: what
+    compiling did to the regions alone, beside the whole step that also runs what
+    stays outside them (an issue's target of a model's backbone reads here)."""
+    rows = []
+    for r in (r for d in datas for r in d["results"]):
+        probed = [g for g in _regions(r) if g.get("compiled_ms") and g.get("eager_ms")]
+        for g in probed:
+            rows.append(
+                [
+                    _label(r),
+                    g["region"],
+                    f"{g['eager_ms']:.2f}",
+                    f"{g['compiled_ms']:.2f}",
+                    _times(g["eager_ms"] / g["compiled_ms"]),
+                    number(g.get("precision_error"), ".1e"),
+                ]
+            )
+        if len(probed) > 1:
+            eager = sum(g["eager_ms"] for g in probed)
+            compiled = sum(g["compiled_ms"] for g in probed)
+            together = f"{len(probed)} regions together"
+            cells = [f"{eager:.2f}", f"{compiled:.2f}", _times(eager / compiled)]
+            rows.append([_label(r), together, *cells, "-"])
+    note = (
+        "\n\nms per call of each region, from its speed probe (calls 3-8 of the "
+        "rollout: compiled calls alternating with eager ones, in the row's "
+        "precision); rel. L2 = the region's first call against the same call in "
+        "fp32 eager, TF32 off."
+    )
+    header = ["model", "region", "eager ms", "compiled ms", "eager / compiled"]
+    return markdown([*header, "rel. L2 call 1"], rows) + note
+
+
 def second_call(datas: Sequence[Mapping[str, Any]]) -> str:
     """Whole ``deterministic`` calls, eager and ``compile=True`` in turn in one
     process (``docs/bench/2026-11-25-h100/second_call.py``)."""

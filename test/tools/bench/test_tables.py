@@ -82,3 +82,19 @@ def test_a_loop_call_is_compared_with_the_eager_call_before_it():
     column = header.index("eager / compiled")
     assert [_cells(line)[column] for line in lines[2:5]] == ["2.00x", "2.00x", "0.80x"]
     assert _cells(lines[2])[header.index("regions")] == "compiled (aot)"
+
+
+def test_region_probes_add_the_regions_up():
+    """``region_probes``: each region's probe, then the regions together (Aurora's
+    backbone is its six Swin stages)."""
+    from earth2studio_compile.tools.bench.tables import region_probes
+
+    def region(name, eager, compiled):
+        return {"region": name, "eager_ms": eager, "compiled_ms": compiled}
+
+    regions = [region("a", 30.0, 10.0), region("b", 10.0, 10.0), region("c", 1, None)]
+    row = {"model": "aurora", "precision": "bf16", "report": {"regions": regions}}
+    lines = region_probes([{"results": [row]}]).splitlines()
+    column = _cells(lines[0]).index("eager / compiled")
+    assert [_cells(line)[column] for line in lines[2:5]] == ["3.00x", "1.00x", "2.00x"]
+    assert _cells(lines[4])[1] == "2 regions together"
