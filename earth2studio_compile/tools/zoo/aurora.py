@@ -82,7 +82,8 @@ def _modulated(core: torch.nn.Module, gen: torch.Generator) -> None:
     for module in core.modules():
         if type(module).__name__ != "AdaptiveLayerNorm":
             continue
-        last = module.ln_modulation[-1]
+        last = module.get_submodule("ln_modulation.1")  # (SiLU, Linear)
+        assert isinstance(last, torch.nn.Linear)
         with torch.no_grad():
             for p in (last.weight, last.bias):
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
