@@ -91,6 +91,8 @@ def judge(payload: dict[str, Any]) -> dict[str, Any]:
         figures = payoff.figures_of(first, payload["calls"])
         if figures is None:
             why = first.reason or f"its speed was not judged ({first.status})"
+            # So that the next process does not judge it again, to the same end.
+            payoff.keep_failure(figures_at, why, target.label)
             return {"ok": False, "reason": why}
         # Again from Inductor's warm cache: the first call each later process pays.
         resident.release()

@@ -76,8 +76,22 @@ class PayoffGate:
             return None
         kept = payoff.recall(self._payoff_at)
         if kept is None:
+            failed = payoff.recall_failure(self._payoff_at)
+            if failed is not None:
+                return self._failed_earlier(failed)
             return self._judged_later(call, target)
         return None if kept.pays(self.steps) else kept.text(self.steps)
+
+    def _failed_earlier(self, failed: str) -> str:
+        """Eager, with one WARNING: an earlier process's judge of this region ended
+        without figures, as a compile here would."""
+        assert self._payoff_at is not None
+        why = (
+            f"an earlier process's judge could not compile and time it ({failed}); "
+            f"delete {payoff.failure_path(self._payoff_at)} to judge it again"
+        )
+        logger.warning(f"{self.report.label} runs eagerly: {why}")
+        return why
 
     def _judged_later(self, call: Call, target: Target) -> str | None:
         """A judge of this region's compile for the session's end: why the

@@ -7,11 +7,49 @@ cores)."""
 from __future__ import annotations
 
 import torch
+from aot_helpers import tiny_target
+from tiny_cores import TinyCore
 
-from earth2studio_compile import CompileSession, example_input, resident
+from earth2studio_compile import (
+    CompileSession,
+    example_input,
+    judge_process,
+    resident,
+)
 from earth2studio_compile.artifacts import background, judge, payoff
 from earth2studio_compile.artifacts.store import file_lock
+from earth2studio_compile.models import MODEL_TABLE
+from earth2studio_compile.options import CompileOptions
+from earth2studio_compile.spec import ModelSpec
 from earth2studio_compile.tools import zoo
+
+
+def no_backend(gm, example_inputs):
+    """A compiler that fails (module level: a judge's payload is pickled)."""
+    raise RuntimeError("no backend here")
+
+
+def test_a_judge_whose_compile_fails_keeps_why(monkeypatch, tmp_path):
+    """Its figures never come: without the record, every later process ran the
+    region eagerly and launched the same judge again."""
+    holder = f"{judge_process.Holder.__module__}.{judge_process.Holder.__qualname__}"
+    monkeypatch.setitem(MODEL_TABLE, holder, ModelSpec(regions=("core",)))
+    monkeypatch.setenv(background.ENV, "on")  # the judge sets it off: restored
+    figures = tmp_path / "aot" / "payoff" / "f.json"
+    session = {
+        "spec": ModelSpec(regions=("core",)),
+        "options": CompileOptions(backend=no_backend),
+        "inference": True,
+    }
+    target = tiny_target(TinyCore())
+    job = judge.prepare(target, (torch.randn(4, 8),), {}, tmp_path, figures, session)
+    assert isinstance(job, judge.JudgeJob), job
+    payload = job._payload | {"calls_per_step": 1.0}
+    job.cancel()
+    result = judge_process.judge(payload)
+    assert not result["ok"], result
+    assert payoff.recall(figures) is None
+    assert "no backend here" in (payoff.recall_failure(figures) or ""), result
 
 
 def test_a_first_process_runs_eagerly_and_its_judge_keeps_the_next_ones_figures(

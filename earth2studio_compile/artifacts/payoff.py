@@ -35,10 +35,13 @@ __all__ = [
     "JUDGE_CALLS",
     "Payoff",
     "against",
+    "failure_path",
     "figures_of",
     "keep",
+    "keep_failure",
     "payoff_path",
     "recall",
+    "recall_failure",
     "remember",
 ]
 
@@ -155,6 +158,64 @@ def keep(path: Path, figures: Payoff, label: str) -> None:
         The region's label, for the DEBUG line of a failed write
     """
     keep_json(path, dataclasses.asdict(figures), f"the payoff of {label}")
+
+
+def failure_path(path: Path) -> Path:
+    """Where a judge that kept no figures at ``path`` says why.
+
+    Parameters
+    ----------
+    path : Path
+        :func:`payoff_path` of the region's first call
+
+    Returns
+    -------
+    Path
+        ``path`` with the suffix ``.failed.json``
+    """
+    return path.with_suffix(".failed.json")
+
+
+def keep_failure(path: Path, reason: str, label: str) -> None:
+    """Keep why a judge's session of the region ended without figures (its compile
+    failed, or its probe never judged it). The key holds everything such an end
+    depends on (the core's code and settings, the inputs, torch): a later process
+    would launch the same judge and see it end the same way, so it runs the
+    region eagerly instead (:func:`recall_failure`). Never raises.
+
+    Parameters
+    ----------
+    path : Path
+        :func:`payoff_path` of the region's first call
+    reason : str
+        The judge's session's reason
+    label : str
+        The region's label, for the DEBUG line of a failed write
+    """
+    keep_json(failure_path(path), {"reason": reason}, f"the failed judge of {label}")
+
+
+def recall_failure(path: Path | None) -> str | None:
+    """Why an earlier judge of the figures at ``path`` kept none; None where none
+    failed, or the record is not readable (a judge is tried, as without it).
+
+    Parameters
+    ----------
+    path : Path | None
+        :func:`payoff_path` of the region's first call
+
+    Returns
+    -------
+    str | None
+        The judge's reason
+    """
+    if path is None:
+        return None
+    try:
+        reason = json.loads(failure_path(path).read_text())["reason"]
+    except Exception:
+        return None
+    return reason if isinstance(reason, str) else None
 
 
 def figures_of(report: Any, steps: int) -> Payoff | None:

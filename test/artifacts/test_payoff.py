@@ -148,3 +148,13 @@ def test_break_even_is_the_fewest_steps_that_pay():
         payoff.Payoff(saved_ms=-0.3, cost_s=1.0, calls_per_step=1.0).break_even()
         is None
     )
+
+
+def test_a_failed_judge_is_kept_and_a_damaged_record_is_not_read(tmp_path):
+    path = tmp_path / "payoff" / "f.json"
+    assert payoff.recall_failure(path) is None
+    payoff.keep_failure(path, "BackendCompilerFailed: no backend", "core")
+    assert payoff.recall_failure(path) == "BackendCompilerFailed: no backend"
+    assert payoff.recall(path) is None  # no figures: a failure is not a Payoff
+    payoff.failure_path(path).write_text('{"reason": 3}')
+    assert payoff.recall_failure(path) is None
