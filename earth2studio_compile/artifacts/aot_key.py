@@ -26,7 +26,8 @@ from earth2studio_compile.cache import cache_root
 
 # Version of the artifact layout and of what the key covers; bump it when either
 # changes, and every older artifact stops matching.
-AOT_FORMAT = 1
+# 2: the inputs' layouts (:func:`input_layouts`) are in the key.
+AOT_FORMAT = 2
 PACKAGE = "model.pt2"
 #: Tensors the core makes from its code while it runs (a mask cached by shape),
 #: which export lifts as constants with no name in the module: kept in the
@@ -216,6 +217,35 @@ def argument_texts(
     """
     leaves, _ = _torch.tree_flatten(counted(module, args, kwargs, unused))
     return [None if isinstance(x, torch.Tensor) else repr(x) for x in leaves]
+
+
+def built_layout(t: torch.Tensor) -> list[int]:
+    """The strides an artifact's code reads input ``t`` with: those of its clone.
+
+    The build exports and compiles a clone of the first call's inputs
+    (:func:`~earth2studio_compile.artifacts.aot_build.detached`): a dense tensor
+    keeps its strides, an expanded or overlapping one (Aurora's Perceiver latents,
+    one row expanded over every patch) becomes contiguous. Worked out on the meta
+    device: no copy.
+
+    Parameters
+    ----------
+    t : torch.Tensor
+        An input
+
+    Returns
+    -------
+    list[int]
+        Its clone's strides
+    """
+    return list(torch.empty_like(t, device="meta").stride())
+
+
+def input_layouts(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[list[int]]:
+    """:func:`built_layout` of each tensor of a call, in the package's input order
+    (flattened ``(args, kwargs)``)."""
+    leaves = _torch.tree_flatten((tuple(args), dict(kwargs)))[0]
+    return [built_layout(t) for t in leaves if isinstance(t, torch.Tensor)]
 
 
 def live_tensors(module: torch.nn.Module) -> dict[str, torch.Tensor]:

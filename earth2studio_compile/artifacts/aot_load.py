@@ -29,6 +29,7 @@ from earth2studio_compile.artifacts.aot_key import (
     PACKAGE,
     aot_root,
     effective_precision,
+    input_layouts,
 )
 from earth2studio_compile.artifacts.aot_runner import AotRunner
 from earth2studio_compile.artifacts.key import RegionTarget
@@ -157,6 +158,7 @@ def load_runner(
             fields["arguments"],
             target.unused_arguments,
             convolutions,
+            input_layouts(args, kwargs),
         )
     except Exception as err:  # binding failed: the model is not what was built
         return f"could not bind the model to {path} ({type(err).__name__}: {err})"

@@ -92,6 +92,10 @@ class AotRunner:
         The convolutions the artifact made when it was built
         (:func:`~earth2studio_compile._torch.read_convolutions`), replayed before
         its first run on a device of :data:`WARM_DEVICES`, by default none
+    layouts : Sequence[Sequence[int]], optional
+        The strides its code reads each tensor input with
+        (:func:`~.aot_key.input_layouts`); an input laid out otherwise is copied
+        into that layout. By default none: inputs are passed as they come
 
     Attributes
     ----------
@@ -125,8 +129,10 @@ class AotRunner:
         arguments: Sequence[str | None] = (),
         unused: Sequence[str] = (),
         convolutions: Sequence[Mapping[str, Any]] = (),
+        layouts: Sequence[Sequence[int]] = (),
     ) -> None:
         self.loader = loader
+        self._layouts = [tuple(x) for x in layouts]
         self._convolutions = list(convolutions)
         self._arguments = list(arguments)
         # Built for tensors only, a call that passed the shape checks has no other
@@ -247,16 +253,32 @@ class AotRunner:
             if self.calls == 1:
                 self._warm()
                 start = time.perf_counter()
-                out = self.loader.boxed_run(tensors)
+                out = self.loader.boxed_run(self._laid_out(tensors))
                 synchronize(self.device)
                 self.phases["first_run"] = time.perf_counter() - start
             elif self.cudagraphs:
+                # The graph's static inputs are laid out as built: copied into.
                 out = self._replay(tensors)
                 if self.clone:
                     out = [t.clone() for t in out]
             else:
-                out = self.loader.boxed_run(tensors)
+                out = self.loader.boxed_run(self._laid_out(tensors))
         return _torch.tree_unflatten(list(out), self._out_spec)
+
+    def _laid_out(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        """``tensors`` in the layouts the code reads: AOTInductor does not check
+        strides, so an expanded input passed as it comes was read as the
+        contiguous clone the build saw (wrong values, no error)."""
+        if not self._layouts:
+            return tensors
+        out = []
+        for t, strides in zip(tensors, self._layouts, strict=True):
+            if t.stride() != strides:
+                t = torch.empty_strided(
+                    t.shape, strides, dtype=t.dtype, device=t.device
+                ).copy_(t)
+            out.append(t)
+        return out
 
     def _warm(self) -> None:
         """Replay the recorded convolutions, in the scope of the run to come."""
@@ -278,7 +300,7 @@ class AotRunner:
     def _replay(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         if self._graph is None:
             start = time.perf_counter()
-            self._static_in = [t.clone() for t in tensors]
+            self._static_in = [t.clone() for t in self._laid_out(tensors)]
             stream = torch.cuda.Stream(self.device)
             stream.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(stream):

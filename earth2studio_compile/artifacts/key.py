@@ -25,6 +25,7 @@ from earth2studio_compile.artifacts.aot_key import (
     constants_text,
     counted,
     effective_precision,
+    input_layouts,
     source_hash,
 )
 from earth2studio_compile.cache import artifact_key, key_fields
@@ -240,6 +241,9 @@ class RegionTarget:
                 "training": any(m.training for m in module.modules()),
                 "cuda": torch.version.cuda if device.type == "cuda" else None,
                 "arguments": argument_texts(module, args, kwargs),
+                # The code reads its inputs with these strides: another layout
+                # of the same shapes is another program.
+                "layouts": input_layouts(args, kwargs),
             }
         )
         return artifact_key(fields), json.loads(json.dumps(fields, default=str))

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 from aot_helpers import aot_target, eager, load, tiny_target
-from tiny_cores import SteppedCore
+from tiny_cores import SteppedCore, TinyCore
 
 from earth2studio_compile.aot import capture_calls
 from earth2studio_compile.artifacts import aot_runner
@@ -37,6 +37,33 @@ def test_an_artifact_serves_only_the_argument_values_it_was_built_for(tmp_path):
         runner(x, step=0)  # another structure: no value compares equal by accident
     # Another value has its own key: no artifact for it until built.
     assert "no artifact" in load_runner(tiny_target(core), (x, 1), {}, root=tmp_path)
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        # Aurora's Perceiver: its latents, one row expanded over every patch.
+        lambda x: x[:1].expand(4, 8),
+        lambda x: x.t().contiguous().t(),  # dense, another order
+        lambda x: x[:, ::2].repeat(1, 2),  # contiguous, no change
+    ],
+)
+def test_an_input_laid_out_otherwise_than_the_build_saw_computes_right(
+    tmp_path, layout
+):
+    """The build exports a clone of the first call's inputs, and an expanded input's
+    clone is contiguous: AOTInductor's code read the live expanded latents as if
+    they were (non-finite Aurora outputs). The runner gives the code its inputs in
+    the layout it was built for, at its first call and later ones."""
+    core = TinyCore()
+    x = layout(torch.randn(4, 8))
+    target = tiny_target(core)
+    build_region(target, (x,), {}, root=tmp_path)
+    runner = load_runner(target, (x,), {}, root=tmp_path)
+    assert isinstance(runner, AotRunner), runner
+    for _ in range(3):
+        x = layout(torch.randn(4, 8))
+        assert rel_l2(runner(x), eager(core, (x,))) <= 1e-5
 
 
 def test_an_argument_the_core_does_not_read_serves_every_value(tmp_path):

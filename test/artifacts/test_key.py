@@ -144,3 +144,15 @@ def test_one_artifact_serves_a_precision_however_it_was_asked_for(monkeypatch):
     # On the CPU, TF32 does not apply: PyTorch's flags mean fp32.
     flags["tf32"] = (True, True)
     assert _keys(_target(precision=None))[1] == _keys(_target(precision="fp32"))[1]
+
+
+def test_an_input_laid_out_otherwise_is_another_artifact():
+    """AOTInductor's code reads its inputs with the strides it was built for: an
+    expanded input (its build's clone is contiguous) and a transposed one are
+    other programs than a contiguous input of the same shape."""
+    target = _target(TinyCore())
+    x = torch.randn(4, 8)
+    key = target.aot_key((x,), {})[0]
+    assert target.aot_key((x.clone(),), {})[0] == key
+    assert target.aot_key((x[:1].expand(4, 8),), {})[0] == key  # cloned: contiguous
+    assert target.aot_key((x.t().contiguous().t(),), {})[0] != key
