@@ -55,16 +55,30 @@ _AIFS = ModelSpec(
 # (aurora/model/fourier.py: `if self.assert_range and not <tensor>`); its Swin stages,
 # each compiled alone, are one graph each. The time embedding and the U-Net's skip
 # additions between the stages stay eager.
+#
+# The Perceiver encoder and decoder take a Batch, but their level aggregation and
+# de-aggregation (PerceiverResampler: attention and an MLP over every patch's
+# levels) take tensors: regions too. On an H200 in bf16 (2026-11-29,
+# docs/bench/2026-11-29-h200-twentyninth) they ran outside the regions, in fp32
+# with TF32 off, and led the step's kernels: an fp32 GEMM and fp32 attention
+# before any of the backbone's. Aurora's own autocast_encoder/autocast_decoder
+# flags run them in bf16 as well.
 _AURORA = ModelSpec(
-    regions=("model.backbone.encoder_layers.*", "model.backbone.decoder_layers.*"),
+    regions=(
+        "model.encoder.level_agg",
+        "model.backbone.encoder_layers.*",
+        "model.backbone.decoder_layers.*",
+        "model.decoder.level_decoder",
+    ),
     covers=("model",),
     # Earth2Studio passes the rollout step (its preds_idx, which the 0.25 degree
     # model never resets between calls) down to every stage; only LoRA reads it,
     # and Earth2Studio builds Aurora without LoRA.
     unused_arguments={"rollout_step": ("LoRARollout",)},
-    note="microsoft-aurora Swin3D backbone, one region per Swin stage; the "
-    "lead-time embedding (a data-dependent range check) and the Perceiver "
-    "encoder/decoder (they take a Batch dataclass) stay eager",
+    note="microsoft-aurora Swin3D backbone, one region per Swin stage, and the "
+    "Perceiver's level aggregation and de-aggregation; the lead-time embedding "
+    "(a data-dependent range check) and the rest of the Perceiver encoder/decoder "
+    "(they take a Batch dataclass) stay eager",
 )
 # physicsnemo's HEALPix padding forwards (HEALPixPadding, and HEALPixPaddingv2
 # around earth2grid's CUDA pad, a torch.library.custom_op with a fake kernel) call
