@@ -243,7 +243,18 @@ def built_layout(t: torch.Tensor) -> list[int]:
 
 def input_layouts(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[list[int]]:
     """:func:`built_layout` of each tensor of a call, in the package's input order
-    (flattened ``(args, kwargs)``)."""
+    (flattened ``(args, kwargs)``).
+
+    Parameters
+    ----------
+    args, kwargs : tuple[Any, ...], Mapping[str, Any]
+        The call's arguments
+
+    Returns
+    -------
+    list[list[int]]
+        The strides the artifact's code reads each tensor with
+    """
     leaves = _torch.tree_flatten((tuple(args), dict(kwargs)))[0]
     return [built_layout(t) for t in leaves if isinstance(t, torch.Tensor)]
 
