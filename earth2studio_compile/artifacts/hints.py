@@ -27,6 +27,7 @@ from loguru import logger
 from earth2studio_compile import _torch
 from earth2studio_compile.artifacts.aot_key import (
     aot_root,
+    built_layout,
     constants_text,
     effective_precision,
 )
@@ -37,7 +38,7 @@ from earth2studio_compile.cache import make_private_dir
 __all__ = ["Hint", "hint_path", "recall", "remember"]
 
 #: Version of the hint's layout: another one is not read.
-HINT_FORMAT = 1
+HINT_FORMAT = 2  # 2: each tensor's layout
 
 Hint = tuple[tuple[Any, ...], dict[str, Any], bool]
 
@@ -104,8 +105,12 @@ def remember(
         hint = {
             "format": HINT_FORMAT,
             "tree": _torch.treespec_dumps(spec),
+            # The layout too: the made-up call then has the real one's key, and its
+            # artifact reads the real inputs as they come (Aurora's Perceiver
+            # takes a transposed view).
             "tensors": [
-                [list(x.shape), str(x.dtype).removeprefix("torch.")] for x in leaves
+                [list(x.shape), str(x.dtype).removeprefix("torch."), built_layout(x)]
+                for x in leaves
             ],
             "inference": (
                 torch.is_inference_mode_enabled() if inference is None else inference
@@ -148,14 +153,15 @@ def recall(target: RegionTarget, root: Path | None) -> Hint | None:
         # workflow's first steps (docs/bench/2026-11-29-h200-twentyfifth).
         generator = torch.Generator(device=device).manual_seed(0)
         leaves = []
-        for shape, name in hint["tensors"]:
+        for shape, name, strides in hint["tensors"]:
             dtype = getattr(torch, name)
             if not isinstance(dtype, torch.dtype):
                 return None
+            x = torch.empty_strided(shape, strides, dtype=dtype, device=device)
             if dtype.is_floating_point:
-                x = torch.randn(shape, generator=generator, dtype=dtype, device=device)
+                x.normal_(generator=generator)
             else:
-                x = torch.zeros(shape, dtype=dtype, device=device)
+                x.zero_()
             leaves.append(x)
         args, kwargs = _torch.tree_unflatten(
             leaves, _torch.treespec_loads(hint["tree"])

@@ -38,6 +38,21 @@ def test_a_first_calls_inputs_come_back_made_up_with_their_shapes(tmp_path):
     assert kwargs["extra"][0].shape == (1, 4, 8, 8) and inference is False
 
 
+def test_made_up_inputs_are_laid_out_as_the_first_calls(tmp_path):
+    """The made-up call's artifact key then is the real call's (the layouts are in
+    it), and the artifact reads the real inputs without a copy."""
+    target = _target()
+    x = torch.randn(8, 4).t()  # dense, transposed
+    remember(target, tmp_path, (x, x[:1].expand(4, 8)), {})
+    (made, expanded), _, _ = recall(target, tmp_path)
+    assert made.stride() == x.stride() and made.std() > 0.5
+    assert expanded.is_contiguous()  # an expanded input's build is of its clone
+    assert (
+        target.aot_key((made, expanded), {})[0]
+        == target.aot_key((x, x[:1].expand(4, 8)), {})[0]
+    )
+
+
 def test_made_up_inputs_are_made_on_the_device_in_their_dtype(tmp_path, monkeypatch):
     """Drawn where the first call ahead runs, in their dtype: never drawn on the
     host and copied over (on a GPU, FCN's took most of a second), nor cast."""
