@@ -60,9 +60,9 @@ _AIFS = ModelSpec(
 # de-aggregation (PerceiverResampler: attention and an MLP over every patch's
 # levels) take tensors: regions too. On an H200 in bf16 (2026-11-29,
 # docs/bench/2026-11-29-h200-twentyninth) they ran outside the regions, in fp32
-# with TF32 off, and led the step's kernels: an fp32 GEMM and fp32 attention
-# before any of the backbone's. Aurora's own autocast_encoder/autocast_decoder
-# flags run them in bf16 as well.
+# with TF32 off: the step's top kernels were an fp32 GEMM and fp32 attention
+# (nothing else attends outside the backbone). Aurora's own
+# autocast_encoder/autocast_decoder flags run them in bf16 as well.
 _AURORA = ModelSpec(
     regions=(
         "model.encoder.level_agg",
