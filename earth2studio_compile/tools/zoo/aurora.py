@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from earth2studio_compile.tools.zoo.grid import Grid, on_grid
+from earth2studio_compile.tools.zoo.weights import scramble
 
 # Aurora 0.25 degree pretrained (``aurora.AuroraPretrained``, which Earth2Studio's
 # load_model builds): the architecture's defaults, without LoRA.
@@ -58,7 +59,9 @@ def aurora(size: str = "small", seed: int = 0) -> torch.nn.Module:
     full = size == "full"
     grid = Grid(720, 1440) if full else Grid(16, 32)
     core = AuroraCore(use_lora=False, **(_FULL if full else _SMALL)).eval()
-    _modulated(core, gen)
+    # Aurora zero-initialises its blocks' norm modulations: built as it is, every
+    # Swin block returned its input (a bf16 cost of 0.0 in a stage, on an H200).
+    scramble(core, gen)
     shape = (grid.nlat, grid.nlon)
     cls = Aurora if full else on_grid(Aurora, grid)
     return cls(
@@ -67,23 +70,3 @@ def aurora(size: str = "small", seed: int = 0) -> torch.nn.Module:
         slt=torch.randint(0, 8, shape, generator=gen).float(),
         lsm=(torch.rand(shape, generator=gen) > 0.7).float(),
     )
-
-
-def _modulated(core: torch.nn.Module, gen: torch.Generator) -> None:
-    """Give the adaptive layer norms' modulations random weights.
-
-    Aurora initialises the last layer of every ``AdaptiveLayerNorm``'s modulation
-    to zeros (``aurora/model/film.py``), and its Swin blocks apply these norms
-    after their attention and MLP: with those weights every block returns its
-    input unchanged. A random model built that way runs the backbone's kernels
-    but not its arithmetic, so a precision's accuracy cost inside the stages
-    measured 0.0 (bf16 on an H200, 2026-11-29). Trained weights are not zero.
-    """
-    for module in core.modules():
-        if type(module).__name__ != "AdaptiveLayerNorm":
-            continue
-        last = module.get_submodule("ln_modulation.1")  # (SiLU, Linear)
-        assert isinstance(last, torch.nn.Linear)
-        with torch.no_grad():
-            for p in (last.weight, last.bias):
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
