@@ -17,7 +17,6 @@ go to the forecast's file; ``result.json`` says how it went.
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -57,8 +56,8 @@ def judge(payload: dict[str, Any]) -> dict[str, Any]:
     """Compile, time and keep the figures of the job ``payload``
     (:func:`~earth2studio_compile.artifacts.judge.prepare`'s), under the
     forecast's TF32 flags (:func:`~earth2studio_compile.artifacts.build_process.
-    run_job` set them). Changes process-wide state (the model table, the
-    background builds' setting): call it in a process of its own.
+    run_job` set them). Changes process-wide state (the model table): call it in
+    a process of its own.
 
     Parameters
     ----------
@@ -72,8 +71,6 @@ def judge(payload: dict[str, Any]) -> dict[str, Any]:
     """
     if payload["calls_per_step"] is None:
         return {"ok": False, "reason": "the forecast's session told no calls per step"}
-    # The forecast's region took the Dynamo path: so does this one.
-    os.environ[background.ENV] = "off"
     figures_at: Path = payload["figures"]
     lock = file_lock(judge_lock(figures_at))
     try:
@@ -121,7 +118,8 @@ def _session(holder: Holder, payload: dict[str, Any], calls: int) -> Any:
         precision=target.precision,
     )
     args, kwargs = payload["args"], payload["kwargs"]
-    with session, torch.inference_mode(payload["inference"]):
+    # The forecast's region took the Dynamo path: so does this one.
+    with background.in_process(), session, torch.inference_mode(payload["inference"]):
         for _ in range(calls):
             holder.core(*args, **kwargs)
     [report] = session.report.regions

@@ -34,7 +34,7 @@ def test_a_judge_whose_compile_fails_keeps_why(monkeypatch, tmp_path):
     region eagerly and launched the same judge again."""
     holder = f"{judge_process.Holder.__module__}.{judge_process.Holder.__qualname__}"
     monkeypatch.setitem(MODEL_TABLE, holder, ModelSpec(regions=("core",)))
-    monkeypatch.setenv(background.ENV, "on")  # the judge sets it off: restored
+    monkeypatch.setenv(background.ENV, "on")  # as on CUDA: the judge compiles here
     figures = tmp_path / "aot" / "payoff" / "f.json"
     session = {
         "spec": ModelSpec(regions=("core",)),

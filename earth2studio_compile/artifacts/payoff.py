@@ -29,7 +29,7 @@ from typing import Any
 from earth2studio_compile.artifacts.hints import hint_path
 from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.artifacts.speed import timing_text
-from earth2studio_compile.artifacts.store import keep_json
+from earth2studio_compile.artifacts.store import keep_json, keep_reason, read_reason
 
 __all__ = [
     "JUDGE_CALLS",
@@ -192,7 +192,7 @@ def keep_failure(path: Path, reason: str, label: str) -> None:
     label : str
         The region's label, for the DEBUG line of a failed write
     """
-    keep_json(failure_path(path), {"reason": reason}, f"the failed judge of {label}")
+    keep_reason(failure_path(path), reason, f"the failed judge of {label}")
 
 
 def recall_failure(path: Path | None) -> str | None:
@@ -209,13 +209,7 @@ def recall_failure(path: Path | None) -> str | None:
     str | None
         The judge's reason
     """
-    if path is None:
-        return None
-    try:
-        reason = json.loads(failure_path(path).read_text())["reason"]
-    except Exception:
-        return None
-    return reason if isinstance(reason, str) else None
+    return None if path is None else read_reason(failure_path(path))
 
 
 def figures_of(report: Any, steps: int) -> Payoff | None:

@@ -17,10 +17,9 @@ compiler error a later PyTorch may not make) is not remembered: it is tried agai
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from earth2studio_compile.artifacts.store import keep_json
+from earth2studio_compile.artifacts.store import keep_reason, read_reason
 
 __all__ = ["Refused", "recall", "refused_path", "remember"]
 
@@ -61,7 +60,7 @@ def remember(aot: Path, key: str, reason: str) -> None:
     reason : str
         The refusal, as :class:`Refused` said it
     """
-    keep_json(refused_path(aot, key), {"reason": reason}, f"the refusal of {key}")
+    keep_reason(refused_path(aot, key), reason, f"the refusal of {key}")
 
 
 def recall(aot: Path | None, key: str) -> str | None:
@@ -80,10 +79,4 @@ def recall(aot: Path | None, key: str) -> str | None:
     str | None
         The reason :func:`remember` kept
     """
-    if aot is None:
-        return None
-    try:
-        reason = json.loads(refused_path(aot, key).read_text())["reason"]
-    except Exception:
-        return None
-    return reason if isinstance(reason, str) and reason else None
+    return None if aot is None else read_reason(refused_path(aot, key))

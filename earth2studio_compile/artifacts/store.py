@@ -54,8 +54,10 @@ __all__ = [
     "identity",
     "install",
     "keep_json",
+    "keep_reason",
     "meta_bytes",
     "read_meta",
+    "read_reason",
     "sha256_bytes",
     "sha256_file",
     "staged",
@@ -277,6 +279,44 @@ def keep_json(path: Path, value: Any, what: str) -> None:
         write_file(path, json.dumps(value).encode())
     except Exception as err:
         logger.debug(f"Could not keep {what}: {err!r}")
+
+
+def keep_reason(path: Path, reason: str, what: str) -> None:
+    """Keep why something cannot be done for a key (:func:`keep_json` of
+    ``{"reason": reason}``): a refused build, a judge that kept no figures. Never
+    raises.
+
+    Parameters
+    ----------
+    path : Path
+        The record's file
+    reason : str
+        Why
+    what : str
+        The record in words, for the DEBUG line of a failed write
+    """
+    keep_json(path, {"reason": reason}, what)
+
+
+def read_reason(path: Path) -> str | None:
+    """The reason :func:`keep_reason` kept at ``path``; None where none was, or the
+    record is not readable (what it stopped is tried, as without it).
+
+    Parameters
+    ----------
+    path : Path
+        The record's file
+
+    Returns
+    -------
+    str | None
+        The reason, a non-empty text
+    """
+    try:
+        reason = json.loads(path.read_text())["reason"]
+    except Exception:
+        return None
+    return reason if isinstance(reason, str) and reason else None
 
 
 @contextlib.contextmanager
