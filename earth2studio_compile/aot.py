@@ -214,6 +214,15 @@ def build(
     name = p.name
     if not p.targets:
         return [Built(name, None, "skipped", reason=p.reason)]
+    where = first_device((), {}, model if isinstance(model, torch.nn.Module) else None)
+    refused = p.spec.devices_refused.get(where.type)
+    if refused is not None:
+        logger.warning(f"{name} is not compiled on {where.type}: {refused}")
+        why = f"not compiled on {where.type}: {refused}"
+        return [
+            Built(f"{name}.{path}", None, "skipped", reason=why)
+            for path, _ in p.targets
+        ]
     refused = p.spec.precisions_refused.get(chosen or "")
     if refused is not None:
         logger.warning(f"{name} does not run in {chosen}: {refused}.")

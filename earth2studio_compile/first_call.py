@@ -108,6 +108,7 @@ class FirstCall(PayoffGate):
         artifacts: Path | None
         owner: str
         probe: SpeedProbe
+        _warned: set[str]
         padding: BatchPadding
         hooks: Hooks
         _state: RegionState
@@ -147,6 +148,23 @@ class FirstCall(PayoffGate):
             target = _target(self, call.device)
             hints.remember(target, self._root, call.args, call.kwargs)
         return out
+
+    def _refuse_device(self, device: torch.device) -> None:
+        """Eager for good on a device the model's table entry refuses
+        (``devices_refused``: a wrong answer measured there, not yet explained),
+        before anything compiled, kept or built ahead could run the call."""
+        why = self.spec.devices_refused.get(device.type)
+        if why is None:
+            return
+        r = self.report
+        self.state = RegionState.EAGER
+        r.device = device.type
+        r.reason = f"not compiled on {device.type}: {why}"
+        if r.model in self._warned:
+            logger.info(f"{r.label} runs eagerly: {r.reason}")
+            return
+        self._warned.add(r.model)
+        logger.warning(f"{r.model} runs eagerly on {device.type}: {why}")
 
     def _not_paying(self, call: Call, target: Target) -> bool:
         """Before a first call compiles on the Dynamo path (no artifact serves
@@ -396,6 +414,8 @@ class FirstCall(PayoffGate):
         call compiles on its own, not eagerly beside a first call ahead."""
         weights = [*self.module.parameters(), *self.module.buffers()]
         if not weights:
+            return None
+        if weights[0].device.type in self.spec.devices_refused:
             return None
         target = _target(self, weights[0].device)
         path = hints.hint_path(target, self._root)

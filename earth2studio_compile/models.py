@@ -75,6 +75,17 @@ _AURORA = ModelSpec(
     # model never resets between calls) down to every stage; only LoRA reads it,
     # and Earth2Studio builds Aurora without LoRA.
     unused_arguments={"rollout_step": ("LoRARollout",)},
+    # Measured on an H200 (torch 2.11, fp32 with TF32 off, the published size,
+    # 2026-11-29, docs/bench/2026-11-29-h200-thirtieth): a 2-step deterministic
+    # call with compile=True differed from eager by a relative L2 of 2.4e-2
+    # (median over variables; 3.9e-2 the worst), where perturbing one region's
+    # output by 1e-7 moved eager by 1.8e-6. Five of the eight regions, compiled
+    # alone with CUDA graphs on the same inputs, matched eager within 1e-6: the
+    # cause is not found yet. On the CPU compiled and eager agree within 1e-6.
+    devices_refused={
+        "cuda": "its compiled regions gave other answers than eager on an H200 "
+        "(relative L2 2.4e-2, 2026-11-29; cause not found yet)"
+    },
     note="microsoft-aurora Swin3D backbone, one region per Swin stage, and the "
     "Perceiver's level aggregation and de-aggregation; the lead-time embedding "
     "(a data-dependent range check) and the rest of the Perceiver encoder/decoder "
@@ -425,6 +436,8 @@ def table_markdown() -> str:
             why += "; fp32 under bf16: " + ", ".join(spec.fp32_modules)
         for precision, reason in spec.precisions_refused.items():
             why += f"; no {precision}: {reason}"
+        for device, reason in spec.devices_refused.items():
+            why += f"; not compiled on {device}: {reason}"
         for patch in spec.patches:
             why += f"; `{patch.name}` patched while a session runs ({patch.why})"
         if spec.quiet_nvtx:

@@ -99,6 +99,9 @@ class CompiledRegion(FirstCall):
         report's model name)
     probe : bool, optional
         Time a few calls compiled and eagerly (:class:`SpeedProbe`), by default True
+    warned : set[str] | None, optional
+        Models already warned that their table entry refuses the device, shared
+        by a session's regions (one WARNING per model); by default the region's own
     """
 
     def __init__(
@@ -111,6 +114,7 @@ class CompiledRegion(FirstCall):
         artifacts: Path | None = None,
         owner: str | None = None,
         probe: bool = True,
+        warned: set[str] | None = None,
     ) -> None:
         self.module = module
         self.report = report
@@ -121,6 +125,9 @@ class CompiledRegion(FirstCall):
         self.artifacts = artifacts
         self.owner = owner or report.model
         self.probe = SpeedProbe(report, enabled=probe)
+        # Models already warned that a device is refused (shared by a session's
+        # regions: one WARNING per model).
+        self._warned = warned if warned is not None else set()
         self.probe.judged = self._judged
         self._state = RegionState.PENDING
         self._executor: Executor | None = None
@@ -200,6 +207,8 @@ class CompiledRegion(FirstCall):
                 # The first call ahead still holds its executor: nothing to drop.
                 r.interrupted = f"at step {r.calls} ({interruption(err)})"
                 raise
+        if self._state is RegionState.PENDING:
+            self._refuse_device(call.device)
         if r.calls == 1 and self._state is RegionState.PENDING:
             self._take_kept(call)
         reference = None

@@ -144,6 +144,7 @@ class CompileSession:
         self.regions = tuple(regions) if regions is not None else None
         self.report = CompileReport()
         self._open: list[CompiledRegion] = []
+        self._warned: set[str] = set()
         self._patches = Patches(())
         self._active = False
         self._pool: ThreadPoolExecutor | None = None
@@ -231,6 +232,7 @@ class CompileSession:
                         artifacts=artifacts,
                         owner=f"{type(model).__module__}.{type(model).__qualname__}",
                         probe=self.probe,
+                        warned=self._warned,
                     )
                 except Exception as err:  # same: run this region eagerly
                     why = f"could not prepare it ({describe(err)})"

@@ -58,6 +58,11 @@ class ModelSpec:
     precisions_refused : Mapping[str, str], optional
         Precisions this model must not run in, each with the reason; a session
         asked for one runs the model with PyTorch's global settings and says why
+    devices_refused : Mapping[str, str], optional
+        Device types (``"cuda"``) this model's regions are not compiled on, each
+        with the reason (a wrong answer measured there and not yet explained): a
+        region's first call on one runs eagerly from then on, and the session warns
+        once per model
     covers : tuple[str, ...], optional
         Paths of further submodules whose parameters the entry describes (an eager
         entry's network, say). A subclass that matches the entry only through a base
@@ -95,6 +100,7 @@ class ModelSpec:
     wrapped: tuple[str, ...] = ()
     fp32_modules: tuple[str, ...] = ()
     precisions_refused: Mapping[str, str] = field(default_factory=dict, compare=False)
+    devices_refused: Mapping[str, str] = field(default_factory=dict, compare=False)
     covers: tuple[str, ...] = ()
     patches: tuple[MethodPatch, ...] = field(default=(), compare=False)
     unused_arguments: Mapping[str, tuple[str, ...]] = field(

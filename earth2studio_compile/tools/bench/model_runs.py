@@ -7,7 +7,8 @@ with the strongest evidence the records under ``docs/bench/`` hold for it:
 1. speed at published size on a GPU: a rollout of the bench CLI (``results``), one
    of the figure's sources;
 2. a GPU test at published size (``test_published_*``): its JUnit record,
-   :data:`GPU_TESTS`, passed or failed as recorded;
+   :data:`GPU_TESTS`, passed or failed as recorded; a failed one comes first, and
+   its row shows no speed (a wrong answer outranks any);
 3. a CPU test at a small size through Earth2Studio's own wrapper: :data:`CPU_TESTS`;
 4. else ``read only``: the entry comes from reading the class's source.
 
@@ -64,7 +65,7 @@ CPU_TESTS: dict[str, str] = {
 # its JUnit record under docs/bench/ and the test's name.
 GPU_TESTS: dict[str, tuple[str, str]] = {
     "Aurora": (
-        "2026-11-27-h100-fourteenth/published-a734c63.xml",
+        "2026-11-29-h200-thirtieth/gpu-suite-6bce516.xml",
         "test_published_aurora_on_the_gpu_matches_eager",
     ),
     "StormCast": (
@@ -131,7 +132,8 @@ def _classes() -> list[str]:
     return [key.rsplit(".", 1)[-1] for key in shipped_entries()]
 
 
-def _gpu_test(cls: str, bench: Path, link: str) -> str | None:
+def _gpu_test(cls: str, bench: Path, link: str) -> tuple[str, str] | None:
+    """The outcome of ``cls``'s GPU test and its cell; None without one."""
     if cls not in GPU_TESTS:
         return None
     record, test = GPU_TESTS[cls]
@@ -142,7 +144,8 @@ def _gpu_test(cls: str, bench: Path, link: str) -> str | None:
     if outcome == "skipped":
         return None
     gpu, date = match[2].upper(), match[1]
-    return f"GPU test at published size, {outcome} ([{gpu}, {date}]({link}{record}))"
+    cell = f"GPU test at published size, {outcome} ([{gpu}, {date}]({link}{record}))"
+    return outcome, cell
 
 
 def _sample(
@@ -259,15 +262,21 @@ def model_runs(link: str = "bench/") -> Callable[[Sequence[Mapping[str, Any]]], 
         ]
         for cls in _classes():
             samples = by_class.get(cls, [])
+            test = _gpu_test(cls, bench, link)
+            if test is not None and test[0] == "failed":
+                # A wrong answer outranks any speed: none of it is shown.
+                samples = []
             latest = {s["precision"]: s for s in samples}  # later sources win
-            if samples:
+            if test is not None and test[0] == "failed":
+                run = test[1]
+            elif samples:
                 env = samples[-1]["env"]
                 run = (
                     f"GPU speed at published size ({env['gpu']}, "
                     f"{str(env['date'])[:10]}, torch {env['torch']})"
                 )
-            elif (test := _gpu_test(cls, bench, link)) is not None:
-                run = test
+            elif test is not None:
+                run = test[1]
             elif cls in CPU_TESTS:
                 run = f"CPU test, small (`{CPU_TESTS[cls]}`)"
             else:
@@ -280,7 +289,8 @@ def model_runs(link: str = "bench/") -> Callable[[Sequence[Mapping[str, Any]]], 
                 first = "{:.2f}/{:.2f}".format(*main["first"])
             lines.append(f"| {cls} | {run} | {' | '.join(ratios)} | {l2} | {first} |")
         notes = (
-            "\n\nrun: the strongest record under docs/bench/ (speed at published "
+            "\n\nrun: the strongest record under docs/bench/ (a failed GPU test "
+            "at published size, whose row then shows no speed; speed at published "
             "size on a GPU, a GPU test at published size, a CPU test of a small "
             "configuration through Earth2Studio's wrapper, else read only: the entry "
             "comes from reading the class's source); the GPU tests ran the device "

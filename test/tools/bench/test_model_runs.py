@@ -148,3 +148,45 @@ def test_each_kind_of_evidence_renders(tmp_path, monkeypatch):
     # A skipped GPU test is no run: the CPU test stands.
     assert rows["ACE2ERA5"][0] == "CPU test, small (`test/tools/zoo/test_ace2.py`)"
     assert rows["FuXi"] == ["read only", "-", "-", "-", "-"]
+
+
+def test_a_failed_gpu_test_outranks_speed_and_hides_it(tmp_path, monkeypatch):
+    """Before, a speed record won over the GPU test: Aurora's row showed its
+    speedup and a rel. L2 of 4.6e-6 (measured with an identity backbone) after
+    its GPU test failed with other answers than eager."""
+    bench = tmp_path / "docs" / "bench" / "2026-11-29-h200-x"
+    bench.mkdir(parents=True)
+    (bench / "r.xml").write_text(_JUNIT)
+    monkeypatch.setattr(model_runs, "ROOT", tmp_path)
+    monkeypatch.setattr(
+        model_runs,
+        "GPU_TESTS",
+        {
+            "Aurora": ("2026-11-29-h200-x/r.xml", "test_bad"),
+            "StormCast": ("2026-11-29-h200-x/r.xml", "test_ok"),
+        },
+    )
+    rows = [
+        {"model": m, "precision": "tf32", "mode": mode, "steady_ms": ms}
+        for m in ("aurora", "stormcast")
+        for mode, ms in (("eager", 1000.0), ("auto", 500.0))
+    ]
+    rollout = {"environment": _env("2026-11-27T01:00:00+00:00"), "results": rows}
+    table = {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+        for line in model_runs.model_runs()([rollout]).splitlines()
+        if line.startswith("| ") and not line.startswith("| model")
+    }
+    assert table["Aurora"] == [
+        "GPU test at published size, failed "
+        "([H200, 2026-11-29](bench/2026-11-29-h200-x/r.xml))",
+        "-",
+        "-",
+        "-",
+        "-",
+    ]
+    # A passed test still gives way to the speed record.
+    assert table["StormCast"][:2] == [
+        "GPU speed at published size (NVIDIA H200, 2026-11-27, torch 2.11.0+cu130)",
+        "2.00x",
+    ]
