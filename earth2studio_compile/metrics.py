@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import torch
 
-__all__ = ["Laps", "rel_l2", "synchronize", "timed"]
+__all__ = ["Laps", "rel_l2", "synchronize", "timed", "worst_rel_l2"]
 
 T = TypeVar("T")
 
@@ -39,6 +39,33 @@ def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
     if norm == 0.0:
         return 0.0 if diff == 0.0 else float("inf")
     return diff / norm
+
+
+def worst_rel_l2(a: torch.Tensor, b: torch.Tensor, dim: int) -> tuple[int, float]:
+    """The largest :func:`rel_l2` over the slices of ``dim`` (a ``variable``
+    axis), and its index.
+
+    One relative L2 over a whole state is dominated by its largest fields
+    (geopotential near 1e5 beside humidity near 1e-3): an error in a small field
+    does not show in it. Slice by slice, it does.
+
+    Parameters
+    ----------
+    a : torch.Tensor
+        Output under test
+    b : torch.Tensor
+        Reference (same shape)
+    dim : int
+        The axis whose slices are compared one by one
+
+    Returns
+    -------
+    tuple[int, float]
+        Index along ``dim`` of the worst slice, and its relative L2
+    """
+    errors = [rel_l2(x, y) for x, y in zip(a.unbind(dim), b.unbind(dim), strict=True)]
+    worst = max(range(len(errors)), key=errors.__getitem__)
+    return worst, errors[worst]
 
 
 def synchronize(device: torch.device | str) -> None:

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from earth2studio_compile.metrics import Laps, rel_l2, timed
+from earth2studio_compile.metrics import Laps, rel_l2, timed, worst_rel_l2
 
 
 def test_rel_l2_is_relative_and_handles_a_zero_reference():
@@ -53,3 +53,15 @@ def test_a_child_attempt_merged_continues_the_laps():
     laps.merge(child)
     assert laps.phases == {"setup": 1.0, "declined": 1.0, "first_run": 3.0}
     assert laps.seconds == 5.0
+
+
+def test_the_worst_variable_shows_what_the_whole_state_hides():
+    """Geopotential near 1e5 beside humidity near 1e-3: a 10% error in humidity
+    moves the whole state's relative L2 by about 1e-9; slice by slice it is 0.1."""
+    b = torch.stack([torch.full((4, 8), 1e5), torch.full((4, 8), 1e-3)], dim=1)
+    a = b.clone()
+    a[:, 1] *= 1.1
+    assert rel_l2(a, b) < 1e-8
+    at, worst = worst_rel_l2(a, b, dim=1)
+    assert at == 1 and worst == pytest.approx(0.1)
+    assert worst_rel_l2(b, b, dim=1)[1] == 0.0

@@ -13,6 +13,10 @@ Phases (one process each, a JSON row written after every run):
   eager) and after each call.
 - ``modes``: every region, CUDA graphs off (``mode="default"``), then every
   region with CUDA graphs on again in the same process.
+- ``shadow``: every region as ``compile=True`` runs them, each compiled call
+  followed by the region's own eager call on the same arguments (the library's
+  eager path, inside the workflow's inference mode): which region, at which call
+  (1: the first, 2: the CUDA graph's recording), parts from eager on its own inputs.
 
 Usage (repository root, device wheels installed as the twenty-seventh README says)::
 
@@ -130,6 +134,44 @@ def main(phase: str, out: Path) -> None:
                 after=flags(),
                 summary=call.summary,
             )
+    elif phase == "shadow":
+        from earth2studio_compile.region import CompiledRegion
+
+        shadows: list[dict] = []
+        run = CompiledRegion._run
+
+        def shadowed(self, call, laps=None):
+            out = run(self, call, laps)
+            ref = self._eager(call, count=False)
+            pairs = zip(
+                torch.utils._pytree.tree_leaves(out),
+                torch.utils._pytree.tree_leaves(ref),
+                strict=True,
+            )
+            shadows.append(
+                {
+                    "region": self.report.region,
+                    "call": self.report.calls,
+                    "rel_l2": [
+                        rel_l2(a, b)
+                        for a, b in pairs
+                        if isinstance(a, torch.Tensor) and a.is_floating_point()
+                    ],
+                }
+            )
+            return out
+
+        CompiledRegion._run = shadowed
+        t = time.perf_counter()
+        got = call(regions=(*PERCEIVER, *ENCODER, *DECODER))
+        compare(
+            "all, each call shadowed by eager",
+            got,
+            eager,
+            time.perf_counter() - t,
+            shadows=shadows,
+            summary=call.summary,
+        )
     elif phase == "modes":
         for name, session in {
             "all, no CUDA graphs": {"mode": "default"},
@@ -148,7 +190,7 @@ def main(phase: str, out: Path) -> None:
                 summary=call.summary,
             )
     else:
-        raise SystemExit(f"phase: subsets or modes, not {phase!r}")
+        raise SystemExit(f"phase: shadow, subsets or modes, not {phase!r}")
 
 
 if __name__ == "__main__":

@@ -4,10 +4,14 @@
 # bench commit); every phase here also installs .whl-models/*.whl into /tmp/site.
 # Carry [".whl", ".shim", ".whl-models"] (`.ci/fetch-model-wheels.sh` fetches the last).
 #
+#   bash docs/bench/2026-11-29-h200-thirtieth/next_calls.sh "$OUT" bisect-shadow   # ~260 s
 #   bash docs/bench/2026-11-29-h200-thirtieth/next_calls.sh "$OUT" bisect-subsets  # ~330 s
 #   bash docs/bench/2026-11-29-h200-thirtieth/next_calls.sh "$OUT" bisect-modes    # ~450 s
 #   bash docs/bench/2026-11-29-h200-thirtieth/next_calls.sh "$OUT" gpu             # ~480 s
 #
+# bisect-shadow (first): Aurora's wrong answer on CUDA (this session's call 3):
+#   each region's compiled call beside its own eager call on the same arguments,
+#   inside the workflow: which region, at which call, parts from eager.
 # bisect-subsets: Aurora's wrong answer on CUDA (this session's call 3): eager TF32
 #   against eager fp32 (the compiled error's size and pattern match a TF32-sized
 #   rounding somewhere: is it?), then the Perceiver regions, the encoder stages and
@@ -25,7 +29,7 @@ here=docs/bench/2026-11-29-h200-thirtieth
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
   --upgrade --target /tmp/site .whl-models/*.whl
 case "$phase" in
-  bisect-subsets|bisect-modes)
+  bisect-shadow|bisect-subsets|bisect-modes)
     timeout 560 python3 "$here/aurora_bisect.py" "${phase#bisect-}" \
       "$out/aurora-$phase.json" >"$out/aurora-$phase.log" 2>&1
     grep '^{' "$out/aurora-$phase.log" | cut -c1-400
@@ -35,5 +39,5 @@ case "$phase" in
       --junitxml="$out/gpu-suite.xml" >"$out/gpu-suite.log" 2>&1
     tail -4 "$out/gpu-suite.log"
     ;;
-  *) echo "phase: bisect-subsets, bisect-modes or gpu" >&2; exit 2 ;;
+  *) echo "phase: bisect-shadow, bisect-subsets, bisect-modes or gpu" >&2; exit 2 ;;
 esac

@@ -75,12 +75,17 @@ def forecast_totals(results: list[dict[str, Any]]) -> str:
     return format_table(header, rows)
 
 
+def _worst(pair: list | None) -> str:
+    """A variable and its relative L2, e.g. ``q200 3.9e-02``; ``-`` if none."""
+    return "-" if not pair else f"{pair[0]} {pair[1]:.1e}"
+
+
 def _row(r: dict[str, Any]) -> list[str]:
     def f(v: Any, fmt: str) -> str:
         return "-" if v is None else format(v, fmt)
 
     if "error" in r:
-        return [model_label(r), r["mode"], "", "error: " + r["error"][:60]] + [""] * 10
+        return [model_label(r), r["mode"], "", "error: " + r["error"][:60]] + [""] * 11
     regions = (r.get("report") or {}).get("regions", [])
     graphs = sum(x["graphs"] for x in regions) if regions else None
     breaks = sum(x["graph_breaks"] for x in regions) if regions else None
@@ -99,6 +104,7 @@ def _row(r: dict[str, Any]) -> list[str]:
         f(mem / 2**30 if mem else None, ".2f"),
         f"{f(graphs, 'd')}/{f(breaks, 'd')}/{f(recompiles, 'd')}",
         f(r.get("rel_l2_first"), ".1e"),
+        _worst(r.get("rel_l2_first_worst")),
         f(r.get("rel_l2_10"), ".1e"),
         f(r.get("rel_l2_last"), ".1e"),
         f(r.get("e2e_s"), ".2f"),
@@ -117,6 +123,7 @@ HEADER = [
     "peak GiB",
     "graphs/breaks/recomp",
     "relL2@1",
+    "worst var@1",
     "relL2@10",
     "relL2@N",
     "e2e s",
