@@ -114,83 +114,72 @@ def main(phase: str, out: Path) -> None:
     t = time.perf_counter()
     eager = call()
     keep({"run": "eager", "seconds": time.perf_counter() - t, "flags": seen[-1]})
+    every = {"regions": (*PERCEIVER, *ENCODER, *DECODER)}
+    shadows: list[dict] = []
     if phase == "subsets":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         t = time.perf_counter()
         tf32 = call()
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
         compare("eager tf32", tf32, eager, time.perf_counter() - t, flags=seen[-1])
-        runs = {"perceiver": PERCEIVER, "encoder": ENCODER, "decoder": DECODER}
-        for name, regions in runs.items():
-            seen.clear()
-            t = time.perf_counter()
-            got = call(regions=regions)
-            compare(
-                name,
-                got,
-                eager,
-                time.perf_counter() - t,
-                flags=seen,
-                after=flags(),
-                summary=call.summary,
-            )
+        runs = {
+            "perceiver": {"regions": PERCEIVER},
+            "encoder": {"regions": ENCODER},
+            "decoder": {"regions": DECODER},
+        }
+    elif phase == "modes":
+        runs = {"all, no CUDA graphs": {"mode": "default"}, "all, CUDA graphs": every}
     elif phase == "shadow":
-        from earth2studio_compile.region import CompiledRegion
-
-        shadows: list[dict] = []
-        run = CompiledRegion._run
-
-        def shadowed(self, call, laps=None):
-            out = run(self, call, laps)
-            ref = self._eager(call, count=False)
-            pairs = zip(
-                torch.utils._pytree.tree_leaves(out),
-                torch.utils._pytree.tree_leaves(ref),
-                strict=True,
-            )
-            shadows.append(
-                {
-                    "region": self.report.region,
-                    "call": self.report.calls,
-                    "rel_l2": [
-                        rel_l2(a, b)
-                        for a, b in pairs
-                        if isinstance(a, torch.Tensor) and a.is_floating_point()
-                    ],
-                }
-            )
-            return out
-
-        CompiledRegion._run = shadowed
+        shadow(shadows)
+        runs = {"all, each call shadowed by eager": every}
+    else:
+        raise SystemExit(f"phase: shadow, subsets or modes, not {phase!r}")
+    for name, session in runs.items():
+        seen.clear()
         t = time.perf_counter()
-        got = call(regions=(*PERCEIVER, *ENCODER, *DECODER))
+        got = call(**session)
+        more = {"shadows": shadows} if shadows else {}
         compare(
-            "all, each call shadowed by eager",
+            name,
             got,
             eager,
             time.perf_counter() - t,
-            shadows=shadows,
+            flags=seen,
+            after=flags(),
             summary=call.summary,
+            **more,
         )
-    elif phase == "modes":
-        for name, session in {
-            "all, no CUDA graphs": {"mode": "default"},
-            "all, CUDA graphs": {"regions": (*PERCEIVER, *ENCODER, *DECODER)},
-        }.items():
-            seen.clear()
-            t = time.perf_counter()
-            got = call(**session)
-            compare(
-                name,
-                got,
-                eager,
-                time.perf_counter() - t,
-                flags=seen,
-                after=flags(),
-                summary=call.summary,
-            )
-    else:
-        raise SystemExit(f"phase: shadow, subsets or modes, not {phase!r}")
+
+
+def shadow(shadows: list[dict]) -> None:
+    """Follow each compiled region call with the region's own eager call on the
+    same arguments, and keep their relative L2 in ``shadows``."""
+    from earth2studio_compile.region import CompiledRegion
+
+    run = CompiledRegion._run
+
+    def shadowed(self, call, laps=None):
+        out = run(self, call, laps)
+        ref = self._eager(call, count=False)
+        pairs = zip(
+            torch.utils._pytree.tree_leaves(out),
+            torch.utils._pytree.tree_leaves(ref),
+            strict=True,
+        )
+        shadows.append(
+            {
+                "region": self.report.region,
+                "call": self.report.calls,
+                "rel_l2": [
+                    rel_l2(a, b)
+                    for a, b in pairs
+                    if isinstance(a, torch.Tensor) and a.is_floating_point()
+                ],
+            }
+        )
+        return out
+
+    CompiledRegion._run = shadowed
 
 
 if __name__ == "__main__":

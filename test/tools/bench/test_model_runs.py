@@ -46,22 +46,28 @@ def test_junit_outcome_reads_each_ending(tmp_path):
         model_runs.junit_outcome(record, "test_gone")
 
 
+def _gpu_tests(tmp_path, monkeypatch, tests: dict[str, str], day: str) -> None:
+    """Point the catalog of GPU tests at one JUnit record of ``_JUNIT`` under a
+    ``<day>-h200-x`` directory of a docs/bench/ in ``tmp_path``."""
+    bench = tmp_path / "docs" / "bench" / f"{day}-h200-x"
+    bench.mkdir(parents=True)
+    (bench / "r.xml").write_text(_JUNIT)
+    monkeypatch.setattr(model_runs, "ROOT", tmp_path)
+    record = f"{day}-h200-x/r.xml"
+    catalog = {cls: (record, test) for cls, test in tests.items()}
+    monkeypatch.setattr(model_runs, "GPU_TESTS", catalog)
+
+
 def _env(date: str) -> dict:
     return {"gpu": "NVIDIA H200", "date": date, "torch": "2.11.0+cu130"}
 
 
 def test_each_kind_of_evidence_renders(tmp_path, monkeypatch):
-    bench = tmp_path / "docs" / "bench" / "2026-11-28-h200-x"
-    bench.mkdir(parents=True)
-    (bench / "r.xml").write_text(_JUNIT)
-    monkeypatch.setattr(model_runs, "ROOT", tmp_path)
-    monkeypatch.setattr(
-        model_runs,
-        "GPU_TESTS",
-        {
-            "AIFS2ENS": ("2026-11-28-h200-x/r.xml", "test_bad"),
-            "ACE2ERA5": ("2026-11-28-h200-x/r.xml", "test_off"),
-        },
+    _gpu_tests(
+        tmp_path,
+        monkeypatch,
+        {"AIFS2ENS": "test_bad", "ACE2ERA5": "test_off"},
+        day="2026-11-28",
     )
     rollout = {
         "environment": _env("2026-11-27T01:00:00+00:00"),
@@ -154,17 +160,11 @@ def test_a_failed_gpu_test_outranks_speed_and_hides_it(tmp_path, monkeypatch):
     """Before, a speed record won over the GPU test: Aurora's row showed its
     speedup and a rel. L2 of 4.6e-6 (measured with an identity backbone) after
     its GPU test failed with other answers than eager."""
-    bench = tmp_path / "docs" / "bench" / "2026-11-29-h200-x"
-    bench.mkdir(parents=True)
-    (bench / "r.xml").write_text(_JUNIT)
-    monkeypatch.setattr(model_runs, "ROOT", tmp_path)
-    monkeypatch.setattr(
-        model_runs,
-        "GPU_TESTS",
-        {
-            "Aurora": ("2026-11-29-h200-x/r.xml", "test_bad"),
-            "StormCast": ("2026-11-29-h200-x/r.xml", "test_ok"),
-        },
+    _gpu_tests(
+        tmp_path,
+        monkeypatch,
+        {"Aurora": "test_bad", "StormCast": "test_ok"},
+        day="2026-11-29",
     )
     rows = [
         {"model": m, "precision": "tf32", "mode": mode, "steady_ms": ms}
