@@ -215,12 +215,11 @@ def build(
     if not p.targets:
         return [Built(name, None, "skipped", reason=p.reason)]
     where = first_device((), {}, model if isinstance(model, torch.nn.Module) else None)
-    refused = p.spec.devices_refused.get(where.type)
+    refused = p.spec.refused_on(where)
     if refused is not None:
-        logger.warning(f"{name} is not compiled on {where.type}: {refused}")
-        why = f"not compiled on {where.type}: {refused}"
+        logger.warning(f"{name} is {refused}")
         return [
-            Built(f"{name}.{path}", None, "skipped", reason=why)
+            Built(f"{name}.{path}", None, "skipped", reason=refused)
             for path, _ in p.targets
         ]
     refused = p.spec.precisions_refused.get(chosen or "")

@@ -153,17 +153,17 @@ class FirstCall(PayoffGate):
         """Eager for good on a device the model's table entry refuses
         (``devices_refused``: a wrong answer measured there, not yet explained),
         before anything compiled, kept or built ahead could run the call."""
-        why = self.spec.devices_refused.get(device.type)
-        if why is None:
+        reason = self.spec.refused_on(device)
+        if reason is None:
             return
         r = self.report
         self.state = RegionState.EAGER
-        r.device = device.type
-        r.reason = f"not compiled on {device.type}: {why}"
+        r.device, r.reason = device.type, reason
         if r.model in self._warned:
-            logger.info(f"{r.label} runs eagerly: {r.reason}")
+            logger.info(f"{r.label} runs eagerly: {reason}")
             return
         self._warned.add(r.model)
+        why = self.spec.devices_refused[device.type]
         logger.warning(f"{r.model} runs eagerly on {device.type}: {why}")
 
     def _not_paying(self, call: Call, target: Target) -> bool:
@@ -415,7 +415,7 @@ class FirstCall(PayoffGate):
         weights = [*self.module.parameters(), *self.module.buffers()]
         if not weights:
             return None
-        if weights[0].device.type in self.spec.devices_refused:
+        if self.spec.refused_on(weights[0].device) is not None:
             return None
         target = _target(self, weights[0].device)
         path = hints.hint_path(target, self._root)

@@ -130,6 +130,24 @@ class ModelSpec:
                 "runs eagerly."
             )
 
+    def refused_on(self, device: torch.device) -> str | None:
+        """Why this model is not compiled on ``device`` (``devices_refused``), as
+        a region's report and :func:`~earth2studio_compile.build` say it; None
+        where it is compiled.
+
+        Parameters
+        ----------
+        device : torch.device
+            Where the regions run
+
+        Returns
+        -------
+        str | None
+            ``"not compiled on <type>: <reason>"``, or None
+        """
+        why = self.devices_refused.get(device.type)
+        return None if why is None else f"not compiled on {device.type}: {why}"
+
 
 def unused_arguments(spec: ModelSpec, core: torch.nn.Module) -> tuple[str, ...]:
     """The parameters of ``core``'s ``forward`` that ``spec`` says it does not

@@ -261,15 +261,13 @@ def model_runs(link: str = "bench/") -> Callable[[Sequence[Mapping[str, Any]]], 
             "|---|---|---|---|---|---|",
         ]
         for cls in _classes():
-            samples = by_class.get(cls, [])
             test = _gpu_test(cls, bench, link)
-            if test is not None and test[0] == "failed":
-                # A wrong answer outranks any speed: none of it is shown.
-                samples = []
+            # A wrong answer outranks any speed: none of it is shown, so the
+            # failed test's cell is the row's run.
+            failed = test is not None and test[0] == "failed"
+            samples = [] if failed else by_class.get(cls, [])
             latest = {s["precision"]: s for s in samples}  # later sources win
-            if test is not None and test[0] == "failed":
-                run = test[1]
-            elif samples:
+            if samples:
                 env = samples[-1]["env"]
                 run = (
                     f"GPU speed at published size ({env['gpu']}, "
