@@ -35,15 +35,13 @@ def test_speed_probe_can_be_turned_off():
         CompileSession(core, probe="no")
 
 
-def _sleeping_backend(seconds: float, ran: list[int]):
-    """A backend whose compiled calls each sleep ``seconds`` (a compiled region that
-    loses to eager), counted in ``ran[0]``."""
-    import time
+def _slow_backend(ran: list[int]):
+    """A backend whose compiled calls are counted in ``ran[0]`` (with
+    :func:`_slow_clock`, a compiled region that loses to eager)."""
 
     def backend(gm, example_inputs):
         def run(*args):
             ran[0] += 1
-            time.sleep(seconds)
             return gm.forward(*args)
 
         return run
@@ -51,9 +49,20 @@ def _sleeping_backend(seconds: float, ran: list[int]):
     return backend
 
 
-def test_a_region_slower_compiled_runs_eagerly_from_the_verdict_on(logs):
+def _slow_clock(monkeypatch, seconds: float, ran: list[int]) -> None:
+    """The probe's clock: each compiled call takes ``seconds``, an eager one none.
+
+    A real sleep raced eager's own calls on a loaded CI machine: one eager call
+    slowed past the sleep overlapped the ranges and left the region compiled."""
+    from earth2studio_compile.region import SpeedProbe
+
+    monkeypatch.setattr(SpeedProbe, "clock", staticmethod(lambda: seconds * ran[0]))
+
+
+def test_a_region_slower_compiled_runs_eagerly_from_the_verdict_on(monkeypatch, logs):
     ran = [0]  # compiled calls
-    slow_backend = _sleeping_backend(0.05, ran)
+    slow_backend = _slow_backend(ran)
+    _slow_clock(monkeypatch, 0.05, ran)
     model = zoo.build("toy")
     x = torch.randn(1, 4, 16, 32)
     with torch.no_grad():
@@ -61,7 +70,7 @@ def test_a_region_slower_compiled_runs_eagerly_from_the_verdict_on(logs):
     with CompileSession(model, backend=slow_backend) as session, torch.no_grad():
         outs = [model.model(x) for _ in range(12)]
     region = session.report.regions[0]
-    assert region.compiled_ms >= 50 and region.eager_ms < region.compiled_ms
+    assert region.compiled_ms == pytest.approx(50) and region.eager_ms == 0
     # Judged at call 9 (two quiet calls, three pairs and eager's untimed first
     # call): calls 10 to 12 ran eagerly, none lost.
     assert region.status == "eager" and region.eager_calls == 3
@@ -85,8 +94,10 @@ def test_a_region_slower_compiled_runs_eagerly_from_the_verdict_on(logs):
     assert len(slow) == 2
 
 
-def test_probe_false_keeps_a_slower_region_compiled(logs):
-    slow_backend = _sleeping_backend(0.02, [0])
+def test_probe_false_keeps_a_slower_region_compiled(monkeypatch, logs):
+    ran = [0]
+    slow_backend = _slow_backend(ran)
+    _slow_clock(monkeypatch, 0.05, ran)
     model = zoo.build("toy")
     x = torch.randn(1, 4, 16, 32)
     with CompileSession(model, backend=slow_backend, probe=False) as session:
