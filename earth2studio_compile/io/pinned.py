@@ -9,10 +9,13 @@ registers it with ``cudaHostRegister``: 0.06 s of page faults and 0.02 s to
 register, and other threads' CUDA work went on beside it. So :class:`~.host.HostPool`
 can make the buffers of the steps to come on a thread of its own.
 
-A registered buffer is unregistered when its memory is freed: the tensor is a view of
-a numpy array whose finalizer runs before numpy frees the data. Both calls run on
-one thread of this module's, which launches no kernels. Where registering fails,
-the buffer comes from ``torch.empty(..., pin_memory=True)`` as before.
+A registered buffer is unregistered once its last view is freed: the tensor is a view
+of a numpy array whose finalizer queues the unregistering, and the memory itself is
+held here until that has run, then freed on the same thread. Both calls run on one
+thread of this module's, which launches no kernels; the caller never waits for an
+unregistering (29 ms of a compiled FCN ensemble call's flush on an H200, three
+buffers: docs/bench/2026-11-29-h200-twentysixth). Where registering fails, the
+buffer comes from ``torch.empty(..., pin_memory=True)`` as before.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import numpy as np
 import torch
 from loguru import logger
 
-__all__ = ["pinned_empty", "registered_bytes"]
+__all__ = ["pinned_empty", "registered_bytes", "settle"]
 
 # cudaHostRegisterPortable: pinned for every CUDA context, not only the caller's.
 _PORTABLE = 1
@@ -92,13 +95,30 @@ def pinned_empty(
         _debug_once(f"cudaHostRegister returned {error}")
         return torch.empty(numel, dtype=dtype, pin_memory=True)
     _count(nbytes)
-    finalizer = weakref.finalize(memory, _unregister, pointer, nbytes, index)
+    # The tensor's numpy owner is a view: when it goes, its finalizer hands the
+    # memory on, and the memory is freed only once unregistered.
+    owner = memory.view()
+    finalizer = weakref.finalize(owner, _release, memory, nbytes, index)
     finalizer.atexit = False  # at exit the process's mappings go with it
-    return torch.from_numpy(memory).view(dtype)
+    return torch.from_numpy(owner).view(dtype)
 
 
-def _on_cuda_thread(job: Callable[..., str | None], *args: Any) -> str | None:
-    """Run ``job`` on the module's one thread and wait for it.
+def settle() -> None:
+    """Wait until every buffer whose views are gone is unregistered and freed.
+
+    :func:`registered_bytes` counts a buffer until then. Without CUDA, or before
+    any buffer was made, nothing waits.
+    """
+    with _lock:
+        thread = _thread
+    if thread is not None:
+        thread.submit(lambda: None).result()
+
+
+def _on_cuda_thread(
+    job: Callable[..., str | None], *args: Any, wait: bool = True
+) -> str | None:
+    """Run ``job`` on the module's one thread; wait for it unless ``wait`` is False.
 
     A failed CUDA runtime call leaves an error that the calling thread's next
     kernel launch would raise; this thread launches none, so an error of
@@ -110,7 +130,8 @@ def _on_cuda_thread(job: Callable[..., str | None], *args: Any) -> str | None:
         if _thread is None:
             _thread = ThreadPoolExecutor(1, thread_name_prefix=_NAME)
         thread = _thread
-    return thread.submit(job, *args).result()
+    done = thread.submit(job, *args)
+    return done.result() if wait else None
 
 
 def _runtime(function: str, index: int, *args: int) -> str | None:
@@ -122,15 +143,24 @@ def _runtime(function: str, index: int, *args: int) -> str | None:
     return None if error == cudart.cudaError.success else str(error)
 
 
-def _unregister(pointer: int, nbytes: int, index: int) -> None:
-    """Before numpy frees the memory (a finalizer: never raises)."""
-    _count(-nbytes)
+def _release(memory: np.ndarray, nbytes: int, index: int) -> None:
+    """The last view of ``memory`` is gone (a finalizer: never raises, never
+    waits): the module's thread unregisters it, then drops it."""
     try:
-        error = _on_cuda_thread(_runtime, "cudaHostUnregister", index, pointer)
-    except Exception as err:  # e.g. the interpreter is stopping its threads
+        _on_cuda_thread(_unregister, memory, nbytes, index, wait=False)
+    except Exception:  # e.g. the interpreter is stopping its threads
+        _unregister(memory, nbytes, index)
+
+
+def _unregister(memory: np.ndarray, nbytes: int, index: int) -> None:
+    """Unregister ``memory``; it is freed when the caller drops it (never raises)."""
+    try:
+        error = _runtime("cudaHostUnregister", index, memory.ctypes.data)
+    except Exception as err:
         error = repr(err)
     if error is not None:
         _debug_once(f"cudaHostUnregister returned {error}")
+    _count(-nbytes)
 
 
 def _count(nbytes: int) -> None:
