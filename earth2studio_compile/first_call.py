@@ -12,9 +12,8 @@ CUDA graphs that left new tensor state on the region's modules has that state
 copied out of the graph pool, and the next call compiles the region again without
 CUDA graphs (:meth:`FirstCall._leave_cudagraphs`,
 :mod:`earth2studio_compile.module_state`).
-:meth:`FirstCall.ahead` starts the first call before the workflow reaches the
-region, on a thread of its own, on made-up inputs shaped like the last first call's
-(:mod:`earth2studio_compile.artifacts.hints`).
+The first call may also start before the workflow reaches the region
+(:mod:`earth2studio_compile.first_call_ahead`).
 
 The call path each attempt runs (staging, precision, output clones) and the
 fallback are the region's (:mod:`earth2studio_compile.region`).
@@ -23,11 +22,7 @@ fallback are the region's (:mod:`earth2studio_compile.region`).
 from __future__ import annotations
 
 import enum
-import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor as Pool
-from concurrent.futures import Future, wait
-from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,14 +32,13 @@ from loguru import logger
 from earth2studio_compile import module_state, resident
 from earth2studio_compile.artifacts import hints, speed
 from earth2studio_compile.executors import (
-    AotExecutor,
     Declined,
     Executor,
     Target,
     offers,
     root_of,
 )
-from earth2studio_compile.metrics import Laps, synchronize, timed
+from earth2studio_compile.metrics import Laps, synchronize
 from earth2studio_compile.payoff_gate import PayoffGate
 from earth2studio_compile.report import describe
 from earth2studio_compile.spec import unused_arguments
@@ -58,7 +52,7 @@ if TYPE_CHECKING:
     from earth2studio_compile.spec import ModelSpec
     from earth2studio_compile.staging import BatchPadding
 
-__all__ = ["FirstCall", "RegionState"]
+__all__ = ["FirstCall", "RegionState", "target_of"]
 
 #: Executors whose first call leaves an artifact for its inputs, now or once built.
 HINTED = ("aot", "background")
@@ -76,7 +70,7 @@ class RegionState(enum.Enum):
 
 class FirstCall(PayoffGate):
     """The first call of a :class:`~earth2studio_compile.region.CompiledRegion`,
-    the region's executor handed over at a later call, and the first call ahead.
+    and the region's executor handed over at a later call.
 
     A mixin: the region gives it its settings, its report and its call path.
     """
@@ -84,11 +78,9 @@ class FirstCall(PayoffGate):
     #: The first call's RegionTarget.resident_key(): where the executor is kept.
     _shelf_key: str | None = None
     _kept: resident.Kept | None = None
-    #: The first call started ahead of the workflow's (:meth:`ahead`).
-    _ahead: Future[bool] | None = None
     #: The call that records the executor's CUDA graph (timed as
     #: ``cudagraph_record``): the one after its first, which may come after calls
-    #: that ran eager beside the first call ahead (:meth:`_beside_ahead`); None
+    #: that ran eager beside the first call ahead (:mod:`.first_call_ahead`); None
     #: where the first call ahead recorded it too.
     _records_at: int | None = 2
     #: What the last executor's first call on CUDA graphs reassigned on the
@@ -131,6 +123,10 @@ class FirstCall(PayoffGate):
 
         def _eager_if_slower(self) -> None: ...
 
+    @property
+    def _root(self) -> Path | None:
+        return root_of(self.artifacts)
+
     # -- the first call -------------------------------------------------------------
     def _first(self, call: Call) -> Any:
         """Run the first call on the first candidate that takes it.
@@ -145,7 +141,7 @@ class FirstCall(PayoffGate):
         out = self._choose(call, Laps(), self._compiled)
         if self._executor is not None and self._executor.name in HINTED:
             # Its artifact exists or is being built: a later process's guess.
-            target = _target(self, call.device)
+            target = target_of(self, call.device)
             hints.remember(target, self._root, call.args, call.kwargs)
         return out
 
@@ -186,7 +182,7 @@ class FirstCall(PayoffGate):
         for the call. When none takes it, the region falls back to eager."""
         reason = "no executor was offered"
         try:
-            target = _target(self, call.device)
+            target = target_of(self, call.device)
             candidates = offers(target)
         except Exception as err:  # nothing on the compile path may end a forecast
             candidates = iter(())
@@ -317,7 +313,7 @@ class FirstCall(PayoffGate):
     def _take_kept(self, call: Call) -> None:
         """Run code an earlier session compiled for this module, if it fits."""
         try:
-            self._shelf_key = _target(self, call.device).resident_key()
+            self._shelf_key = target_of(self, call.device).resident_key()
         except Exception:  # _first reports why the target cannot be built
             return
         kept = resident.take(self.module, self._shelf_key)
@@ -376,145 +372,22 @@ class FirstCall(PayoffGate):
         self._leave_cudagraphs()
         return out
 
-    # -- the first call, ahead of the workflow's ----------------------------------
-    def ahead(self, pool: Pool) -> None:
-        """Start the first call on ``pool``, before the workflow reaches the region,
-        on made-up inputs shaped like the last first call's (:mod:`.artifacts.hints`)
-        and only on an ahead-of-time artifact already on disk for them: load it,
-        run it, verify it against eager, and record its CUDA graph where it runs
-        one (:meth:`_record_ahead`). The workflow's calls do not wait for it:
-        while it runs they run eager (:meth:`_beside_ahead`); the first call
-        after it ended finds the region compiled, or still pending if it declined
-        (another shape, no artifact, or another answer than eager on the made-up
-        inputs, logged at DEBUG only: that call verifies on its own; nothing is
-        compiled there). Only for regions that
-        change no global setting (``precision`` None, no fp32 submodules), since the
-        workflow runs beside.
 
-        Parameters
-        ----------
-        pool : concurrent.futures.Executor
-            Where the call runs
-        """
-        if (
-            self._state is RegionState.PENDING
-            and not self.report.calls
-            and self._ahead is None
-            and self.precision is None
-            and not self.spec.fp32_modules
-            and self._root is not None
-        ):
-            target = self._hinted()
-            if target is not None:
-                self._ahead = pool.submit(self._first_ahead, target)
+def target_of(region: FirstCall, device: torch.device) -> Target:
+    """What the candidates are asked to run: the region, its policy on ``device``.
 
-    def _hinted(self) -> Target | None:
-        """The region's target where a hint of its inputs is on disk (well under a
-        millisecond): without one there is nothing to load ahead, and the first
-        call compiles on its own, not eagerly beside a first call ahead."""
-        weights = [*self.module.parameters(), *self.module.buffers()]
-        if not weights:
-            return None
-        if self.spec.refused_on(weights[0].device) is not None:
-            return None
-        target = _target(self, weights[0].device)
-        path = hints.hint_path(target, self._root)
-        return target if path is not None and path.is_file() else None
+    Parameters
+    ----------
+    region : FirstCall
+        The region (its module, settings, report and artifacts root)
+    device : torch.device
+        Where the call runs
 
-    @property
-    def _root(self) -> Path | None:
-        return root_of(self.artifacts)
-
-    def _first_ahead(self, target: Target) -> bool:
-        device = target.device
-        # This thread's current CUDA device is the first one, not the caller's.
-        on = torch.cuda.device(device) if device.type == "cuda" else nullcontext()
-        with on:  # the made-up inputs are drawn there
-            hint = hints.recall(target, self._root)
-        if hint is None:
-            return False
-        args, kwargs, inference = hint
-        call = Call.of(args, kwargs)
-        self._take_kept(call)  # compiled earlier in this process: nothing to load
-        chosen = AotExecutor.build(target, made_up=True)
-        if self._state is not RegionState.PENDING or isinstance(chosen, str):
-            return False
-        self.report.device = device.type
-        laps = Laps()
-        try:
-            with on, torch.inference_mode(inference):
-                out = self._attempt(call, chosen, target, laps)
-        except Exception as err:  # the workflow's first call tries again
-            logger.debug(f"{self.report.label}: no first call ahead ({describe(err)})")
-            self._executor = None
-            return False
-        self._compiled(chosen, out, laps)
-        # Only while the workflow is elsewhere (fetching its data): once it calls
-        # the region, recording here would delay the switch and share the device
-        # with its eager calls (0.47 s instead of 0.16 beside two of them, FCN on
-        # an H100); its first compiled call records instead.
-        if (
-            chosen.cudagraphs
-            and self._state is RegionState.COMPILED
-            and not self.report.calls
-        ):
-            with on, torch.inference_mode(inference):
-                self._record_ahead(call)
-        return True
-
-    def _record_ahead(self, call: Call) -> None:
-        """Record the CUDA graph on the made-up inputs too, so that the workflow's
-        first call replays it: recording took 0.16 s of a fresh FCN process's first
-        step on an H100, beside a data source that kept the device idle for 0.65 s
-        (docs/bench/2026-11-26-h100-sixth). The graph reads its inputs from static
-        buffers each replay fills, so the made-up values do not stay in it. Where
-        it fails (another thread's work broke the capture), the workflow's next
-        call records, as without a first call ahead."""
-        try:
-            _, seconds = timed(call.device, lambda: self._run(call))
-        except Exception as err:
-            logger.debug(
-                f"{self.report.label}: CUDA graph not recorded ahead ({describe(err)})"
-            )
-            return
-        self.report.phases["cudagraph_record"] = seconds
-        self._records_at = None
-
-    def _beside_ahead(self, call: Call) -> Any:
-        """A call the workflow makes while the first call ahead still runs: eager,
-        as without compiling. Waiting for it cost fresh FCN processes 0.2-1.2 s
-        of their first step on an H100 (``ahead_wait``, 6bdb8a0 to ab6ec89:
-        docs/bench/2026-11-26-h100-fifth), however long the first call ahead
-        took; an eager call costs what it does without compiling (with the
-        first call ahead's work beside it)."""
-        start = time.perf_counter()
-        out = self._eager(call)
-        phases = self.report.phases
-        phases["ahead_eager"] = phases.get("ahead_eager", 0.0) + (
-            time.perf_counter() - start
-        )
-        return out
-
-    def _join_ahead(self) -> None:
-        ahead, self._ahead = self._ahead, None
-        if ahead is None:
-            return
-        start = time.perf_counter()
-        wait([ahead])
-        if ahead.exception() is not None:
-            logger.debug(
-                f"{self.report.label}: first call ahead: {ahead.exception()!r}"
-            )
-        elif ahead.result():
-            self.report.phases["ahead_wait"] = time.perf_counter() - start
-            if self._records_at is not None:
-                self._records_at = self.report.calls + 1
-            # Not the steady call its speed probe may time (under CUDA graphs).
-            self.probe.compiled_again(self.report.calls)
-
-
-def _target(region: FirstCall, device: torch.device) -> Target:
-    """What the candidates are asked to run: the region, its policy on ``device``."""
+    Returns
+    -------
+    Target
+        The region's target there
+    """
     return Target.resolve(
         region.module,
         owner=region.owner,

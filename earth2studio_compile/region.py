@@ -10,7 +10,8 @@ A region is a small state machine (:class:`RegionState`): *pending* until its fi
 call picks an executor (:mod:`earth2studio_compile.executors`) from
 :data:`~earth2studio_compile.executors.CANDIDATES` and runs it
 (:mod:`earth2studio_compile.first_call`, which the region mixes in: the choice, code
-kept from an earlier session, a later call handed over, the first call ahead),
+kept from an earlier session, a later call handed over; and
+:mod:`earth2studio_compile.first_call_ahead`, the first call ahead),
 *building* while calls run eagerly as a background build makes its artifact,
 *compiled* while the executor runs compiled calls, and *eager* once it has fallen
 back, for good. The call path
@@ -56,7 +57,8 @@ from earth2studio_compile.executors import (
     Executor,
     recompile_limit,
 )
-from earth2studio_compile.first_call import FirstCall, RegionState
+from earth2studio_compile.first_call import RegionState
+from earth2studio_compile.first_call_ahead import FirstCallAhead
 from earth2studio_compile.hooks import Hooks
 from earth2studio_compile.measured import record, warn_fallback
 from earth2studio_compile.metrics import Laps
@@ -75,7 +77,7 @@ from earth2studio_compile.staging import (
 __all__ = ["RECOMPILE_LIMIT", "CompiledRegion", "RegionState", "SpeedProbe"]
 
 
-class CompiledRegion(FirstCall):
+class CompiledRegion(FirstCallAhead):
     """A submodule compiled in place for the lifetime of a session.
 
     Parameters

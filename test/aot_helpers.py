@@ -45,7 +45,7 @@ def aot_stand_in(monkeypatch, seen: list, runner: Any = None) -> None:
     each first call it runs is appended to ``seen`` (:class:`Seen`); with
     ``runner`` (the artifact's ``path`` and ``device``), it holds that runner as
     the real executor holds its artifact's."""
-    from earth2studio_compile import executors, first_call
+    from earth2studio_compile import executors, first_call_ahead
 
     class Artifact(executors.EagerExecutor):
         name = "aot"
@@ -62,7 +62,9 @@ def aot_stand_in(monkeypatch, seen: list, runner: Any = None) -> None:
         return Artifact(target.module)
 
     monkeypatch.setattr(executors, "CANDIDATES", [build])
-    monkeypatch.setattr(first_call, "AotExecutor", type("Aot", (), {"build": build}))
+    monkeypatch.setattr(
+        first_call_ahead, "AotExecutor", type("Aot", (), {"build": build})
+    )
 
 
 def aot_target(module, owner, precision="fp32", device=CPU, mode=None):
