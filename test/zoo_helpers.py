@@ -9,8 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 
+import pytest
 import torch
 from conftest import assert_unchanged, held_rollout, run_workflow, snapshot
+from torch.utils._pytree import tree_leaves
 
 from earth2studio_compile import run
 from earth2studio_compile.metrics import rel_l2
@@ -159,3 +161,37 @@ def assert_cuda_graphs(
     for region in regions:
         assert region.mode.startswith(mode), (region.region, region.mode)
         assert region.cudagraph_skips == 0, report.summary()
+
+
+def shared_pool(monkeypatch: pytest.MonkeyPatch) -> list[torch.Tensor]:
+    """Every region runs an eager stand-in for CUDA graph trees, whose regions share
+    one memory pool: each call of any region overwrites (NaN) every tensor any
+    region's earlier calls returned, as a replay after a step mark may. A region
+    that hands on an output uncloned (a skip connection held across regions, a
+    tuple's second element) gives NaN. Returns the pool."""
+    from earth2studio_compile import executors
+
+    pool: list[torch.Tensor] = []
+
+    def overwriting(run: Callable) -> Callable:
+        def call(*args, **kwargs):
+            for t in pool:
+                t.fill_(float("nan"))
+            out = run(*args, **kwargs)
+            pool.extend(t for t in tree_leaves(out) if isinstance(t, torch.Tensor))
+            return out
+
+        return call
+
+    class Graphs(executors.EagerExecutor):
+        name, cudagraphs = "graphs", True
+
+        def __init__(self, module: torch.nn.Module) -> None:
+            super().__init__(module)
+            self.first_call = overwriting(self.first_call)  # type: ignore[method-assign]
+
+        def __call__(self, *args, **kwargs):
+            return overwriting(super().__call__)(*args, **kwargs)
+
+    monkeypatch.setattr(executors, "CANDIDATES", [lambda target: Graphs(target.module)])
+    return pool

@@ -19,6 +19,7 @@ from zoo_helpers import (
     assert_cuda_graphs,
     compiled_workflow_matches_eager,
     held_outputs_match_eager,
+    shared_pool,
 )
 
 import earth2studio_compile
@@ -100,6 +101,26 @@ def test_held_aurora_outputs_are_not_overwritten():
     held_outputs_match_eager(
         zoo.build("aurora"), nsteps=3, tolerance=REL_L2, restart=_restart
     )
+
+
+def test_aurora_survives_cuda_graph_trees_shared_pool(monkeypatch):
+    """Compiled Aurora gave other answers than eager on an H200 (2026-11-29), each
+    region alone right: not from the regions' outputs living in one CUDA-graph
+    pool that any later region call overwrites (emulated here, NaN), over enough
+    steps for the speed probe's eager calls to interleave; eager's answer bit for
+    bit."""
+    from earth2studio_compile.probe import SpeedProbe
+
+    pool = shared_pool(monkeypatch)
+    # Every call timed alike: the probe interleaves its eager calls and keeps the
+    # regions compiled, whatever the stand-in's own clones cost.
+    monkeypatch.setattr(SpeedProbe, "clock", staticmethod(lambda: 0.0))
+    report, worst = compiled_workflow_matches_eager(
+        zoo.build("aurora"), nsteps=10, tolerance=0.0, restart=_restart
+    )
+    assert pool and worst == 0.0
+    for region in report.regions:
+        assert region.executor == "graphs" and region.eager_ms is not None
 
 
 def test_a_built_aurora_serves_compile_true(monkeypatch, tmp_path):
