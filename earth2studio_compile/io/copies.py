@@ -81,6 +81,21 @@ class Block:
         else:  # gathered on the device, then one copy
             out.copy_(torch.stack(self.parts), non_blocking=non_blocking)
 
+    def snapshot(self) -> torch.Tensor:
+        """The block's values in a new contiguous tensor on its device, laid out as
+        :meth:`copy_into` lays them in a buffer: copied into a buffer of
+        :attr:`numel` elements (``buffer.view(snapshot.shape)``), they give the
+        same bytes.
+
+        Returns
+        -------
+        torch.Tensor
+            :attr:`source` cloned contiguous, or :attr:`parts` stacked
+        """
+        if self.parts:
+            return torch.stack(self.parts)
+        return self.source.clone(memory_format=torch.contiguous_format)
+
     def views(self, buffer: torch.Tensor) -> list[tuple[int, torch.Tensor]]:
         """The block's tensors as views of ``buffer``, a copy of the block
         (:meth:`copy_into`).

@@ -18,13 +18,17 @@ and a thread of the pool's makes those of the steps that may follow it in flight
 (``ahead``), so that the next steps find them: a pinned buffer takes a tenth of a
 second per few hundred MB to make (:mod:`.pinned`, which makes them without
 stalling the caller's CUDA work).
-Copies from CUDA go into pinned buffers, asynchronously, on the caller's current
-stream: the writer waits for the event recorded after them before reading host
-memory, and the caller's later work on that stream (a model that updates its state
-in place, for one) is ordered after the copy. Not on a side stream:
-that would overlap the copy with the next step only by letting such an update race
-with it, for a few milliseconds of a step whose host work takes a hundred
-(issue 34's breakdown).
+Copies from CUDA go into pinned buffers, asynchronously, on a side stream of the
+pool's, from a snapshot of the step taken on the caller's current stream (a device
+copy: 0.22 ms of FCN's 432 MB step on an H200, where the copy to the host takes 7.9):
+the caller's later work on its stream (a model that updates its state in place, for
+one) cannot race the copy, and the next step computes while the copy engine runs.
+On the compute stream, each copy lengthened a 67 ms stand-in step to 74.0 ms; behind
+a snapshot on a side stream to 70.5 ms (docs/bench/2026-11-29-h200-twentysixth,
+``sidecopy.py``). The writer waits for the event recorded after the copies before
+reading host memory. The snapshots cost device memory until their copies end (the
+caching allocator reuses it then); where the device has none to spare (out of
+memory), that step is copied on the caller's stream, as before.
 Copies from the CPU are synchronous, into plain buffers: the caller may change its
 tensors once ``write`` returns.
 """
@@ -99,6 +103,9 @@ class HostPool:
         # Given back but held by something else when checked: let go, not reused.
         self.kept = 0
         self.peak_bytes = 0
+        # One side stream per CUDA device, for the copies behind their snapshots.
+        self._streams: dict[torch.device, torch.cuda.Stream] = {}
+        self.side_copies = 0  # blocks copied on a side stream
 
     @property
     def held_bytes(self) -> int:
@@ -308,17 +315,65 @@ class HostPool:
     def _let_go(self, buffer: torch.Tensor) -> None:
         self._uncount(self._key(buffer))
 
+    def copy_stream(self, device: torch.device) -> torch.cuda.Stream:
+        """The side stream the pool copies ``device``'s blocks to the host on.
+
+        Parameters
+        ----------
+        device : torch.device
+            A CUDA device
+
+        Returns
+        -------
+        torch.cuda.Stream
+            Made at the first copy from ``device``, kept for the pool's life
+        """
+        stream = self._streams.get(device)
+        if stream is None:
+            stream = self._streams[device] = torch.cuda.Stream(device)
+        return stream
+
     def _copy_from(
         self, device: torch.device, pairs: list[tuple[Block, torch.Tensor]]
     ) -> torch.cuda.Event:
-        """Queue the copies of one CUDA device's blocks on its current stream; the
-        event to wait for before reading them."""
-        for block, buffer in pairs:
-            # A CUDA block's buffer is pinned exactly when the pool pins (its key).
-            block.copy_into(buffer, non_blocking=self.pin_memory)
+        """Queue the copies of one CUDA device's blocks; the event to wait for
+        before reading them. Pinned: on the side stream, from snapshots taken on
+        the current stream; else (or without device memory for the snapshots) on
+        the current stream."""
+        caller = torch.cuda.current_stream(device)
+        snapshots = self._snapshots(pairs) if self.pin_memory else None
+        if snapshots is None:
+            for block, buffer in pairs:
+                # A CUDA block's buffer is pinned exactly when the pool pins (its key).
+                block.copy_into(buffer, non_blocking=self.pin_memory)
+            ready = torch.cuda.Event()
+            ready.record(caller)
+            return ready
+        side = self.copy_stream(device)
+        side.wait_stream(caller)  # the snapshots are taken
+        with torch.cuda.stream(side):
+            for snapshot, (_, buffer) in zip(snapshots, pairs):
+                buffer.view(snapshot.shape).copy_(snapshot, non_blocking=True)
+                # Its memory is not reused before the copy has read it.
+                snapshot.record_stream(side)
+        self.side_copies += len(pairs)
         ready = torch.cuda.Event()
-        ready.record(torch.cuda.current_stream(device))
+        ready.record(side)
         return ready
+
+    def _snapshots(
+        self, pairs: list[tuple[Block, torch.Tensor]]
+    ) -> list[torch.Tensor] | None:
+        """The blocks' snapshots on the current stream, or None where the device
+        has no memory for them."""
+        try:
+            return [block.snapshot() for block, _ in pairs]
+        except torch.cuda.OutOfMemoryError as err:
+            logger.debug(
+                f"OverlappedIO: no device memory for a step's snapshot ({err}); its "
+                "copy to the host runs on the caller's stream."
+            )
+            return None
 
 
 def _unpinned(key: _Key) -> _Key:

@@ -7,8 +7,9 @@ the caller's order (per array, with parallel writers); host copies exist for at 
 ``max_pending + 1`` steps; the stored result is bitwise the synchronous one.
 
 The copies are :mod:`~earth2studio_compile.io.host`'s: views of one tensor (what
-``split_coords`` hands ``write``) come over in one copy, queued on the caller's
-stream, into host buffers reused from step to step (``host_bytes`` says the most held).
+``split_coords`` hands ``write``) come over in one copy, queued on a side stream
+behind a device snapshot taken on the caller's stream, into host buffers reused
+from step to step (``host_bytes`` says the most held).
 
 A backend error reaches the caller once, as the original exception, at the next
 ``write``, ``add_array``, ``flush`` or ``close`` once every earlier step is stored (the
@@ -192,8 +193,8 @@ class OverlappedIO:
         ----------
         x : torch.Tensor | list[torch.Tensor]
             Tensor(s) to write, on any device; the caller may drop or change them
-            once this returns (CPU ones are copied before it returns; the copy of
-            CUDA ones is queued on the caller's stream, before its later work)
+            once this returns (CPU ones are copied before it returns; CUDA ones
+            are snapshot on the caller's stream, before its later work)
         coords : CoordSystem
             Their coordinates (copied)
         array_name : str | list[str]

@@ -69,3 +69,31 @@ def test_only_views_of_one_storage_and_shape_are_gathered():
     for block in blocks:
         for i, h in _copied(block):
             assert torch.equal(h, mixed[i])
+
+
+def test_a_snapshot_copied_into_a_buffer_gives_the_blocks_copy():
+    """The side stream copies a block's snapshot, taken on the caller's stream: in
+    a buffer it lies byte for byte as the block's own copy, for each kind of block
+    (a span of views, a tensor alone copied contiguous, views gathered)."""
+    x, fields = torch.randn(4, 3, 2, 5), torch.randn(2, 7, 5).transpose(-1, -2)
+    y = _interleaved(8, 7, 5, 6)
+    blocks = [
+        *plan_copies([x[:, 0], x[:, 1]]),
+        *plan_copies([x[:, 0]]),
+        *plan_copies([fields]),
+        *plan_copies([y.select(2, i) for i in range(7)]),
+    ]
+    assert [len(b.parts) for b in blocks] == [0, 0, 0, 7]
+    for block in blocks:
+        snapshot = block.snapshot()
+        assert snapshot.is_contiguous() and snapshot.numel() == block.numel
+        # A copy, not a view: later in-place work on the tensors cannot reach it.
+        source = block.parts[0] if block.parts else block.source
+        assert snapshot.untyped_storage().data_ptr() != (
+            source.untyped_storage().data_ptr()
+        )
+        own = torch.empty(block.numel, dtype=block.source.dtype)
+        block.copy_into(own)
+        from_snapshot = torch.empty_like(own)
+        from_snapshot.view(snapshot.shape).copy_(snapshot)
+        assert torch.equal(own.view(torch.int32), from_snapshot.view(torch.int32))

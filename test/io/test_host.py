@@ -236,6 +236,31 @@ def test_cuda_views_are_one_copy_into_reused_pinned_buffers_before_later_work():
 
 
 @pytest.mark.gpu
+def test_cuda_copies_run_on_a_side_stream_behind_a_snapshot():
+    """The caller's stream does not wait for the copy to the host: it goes on once
+    the step's snapshot is taken (here while the side stream is held up), and its
+    later in-place work cannot reach what is copied."""
+    pool, x = HostPool(pin_memory=True), torch.randn(2, 1, 1, NVAR, 64, 128).cuda()
+    for step in range(3):
+        expected = [v.cpu() for v in _split(x)]
+        side = pool.copy_stream(x.device)
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(500_000_000)  # the copy waits behind this
+        staged = pool.stage(_split(x))
+        x.mul_(-1.0)  # the model's next step, in place
+        done = torch.cuda.Event()
+        done.record(torch.cuda.current_stream())
+        done.synchronize()  # the caller's stream ran on...
+        assert not staged.ready[0].query()  # ...while the copy still waits
+        staged.ready[0].synchronize()
+        _same(staged.host, expected)
+        buffers = staged.buffers
+        del staged
+        pool.give(buffers)
+    assert pool.side_copies == 3 and pool.allocated == 1
+
+
+@pytest.mark.gpu
 def test_cuda_interleaved_views_are_gathered_by_the_device_in_one_copy():
     # DLWP's output on the device: one stack and one copy into one pinned buffer,
     # ordered before the caller's later work as any copy.
