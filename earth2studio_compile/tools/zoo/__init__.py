@@ -60,6 +60,7 @@ from earth2studio_compile.tools.zoo.user import (
 )
 
 __all__ = [
+    "MEDIUM",
     "MODELS",
     "SIZES",
     "Grid",
@@ -100,6 +101,8 @@ MODELS = (
     "fcn3",
 )
 SIZES = ("small", "medium", "full")
+#: The models with a ``"medium"`` size.
+MEDIUM = ("fcn", "aurora")
 
 
 _BUILDERS: dict[str, Callable[..., torch.nn.Module]] = {
@@ -127,7 +130,8 @@ def build(name: str, size: str = "small", seed: int = 0) -> torch.nn.Module:
         One of :data:`MODELS`, or ``"module:callable"`` for a user factory that
         returns a prognostic (called with no arguments)
     size : str, optional
-        ``"small"``, ``"full"``, or ``"medium"`` (``"fcn"`` only), by default "small"
+        ``"small"``, ``"full"``, or ``"medium"`` (the models of :data:`MEDIUM`
+        only), by default "small"
     seed : int, optional
         Weight seed, by default 0
 
@@ -143,9 +147,10 @@ def build(name: str, size: str = "small", seed: int = 0) -> torch.nn.Module:
     """
     if size not in SIZES:
         raise ValueError(f"Unknown size {size!r}; use one of {SIZES}.")
-    if size == "medium" and name != "fcn":
+    if size == "medium" and name not in MEDIUM:
         raise ValueError(
-            f"size='medium' exists for 'fcn' only; use 'small' or 'full' for {name!r}."
+            f"size='medium' exists for {' and '.join(repr(n) for n in MEDIUM)} "
+            f"only; use 'small' or 'full' for {name!r}."
         )
     if ":" in name:
         import importlib

@@ -60,6 +60,29 @@ def _regions(n: int) -> list[str]:
     return [perceiver[0], *_stages(n), perceiver[1]]
 
 
+def test_the_medium_aurora_has_the_published_window_structure():
+    """Between the small size and the published one: the published windows over
+    three Swin stages, the last padding its windows (the published grid's 45x90
+    patches there, 9x18 here), so a bisection on CUDA can try that code in seconds."""
+    from aurora.model.swin3d import maybe_adjust_windows
+
+    with pytest.raises(ValueError, match="'fcn' and 'aurora'"):
+        zoo.build("dlwp", size="medium")
+    model = zoo.build("aurora", size="medium")
+    backbone = model.model.backbone
+    assert backbone.window_size == (2, 6, 12) and len(backbone.encoder_layers) == 3
+    patches = (model.model.encoder.latent_levels, 144 // 4, 288 // 4)
+    resolutions, _ = backbone.get_encoder_specs(patches)
+    assert resolutions[-1] == (4, 9, 18)
+    for res in resolutions:  # shifted windows in every stage, none shrunk
+        assert maybe_adjust_windows((2, 6, 12), (1, 3, 6), res) == (
+            (2, 6, 12),
+            (1, 3, 6),
+        )
+    last = resolutions[-1]
+    assert last[1] % 6 and last[2] % 12  # its windows are padded
+
+
 def test_every_swin_stage_changes_its_input():
     """Aurora zero-initialises its blocks' norm modulations: built that way, every
     Swin block returned its input and a precision's cost inside a stage read 0.0.
