@@ -28,6 +28,7 @@ from earth2studio_compile.artifacts.aot_build import build_region, detached
 from earth2studio_compile.artifacts.aot_load import load_runner, wants_cudagraphs
 from earth2studio_compile.artifacts.aot_runner import AotRunner
 from earth2studio_compile.artifacts.key import RegionTarget
+from earth2studio_compile.artifacts.refused import refuse_artifact
 from earth2studio_compile.cache import (
     cache_root,
     use_local_cache,
@@ -63,7 +64,9 @@ class Built:
         ``"built"``, ``"present"`` (a loadable artifact for the key existed),
         ``"judged"`` (no artifact can serve it: compiled on the Dynamo path and
         timed, its payoff figures kept), ``"skipped"`` (the region cannot be
-        built ahead of time) or ``"failed"``
+        built ahead of time) or ``"failed"`` (the build raised, or its artifact
+        gave another answer than eager on the captured call: removed, and its key
+        refused for this PyTorch)
     seconds : float
         Wall time of the build, or of the judged region's first (compiling)
         call (0 otherwise)
@@ -265,6 +268,8 @@ def build(
                 present = Built(label, found.path, "present")
                 sealed = _sealed(present, target, calls, found)
                 out.append(present)
+                if present.status == "failed":
+                    continue
                 hints.remember(target, root, args, kwargs, inference)
                 _time_speed(present, target, calls, sealed)
                 continue
@@ -278,6 +283,8 @@ def build(
         done = Built(label, built, "built", time.perf_counter() - start)
         sealed = _sealed(done, target, calls)
         out.append(done)
+        if done.status == "failed":
+            continue
         # As a first call leaves one: the next process's first call then runs
         # ahead of its workflow's, while the data is fetched (CompiledRegion.ahead).
         hints.remember(target, root, args, kwargs, inference)
@@ -405,8 +412,30 @@ def _sealed(
     first call then skips its own eager call. Sets ``built.verified``; returns
     the runner it ran, loaded without CUDA graphs (None where none was loaded)."""
     args, kwargs, _ = calls[id(target.module)]
-    why, loaded = verified.seal_built(target, args, kwargs, root=None, runner=runner)
+    why, loaded, wrong = verified.seal_built(
+        target, args, kwargs, root=None, runner=runner
+    )
     built.verified = why is None
+    if wrong and built.path is not None:
+        _refuse_wrong(built, f"its artifact gives another answer than eager ({why})")
+        return None
     if why is not None:
         logger.info(f"{built.label}: not verified against eager here ({why})")
     return loaded
+
+
+def _refuse_wrong(built: Built, reason: str) -> None:
+    """The artifact ``built`` names gave another answer than eager on the captured
+    call (the compiler's code for this key is wrong, as torch 2.11's AOTInductor's
+    for the zoo's FCN on the CPU, 2026-11-29): removed, and its key refused, so
+    that no later process loads it (each would verify it, warn and compile again)
+    or builds it again in the background; a PyTorch of another version has
+    another key. The build reports ``"failed"`` with the reason."""
+    assert built.path is not None
+    path, built.path = built.path, None
+    built.status, built.reason = "failed", reason
+    refuse_artifact(path, reason)
+    logger.warning(
+        f"{built.label}: not built ahead of time: {reason}. Removed; its forecasts "
+        f"compile on the Dynamo path with {background.ENV}=off."
+    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from conftest import messages
+
 
 def test_build_again_finds_the_artifact(built, monkeypatch):
     from earth2studio_compile import build
@@ -31,6 +33,38 @@ def test_build_verifies_its_artifact_against_eager_and_seals_it(built, monkeypat
     [again] = build(built.model, precision="fp32")
     assert again.status == "present" and again.verified
     assert verified.known(path, verified.seal(path, weights))
+
+
+def test_an_artifact_that_gives_another_answer_than_eager_is_not_built(
+    monkeypatch, tmp_path, logs
+):
+    """With torch 2.11 on the CPU, AOTInductor's code for the zoo's FCN gave a
+    relative L2 of 2e-3 against eager (2026-11-29): build() said "built" (its
+    verification only logged at INFO) and left the artifact, which every later
+    process loaded, verified, warned about and dropped, and a rebuild made again.
+    Now it reports "failed" with the reason, removes the artifact and refuses its
+    key (torch's version is in it), with one WARNING. Here the artifact is made
+    wrong by scaling what it returns."""
+    from earth2studio_compile import build
+    from earth2studio_compile.artifacts import refused
+    from earth2studio_compile.artifacts.aot_runner import AotRunner
+    from earth2studio_compile.tools import zoo
+
+    run_artifact = AotRunner.__call__
+    monkeypatch.setattr(
+        AotRunner, "__call__", lambda self, *a, **k: 1.01 * run_artifact(self, *a, **k)
+    )
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
+    [result] = build(zoo.build("fcn"), precision="fp32")
+    assert result.status == "failed" and result.path is None and not result.verified
+    assert result.reason.startswith("its artifact gives another answer than eager")
+    aot = tmp_path / "aot"
+    [record] = (aot / "refused").glob("*.json")
+    key = record.stem
+    assert not (aot / key).exists()
+    assert refused.recall(aot, key) == result.reason
+    [warning] = [m for m in messages(logs, "WARNING") if "not built ahead" in m]
+    assert result.reason in warning
 
 
 def test_build_leaves_the_hint_a_later_sessions_first_call_ahead_runs_on(

@@ -24,7 +24,7 @@ import filelock
 import torch
 from loguru import logger
 
-from earth2studio_compile.artifacts import verified
+from earth2studio_compile.artifacts import refused, verified
 from earth2studio_compile.artifacts.aot_build import build_region
 from earth2studio_compile.artifacts.aot_key import aot_root
 from earth2studio_compile.artifacts.key import RegionTarget
@@ -166,8 +166,12 @@ def _build(payload: dict[str, Any]) -> dict[str, Any]:
         )
         sealed = verified.seal_built(
             target, payload["args"], payload["kwargs"], payload["root"]
-        ).why
-        return {"ok": True, "path": str(path), "sealed": sealed}
+        )
+        if sealed.wrong:
+            reason = f"its artifact gives another answer than eager ({sealed.why})"
+            refused.refuse_artifact(path, reason)
+            return {"ok": False, "reason": reason}
+        return {"ok": True, "path": str(path), "sealed": sealed.why}
     finally:
         if slot.is_locked:
             slot.release()

@@ -13,15 +13,20 @@ and see it fail again. :func:`remember` keeps the reason under the cache root's
 then runs the region eagerly at once (:mod:`earth2studio_compile.executors.
 background`). A build that failed for another reason (killed, out of memory, a
 compiler error a later PyTorch may not make) is not remembered: it is tried again.
+An artifact that was built but gives another answer than eager on the call it was
+built for is removed and its key refused (:func:`refuse_artifact`): the key holds
+the PyTorch version, whose code generation made it wrong (torch 2.11's for the
+zoo's FCN on the CPU, 2026-11-29), so a later PyTorch tries again.
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from earth2studio_compile.artifacts.store import keep_reason, read_reason
 
-__all__ = ["Refused", "recall", "refused_path", "remember"]
+__all__ = ["Refused", "recall", "refuse_artifact", "refused_path", "remember"]
 
 
 class Refused(RuntimeError):
@@ -80,3 +85,18 @@ def recall(aot: Path | None, key: str) -> str | None:
         The reason :func:`remember` kept
     """
     return None if aot is None else read_reason(refused_path(aot, key))
+
+
+def refuse_artifact(path: Path, reason: str) -> None:
+    """Remove the artifact at ``path`` and refuse its key (:func:`remember`): it
+    was built, but gives another answer than eager. Never raises.
+
+    Parameters
+    ----------
+    path : Path
+        The artifact's directory (``<cache root>/aot/<key>``)
+    reason : str
+        How it differs from eager
+    """
+    remember(path.parent, path.name, reason)
+    shutil.rmtree(path, ignore_errors=True)

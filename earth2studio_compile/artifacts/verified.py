@@ -195,10 +195,14 @@ class Sealed(NamedTuple):
     runner : AotRunner | None
         The artifact, loaded without CUDA graphs and bound to the region's
         module; None where it was not loaded
+    wrong : bool
+        It ran, and gave another answer than eager (``why`` says how far): no
+        process should run it
     """
 
     why: str | None
     runner: AotRunner | None
+    wrong: bool = False
 
 
 def seal_built(
@@ -258,7 +262,7 @@ def seal_built(
             reason = _eager_agrees(
                 runner, target.module, args, kwargs, out, target.precision, sealed
             )
-            return Sealed(reason, runner)
+            return Sealed(reason, runner, wrong=reason is not None)
     except Exception as err:  # the forecast's first call verifies instead
         return Sealed(f"{type(err).__name__}: {err}", runner)
 

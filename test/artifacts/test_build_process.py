@@ -186,6 +186,29 @@ def test_a_built_artifact_that_gives_eager_s_answer_is_sealed_for_its_weights(
     assert not (artifact / verified.FILE).exists()
 
 
+def test_a_built_artifact_that_gives_another_answer_is_removed_and_refused(
+    tmp_path, monkeypatch
+):
+    """What the build process built but gives another answer than eager on the
+    forecast's inputs (torch 2.11's code for the zoo's FCN on the CPU): the job
+    fails with the reason, the artifact is gone, and its key is refused, so the
+    forecast's next processes neither load it nor build it again."""
+    from earth2studio_compile.artifacts import refused
+
+    monkeypatch.setattr(verified, "verify", lambda *a: "off by 2e-3")
+    target, args = _target(), (torch.randn(4, 8),)
+    key, _ = target.aot_key(args, {})
+    job, root = tmp_path / "job", tmp_path / "cache"
+    job.mkdir()
+    _save_job(job, key, target, args, root)
+    assert not build_process.build_job(job)
+    result = json.loads((job / build_process.RESULT).read_text())
+    reason = "its artifact gives another answer than eager (off by 2e-3)"
+    assert not result["ok"] and result["reason"] == reason, result
+    assert not (aot_root(root) / key).exists()
+    assert refused.recall(aot_root(root), key) == reason
+
+
 def test_sealing_an_artifact_whose_seal_is_held_runs_nothing(tmp_path, monkeypatch):
     """A build that finds its artifact already sealed for these weights (tools.build
     run again) records nothing new and calls neither the artifact nor eager."""
