@@ -416,15 +416,16 @@ def _sealed(
         target, args, kwargs, root=None, runner=runner
     )
     built.verified = why is None
-    if wrong and built.path is not None:
-        _refuse_wrong(built, f"its artifact gives another answer than eager ({why})")
+    if wrong:
+        assert why is not None
+        _refuse_wrong(built, why)
         return None
     if why is not None:
         logger.info(f"{built.label}: not verified against eager here ({why})")
     return loaded
 
 
-def _refuse_wrong(built: Built, reason: str) -> None:
+def _refuse_wrong(built: Built, why: str) -> None:
     """The artifact ``built`` names gave another answer than eager on the captured
     call (the compiler's code for this key is wrong, as torch 2.11's AOTInductor's
     for the zoo's FCN on the CPU, 2026-11-29): removed, and its key refused, so
@@ -433,8 +434,8 @@ def _refuse_wrong(built: Built, reason: str) -> None:
     another key. The build reports ``"failed"`` with the reason."""
     assert built.path is not None
     path, built.path = built.path, None
+    reason = refuse_artifact(path, why)
     built.status, built.reason = "failed", reason
-    refuse_artifact(path, reason)
     logger.warning(
         f"{built.label}: not built ahead of time: {reason}. Removed; its forecasts "
         f"compile on the Dynamo path with {background.ENV}=off."

@@ -168,8 +168,8 @@ def _build(payload: dict[str, Any]) -> dict[str, Any]:
             target, payload["args"], payload["kwargs"], payload["root"]
         )
         if sealed.wrong:
-            reason = f"its artifact gives another answer than eager ({sealed.why})"
-            refused.refuse_artifact(path, reason)
+            assert sealed.why is not None
+            reason = refused.refuse_artifact(path, sealed.why)
             return {"ok": False, "reason": reason}
         return {"ok": True, "path": str(path), "sealed": sealed.why}
     finally:

@@ -87,7 +87,7 @@ def recall(aot: Path | None, key: str) -> str | None:
     return None if aot is None else read_reason(refused_path(aot, key))
 
 
-def refuse_artifact(path: Path, reason: str) -> None:
+def refuse_artifact(path: Path, why: str) -> str:
     """Remove the artifact at ``path`` and refuse its key (:func:`remember`): it
     was built, but gives another answer than eager. Never raises.
 
@@ -95,8 +95,15 @@ def refuse_artifact(path: Path, reason: str) -> None:
     ----------
     path : Path
         The artifact's directory (``<cache root>/aot/<key>``)
-    reason : str
-        How it differs from eager
+    why : str
+        How it differs from eager (:func:`~.aot_load.verify`'s reason)
+
+    Returns
+    -------
+    str
+        The refusal's reason, as kept
     """
+    reason = f"its artifact gives another answer than eager ({why})"
     remember(path.parent, path.name, reason)
     shutil.rmtree(path, ignore_errors=True)
+    return reason

@@ -340,25 +340,24 @@ class HostPool:
         before reading them. Pinned: on the side stream, from snapshots taken on
         the current stream; else (or without device memory for the snapshots) on
         the current stream."""
-        caller = torch.cuda.current_stream(device)
+        stream = torch.cuda.current_stream(device)
         snapshots = self._snapshots(pairs) if self.pin_memory else None
         if snapshots is None:
             for block, buffer in pairs:
                 # A CUDA block's buffer is pinned exactly when the pool pins (its key).
                 block.copy_into(buffer, non_blocking=self.pin_memory)
-            ready = torch.cuda.Event()
-            ready.record(caller)
-            return ready
-        side = self.copy_stream(device)
-        side.wait_stream(caller)  # the snapshots are taken
-        with torch.cuda.stream(side):
-            for snapshot, (_, buffer) in zip(snapshots, pairs):
-                buffer.view(snapshot.shape).copy_(snapshot, non_blocking=True)
-                # Its memory is not reused before the copy has read it.
-                snapshot.record_stream(side)
-        self.side_copies += len(pairs)
+        else:
+            side = self.copy_stream(device)
+            side.wait_stream(stream)  # the snapshots are taken
+            with torch.cuda.stream(side):
+                for snapshot, (_, buffer) in zip(snapshots, pairs):
+                    buffer.view(snapshot.shape).copy_(snapshot, non_blocking=True)
+                    # Its memory is not reused before the copy has read it.
+                    snapshot.record_stream(side)
+            self.side_copies += len(pairs)
+            stream = side
         ready = torch.cuda.Event()
-        ready.record(side)
+        ready.record(stream)
         return ready
 
     def _snapshots(

@@ -10,8 +10,8 @@ register, and other threads' CUDA work went on beside it. So :class:`~.host.Host
 can make the buffers of the steps to come on a thread of its own.
 
 A registered buffer is unregistered once its last view is freed: the tensor is a view
-of a numpy array whose finalizer queues the unregistering, and the memory itself is
-held here until that has run, then freed on the same thread. Both calls run on one
+of a numpy array whose finalizer queues the unregistering, and the queued job holds
+the memory until that has run: it is freed on the same thread. Both calls run on one
 thread of this module's, which launches no kernels; the caller never waits for an
 unregistering (29 ms of a compiled FCN ensemble call's flush on an H200, three
 buffers: docs/bench/2026-11-29-h200-twentysixth). Where registering fails, the
