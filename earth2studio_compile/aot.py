@@ -35,11 +35,12 @@ from earth2studio_compile.cache import (
 )
 from earth2studio_compile.metrics import synchronize
 from earth2studio_compile.options import CompileOptions
-from earth2studio_compile.planning import plan
+from earth2studio_compile.patches import Patches
+from earth2studio_compile.planning import plan, table_patches
 from earth2studio_compile.probe import SpeedProbe, signature
 from earth2studio_compile.report import RegionReport
 from earth2studio_compile.session import CompileSession, example_input
-from earth2studio_compile.spec import check_paths, unused_arguments
+from earth2studio_compile.spec import check_paths, region_patches, unused_arguments
 from earth2studio_compile.staging import first_device
 
 # Type hints only: importing Earth2Studio takes a minute on a small machine, and
@@ -241,57 +242,62 @@ def build(
             out.append(Built(label, None, "skipped", reason="compiled in a session"))
         else:
             todo.append((path, module))
-    x, coords = example_input(model, batch_size, device=device)
-    calls = capture_calls(model, [m for _, m in todo], x, coords)
-    owner = f"{type(model).__module__}.{type(model).__qualname__}"
-    for path, module in todo:
-        label = f"{name}.{path}"
-        if id(module) not in calls:
-            out.append(Built(label, None, "skipped", reason="not called by forward"))
-            continue
-        args, kwargs, inference = calls[id(module)]
-        target = RegionTarget.resolve(
-            module,
-            owner=owner,
-            region=path,
-            device=first_device(args, kwargs, module),
-            precision=chosen,
-            options=CompileOptions(mode=mode, options=options),
-            table=p.spec,
-            fp32_modules=p.spec.fp32_modules,
-            unused_arguments=unused_arguments(p.spec, module),
-        )
-        if not force:
-            # Without CUDA graphs: the seal below runs it once as it is.
-            found = load_runner(target, args, kwargs, cudagraphs=False)
-            if isinstance(found, AotRunner):
-                present = Built(label, found.path, "present")
-                sealed = _sealed(present, target, calls, found)
-                out.append(present)
-                if present.status == "failed":
-                    continue
-                hints.remember(target, root, args, kwargs, inference)
-                _time_speed(present, target, calls, sealed)
+    # The table's method patches, as compile=True sets them: the artifact is built
+    # from the code a session's calls run, and keyed by it.
+    with Patches(table_patches(model)):
+        x, coords = example_input(model, batch_size, device=device)
+        calls = capture_calls(model, [m for _, m in todo], x, coords)
+        owner = f"{type(model).__module__}.{type(model).__qualname__}"
+        for path, module in todo:
+            label = f"{name}.{path}"
+            if id(module) not in calls:
+                why = "not called by forward"
+                out.append(Built(label, None, "skipped", reason=why))
                 continue
-        start = time.perf_counter()
-        try:
-            built = build_region(target, args, kwargs)
-        except Exception as err:  # one region's failure must not stop the others
-            logger.warning(f"Could not build {label} ahead of time: {err}")
-            out.append(Built(label, None, "failed", reason=str(err)))
-            continue
-        done = Built(label, built, "built", time.perf_counter() - start)
-        sealed = _sealed(done, target, calls)
-        out.append(done)
-        if done.status == "failed":
-            continue
-        # As a first call leaves one: the next process's first call then runs
-        # ahead of its workflow's, while the data is fetched (CompiledRegion.ahead).
-        hints.remember(target, root, args, kwargs, inference)
-        _time_speed(done, target, calls, sealed)
-    if dynamo:
-        out += _judge(model, x, coords, dynamo, regions, chosen, mode, options)
-    return out
+            args, kwargs, inference = calls[id(module)]
+            target = RegionTarget.resolve(
+                module,
+                owner=owner,
+                region=path,
+                device=first_device(args, kwargs, module),
+                precision=chosen,
+                options=CompileOptions(mode=mode, options=options),
+                table=p.spec,
+                fp32_modules=p.spec.fp32_modules,
+                unused_arguments=unused_arguments(p.spec, module),
+                patches=region_patches(p.spec, module),
+            )
+            if not force:
+                # Without CUDA graphs: the seal below runs it once as it is.
+                found = load_runner(target, args, kwargs, cudagraphs=False)
+                if isinstance(found, AotRunner):
+                    present = Built(label, found.path, "present")
+                    sealed = _sealed(present, target, calls, found)
+                    out.append(present)
+                    if present.status == "failed":
+                        continue
+                    hints.remember(target, root, args, kwargs, inference)
+                    _time_speed(present, target, calls, sealed)
+                    continue
+            start = time.perf_counter()
+            try:
+                built = build_region(target, args, kwargs)
+            except Exception as err:  # one region's failure must not stop the others
+                logger.warning(f"Could not build {label} ahead of time: {err}")
+                out.append(Built(label, None, "failed", reason=str(err)))
+                continue
+            done = Built(label, built, "built", time.perf_counter() - start)
+            sealed = _sealed(done, target, calls)
+            out.append(done)
+            if done.status == "failed":
+                continue
+            # As a first call leaves one: the next process's first call then runs
+            # ahead of its workflow's, while the data is fetched (CompiledRegion.ahead).
+            hints.remember(target, root, args, kwargs, inference)
+            _time_speed(done, target, calls, sealed)
+        if dynamo:
+            out += _judge(model, x, coords, dynamo, regions, chosen, mode, options)
+        return out
 
 
 def _judge(

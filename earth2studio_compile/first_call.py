@@ -41,7 +41,7 @@ from earth2studio_compile.executors import (
 from earth2studio_compile.metrics import Laps, synchronize
 from earth2studio_compile.payoff_gate import PayoffGate
 from earth2studio_compile.report import describe
-from earth2studio_compile.spec import unused_arguments
+from earth2studio_compile.spec import region_patches, unused_arguments
 from earth2studio_compile.staging import Call
 
 if TYPE_CHECKING:
@@ -399,6 +399,7 @@ def target_of(region: FirstCall, device: torch.device) -> Target:
         opaque=bool(region.hooks.opaque),
         fp32_modules=region.spec.fp32_modules,
         unused_arguments=unused_arguments(region.spec, region.module),
+        patches=region_patches(region.spec, region.module),
         without_cudagraphs=region.report.no_cudagraphs is not None,
         report=region.report,
         artifacts=region.artifacts,

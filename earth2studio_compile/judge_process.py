@@ -80,8 +80,11 @@ def judge(payload: dict[str, Any]) -> dict[str, Any]:
     try:
         target = payload["target"]
         holder = Holder(target.module)
+        # The model's own patches have no model here; its submodules' apply as
+        # in the forecast's session (the copy is bare, .snapshot).
+        patches = tuple(p for p in payload["spec"].patches if p.submodules)
         spec = dataclasses.replace(
-            payload["spec"], regions=("core",), wrapped=(), covers=(), patches=()
+            payload["spec"], regions=("core",), wrapped=(), covers=(), patches=patches
         )
         MODEL_TABLE[f"{Holder.__module__}.{Holder.__qualname__}"] = spec
         first = _session(holder, payload, payload["calls"])

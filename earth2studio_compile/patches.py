@@ -14,6 +14,13 @@ of it. DLWP's ``_prepare_input`` asks for the zenith fields of the batch's initi
 times at every step of a rollout (its lead time is not among the arguments), ~20 ms
 of host work a call on the cube sphere's grid, each time the same fields.
 
+A patch may name the class of the model's submodules it is for
+(:attr:`MethodPatch.submodules`) instead of the model: microsoft-aurora 2.0.1's Swin
+block, whose first cyclic shift (``torch.roll``) Inductor's CUDA code computed
+wrongly at the published model's 90x180 stage (torch 2.11, an H200; the same shift
+as two slices concatenated is computed right, and is bitwise ``torch.roll``'s
+result in eager).
+
 A patch applies only to the exact upstream code it was written against: the method
 the model's class resolves must have the source the patch names (its SHA-256), so a
 subclass that overrides it, or another upstream version, keeps its own method. The
@@ -41,9 +48,14 @@ from earth2studio_compile import _torch
 from earth2studio_compile.report import describe
 
 __all__ = [
+    "AURORA_SWIN_SHIFT",
     "MethodPatch",
     "Patches",
+    "aurora_swin_block_forward",
     "dlwp_cosine_zenith_fields",
+    "on_submodules",
+    "patch_of",
+    "rolled",
     "dlwp_zenith_key",
     "source_digest",
 ]
@@ -71,6 +83,9 @@ class MethodPatch:
         by default None, meaning nothing is kept. The replacement must then return
         a tensor: calls with a key seen before in the session get a copy of the
         first one's result
+    submodules : str, optional
+        The class name of the model's submodules whose method it replaces, on each
+        such submodule; by default ``""``: the model's own method
     """
 
     name: str
@@ -78,6 +93,53 @@ class MethodPatch:
     source: str
     why: str = ""
     key: Callable[..., Hashable] | None = None
+    submodules: str = ""
+
+
+def on_submodules(
+    patches: Iterable[MethodPatch], module: Any
+) -> list[tuple[Any, MethodPatch]]:
+    """Each patch naming :attr:`MethodPatch.submodules`, paired with every
+    submodule of ``module`` (itself included) of that class.
+
+    Parameters
+    ----------
+    patches : Iterable[MethodPatch]
+        A table entry's patches (those for the model itself are left out)
+    module : Any
+        A model or a region's core; nothing is found in what is not a module
+
+    Returns
+    -------
+    list[tuple[Any, MethodPatch]]
+        ``(submodule, patch)`` pairs, for :class:`Patches`
+    """
+    if not isinstance(module, torch.nn.Module):
+        return []
+    return [
+        (m, patch)
+        for patch in patches
+        if patch.submodules
+        for m in module.modules()
+        if type(m).__name__ == patch.submodules
+    ]
+
+
+def patch_of(method: Any) -> MethodPatch | None:
+    """The patch whose replacement ``method`` is (a bound method an installed
+    patch set on an instance), or None.
+
+    Parameters
+    ----------
+    method : Any
+        An instance attribute, e.g. a module's ``__dict__["forward"]``
+
+    Returns
+    -------
+    MethodPatch | None
+        The patch, which changes the code a compiled region traces
+    """
+    return getattr(getattr(method, "__func__", method), "method_patch", None)
 
 
 def source_digest(function: Callable[..., Any]) -> str:
@@ -103,6 +165,9 @@ def source_digest(function: Callable[..., Any]) -> str:
 class Patches:
     """The patches a session sets on its models' instances, and removes on exit.
 
+    Also a context manager: installed inside the block, removed after (as
+    :func:`~earth2studio_compile.build` builds from the code a session runs).
+
     Parameters
     ----------
     found : Iterable[tuple[Any, MethodPatch]]
@@ -125,6 +190,13 @@ class Patches:
                 logger.debug(f"{where} is not patched: not the code the patch is for")
             else:
                 self.pending.append((model, patch))
+
+    def __enter__(self) -> Patches:
+        self.install()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.restore()
 
     def install(self) -> None:
         """Set each replacement on its model instance."""
@@ -182,6 +254,7 @@ def _guarded(patch: MethodPatch) -> Callable[..., Any]:
             )
             return upstream(self, *args, **kwargs)
 
+    call.method_patch = patch  # type: ignore[attr-defined]
     return call
 
 
@@ -285,4 +358,116 @@ DLWP_ZENITH = MethodPatch(
         "every step of a rollout asks for its initial times' fields"
     ),
     key=dlwp_zenith_key,
+)
+
+
+def rolled(
+    x: torch.Tensor, shifts: tuple[int, ...], dims: tuple[int, ...]
+) -> torch.Tensor:
+    """``torch.roll(x, shifts, dims)`` as two slices concatenated per dimension.
+
+    The same values bit for bit (it moves elements, computes none). Inductor's
+    CUDA code for Aurora's first cyclic shift, fused into the window partition
+    after it, was wrong at the published model's 90x180 stage (torch 2.11, an
+    H200, docs/bench/2026-11-29-h200-thirtysecond); this form compiled right there.
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        Tensor to shift
+    shifts, dims : tuple[int, ...]
+        Shift per dimension and the dimensions, as :func:`torch.roll` takes them
+
+    Returns
+    -------
+    torch.Tensor
+        The shifted tensor
+    """
+    for shift, dim in zip(shifts, dims, strict=True):
+        size = x.shape[dim]
+        shift %= size
+        if shift:
+            tail = x.narrow(dim, size - shift, shift)
+            x = torch.cat([tail, x.narrow(dim, 0, size - shift)], dim=dim)
+    return x
+
+
+def aurora_swin_block_forward(
+    self: Any,
+    x: torch.Tensor,
+    c: torch.Tensor,
+    res: tuple[int, int, int],
+    rollout_step: int,
+    warped: bool = True,
+) -> torch.Tensor:
+    """microsoft-aurora 2.0.1's ``Swin3DTransformerBlock.forward``, its cyclic
+    shifts done by :func:`rolled` instead of :func:`torch.roll`.
+
+    Otherwise upstream's code line for line, with upstream's own functions: the
+    same values bit for bit in eager; compiled on CUDA it gives eager's answer where
+    upstream's gave another (:func:`rolled`).
+
+    Parameters
+    ----------
+    self : Any
+        The Swin block
+    x : torch.Tensor
+        Input tokens ``(B, L, D)``
+    c : torch.Tensor
+        Conditioning context ``(B, D)``
+    res : tuple[int, int, int]
+        Resolution of ``x``
+    rollout_step : int
+        Roll-out step (read by LoRA only)
+    warped : bool, optional
+        Connect the left and right sides, by default True
+
+    Returns
+    -------
+    torch.Tensor
+        Output tokens
+    """
+    from aurora.model import swin3d
+
+    C, H, W = res
+    B, L, D = x.shape
+    assert L == C * H * W, f"Wrong feature size: {L} vs {C}x{H}x{W}={C * H * W}"
+    ws, ss = swin3d.maybe_adjust_windows(self.window_size, self.shift_size, res)
+    shortcut = x
+    x = x.view(B, C, H, W, D)
+    shifted = not all(s == 0 for s in ss)
+    if shifted:
+        shifted_x = rolled(x, (-ss[0], -ss[1], -ss[2]), (1, 2, 3))
+        attn_mask, _ = swin3d.compute_3d_shifted_window_mask(
+            C, H, W, ws, ss, x.device, x.dtype, warped=warped
+        )
+    else:
+        shifted_x = x
+        attn_mask = None
+    pad_size = ((-C) % ws[0], (-H) % ws[1], (-W) % ws[2])
+    shifted_x = swin3d.pad_3d(shifted_x, pad_size)
+    x_windows = swin3d.window_partition_3d(shifted_x, ws)
+    x_windows = x_windows.view(-1, ws[0] * ws[1] * ws[2], D)
+    attn_windows = self.attn(x_windows, mask=attn_mask, rollout_step=rollout_step)
+    attn_windows = attn_windows.view(-1, ws[0], ws[1], ws[2], D)
+    _, pad_C, pad_H, pad_W, _ = shifted_x.shape
+    shifted_x = swin3d.window_reverse_3d(attn_windows, ws, pad_C, pad_H, pad_W)
+    shifted_x = swin3d.crop_3d(shifted_x, pad_size)
+    x = rolled(shifted_x, ss, (1, 2, 3)) if shifted else shifted_x
+    x = x.reshape(B, C * H * W, D)
+    x = shortcut + self.drop_path(self.norm1(x, c))
+    x = x + self.drop_path(self.norm2(self.mlp(x), c))
+    return x
+
+
+AURORA_SWIN_SHIFT = MethodPatch(
+    name="forward",
+    replacement=aurora_swin_block_forward,
+    # microsoft-aurora 2.0.1's Swin3DTransformerBlock.forward
+    source="4a9344e920396414",
+    why=(
+        "cyclic shifts as two slices concatenated: Inductor's CUDA code for "
+        "torch.roll there gave wrong answers at the published size (torch 2.11)"
+    ),
+    submodules="Swin3DTransformerBlock",
 )

@@ -18,7 +18,7 @@ from torch.nn.parameter import is_lazy
 
 from earth2studio_compile import _torch
 from earth2studio_compile.models import lookup
-from earth2studio_compile.patches import MethodPatch
+from earth2studio_compile.patches import MethodPatch, on_submodules
 from earth2studio_compile.spec import ModelSpec
 
 # Type hints only: importing Earth2Studio takes a minute on a small machine, and
@@ -282,13 +282,16 @@ def table_patches(model: Any) -> list[tuple[Any, MethodPatch]]:
     Returns
     -------
     list[tuple[Any, MethodPatch]]
-        ``(instance, patch)`` pairs
+        ``(instance, patch)`` pairs: the model's own, and for a patch naming
+        :attr:`~earth2studio_compile.patches.MethodPatch.submodules`, each such
+        submodule
     """
     found = lookup(model)
     if found is None:
         return []
     spec = found[1]
-    out = [(model, patch) for patch in spec.patches]
+    out = [(model, patch) for patch in spec.patches if not patch.submodules]
+    out += on_submodules(spec.patches, model)
     for pattern in spec.wrapped:
         for _, inner in resolve(model, pattern):
             out.extend(table_patches(inner))

@@ -15,7 +15,7 @@ import torch
 
 from earth2studio_compile.patches import MethodPatch
 
-__all__ = ["ModelSpec", "check_paths", "unused_arguments"]
+__all__ = ["ModelSpec", "check_paths", "region_patches", "unused_arguments"]
 
 
 @dataclass(frozen=True)
@@ -168,6 +168,26 @@ def unused_arguments(spec: ModelSpec, core: torch.nn.Module) -> tuple[str, ...]:
     held = {type(m).__name__ for m in core.modules()}
     named = spec.unused_arguments.items()
     return tuple(sorted(n for n, readers in named if not held & set(readers)))
+
+
+def region_patches(spec: ModelSpec, core: torch.nn.Module) -> tuple[MethodPatch, ...]:
+    """The entry's patches for submodules ``core`` holds: the code its compiled
+    calls run, which a build in another process sets on its copy of the core.
+
+    Parameters
+    ----------
+    spec : ModelSpec
+        The model's table entry
+    core : torch.nn.Module
+        One of its regions' cores
+
+    Returns
+    -------
+    tuple[MethodPatch, ...]
+        Those patches, in the entry's order
+    """
+    held = {type(m).__name__ for m in core.modules()}
+    return tuple(p for p in spec.patches if p.submodules in held)
 
 
 def check_paths(value: Any, name: str) -> tuple[str, ...]:

@@ -23,9 +23,13 @@ from earth2studio_compile import CompileSession, run
 from earth2studio_compile.models import MODEL_TABLE, ModelSpec
 from earth2studio_compile.patches import (
     DLWP_ZENITH,
+    MethodPatch,
     dlwp_cosine_zenith_fields,
+    patch_of,
+    rolled,
     source_digest,
 )
+from earth2studio_compile.planning import table_patches
 from earth2studio_compile.tools import zoo
 
 KEY = "earth2studio.models.px.dlwp.DLWP"
@@ -233,3 +237,51 @@ def test_other_code_keeps_its_own_method():
 def test_a_spec_takes_only_method_patches():
     with pytest.raises(TypeError, match="MethodPatch"):
         ModelSpec(regions=("model",), patches=("get_cosine_zenith_fields",))
+
+
+@pytest.mark.parametrize(
+    ("shifts", "dims"),
+    [
+        ((-1, -3, -6), (1, 2, 3)),
+        ((1, 3, 6), (1, 2, 3)),
+        ((0, 7), (0, 2)),
+        ((-9,), (3,)),
+    ],
+)
+def test_rolled_is_torch_roll_bit_for_bit(shifts, dims):
+    """Aurora's patch shifts by slices concatenated: the same values as
+    ``torch.roll``, for shifts up and down, zero and past a dimension's size."""
+    x = torch.randn(2, 4, 6, 8, 3)
+    assert torch.equal(rolled(x, shifts, dims), torch.roll(x, shifts, dims))
+
+
+class _Inner(torch.nn.Module):
+    def forward(self, x):
+        return x + 1
+
+
+def _inner_plus_two(self, x):
+    return x + 2
+
+
+def test_a_patch_for_submodules_is_set_on_each_and_removed(monkeypatch):
+    """A patch naming ``submodules`` is set on every submodule of that class (the
+    model's own method is left), and removed when the session ends."""
+    model = zoo.build("dlwp")
+    inner = [_Inner(), _Inner()]
+    model.extra = torch.nn.ModuleList(inner)
+    patch = MethodPatch(
+        "forward",
+        _inner_plus_two,
+        source=source_digest(_Inner.forward),
+        submodules="_Inner",
+    )
+    spec = dataclasses.replace(MODEL_TABLE[KEY], patches=(patch,))
+    monkeypatch.setitem(MODEL_TABLE, KEY, spec)
+    assert [m for m, _ in table_patches(model)] == inner
+    with CompileSession(model, backend=eager_backend):
+        for m in inner:
+            assert patch_of(m.__dict__["forward"]) is patch
+            assert torch.equal(m(torch.zeros(1)), torch.full((1,), 2.0))
+        assert "forward" not in model.__dict__
+    assert all("forward" not in m.__dict__ for m in inner)

@@ -23,6 +23,7 @@ import torch
 from earth2studio_compile import _torch
 from earth2studio_compile import precision as _precision
 from earth2studio_compile.cache import cache_root
+from earth2studio_compile.patches import patch_of
 
 # Version of the artifact layout and of what the key covers; bump it when either
 # changes, and every older artifact stops matching.
@@ -99,7 +100,9 @@ def _module_classes(module: torch.nn.Module) -> list[type]:
 def source_hash(module: torch.nn.Module) -> str:
     """sha256 of the source of every module class in ``module``, in a stable order.
 
-    Instance-level ``forward`` overrides (other than this package's own) count too.
+    Instance-level ``forward`` overrides count too: the user's, and the table's
+    method patches (:mod:`earth2studio_compile.patches`), not this package's
+    other overrides (their settings are in the key).
 
     Parameters
     ----------
@@ -117,7 +120,10 @@ def source_hash(module: torch.nn.Module) -> str:
         digest.update(_class_text(cls).encode())
     for name, m in module.named_modules():
         fn = m.__dict__.get("forward")
-        if fn is not None and not _ours(fn):
+        patch = patch_of(fn)
+        if patch is not None:  # the table's patch: its code is what gets traced
+            fn = patch.replacement
+        if fn is not None and (patch is not None or not _ours(fn)):
             digest.update(f"instance {name}.forward\n{_function_text(fn)}".encode())
     return digest.hexdigest()
 

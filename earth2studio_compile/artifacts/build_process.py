@@ -29,6 +29,7 @@ from earth2studio_compile.artifacts.aot_build import build_region
 from earth2studio_compile.artifacts.aot_key import aot_root
 from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.artifacts.store import file_lock
+from earth2studio_compile.patches import Patches, on_submodules
 from earth2studio_compile.precision import tf32_enabled
 
 __all__ = [
@@ -140,6 +141,12 @@ def build_job(directory: Path) -> bool:
 def _build(payload: dict[str, Any]) -> dict[str, Any]:
     """The build of one job's payload: its result."""
     target: RegionTarget = payload["target"]
+    # The copy is bare (.snapshot): the forecast's calls ran the table's patches.
+    with Patches(on_submodules(target.patches, target.module)):
+        return _build_patched(payload, target)
+
+
+def _build_patched(payload: dict[str, Any], target: RegionTarget) -> dict[str, Any]:
     label = target.label
     key, _ = target.aot_key(payload["args"], payload["kwargs"])
     if key != payload["key"]:

@@ -30,6 +30,7 @@ from earth2studio_compile.artifacts.aot_key import (
 )
 from earth2studio_compile.cache import artifact_key, key_fields
 from earth2studio_compile.options import CompileOptions, CompilePolicy, TableChoices
+from earth2studio_compile.patches import MethodPatch
 
 T = TypeVar("T", bound="RegionTarget")
 
@@ -61,6 +62,10 @@ class RegionTarget:
         Parameters of the core's ``forward`` it does not read (the table's, where
         the core holds none of the modules that would): their values are not
         part of the artifact's key (:func:`~.aot_key.argument_texts`)
+    patches : tuple[MethodPatch, ...]
+        The table's method patches for submodules the core holds
+        (:func:`~earth2studio_compile.spec.region_patches`): its compiled calls
+        run them, and a build in another process sets them on its copy
     """
 
     module: torch.nn.Module
@@ -72,6 +77,7 @@ class RegionTarget:
     opaque: bool = False
     fp32_modules: tuple[str, ...] = ()
     unused_arguments: tuple[str, ...] = ()
+    patches: tuple[MethodPatch, ...] = ()
 
     @classmethod
     def resolve(
@@ -87,6 +93,7 @@ class RegionTarget:
         opaque: bool = False,
         fp32_modules: Sequence[str] = (),
         unused_arguments: Sequence[str] = (),
+        patches: Sequence[MethodPatch] = (),
         without_cudagraphs: bool = False,
         **more: Any,
     ) -> T:
@@ -96,7 +103,7 @@ class RegionTarget:
         Parameters
         ----------
         module, owner, region, device, precision, opaque, fp32_modules, \
-        unused_arguments
+        unused_arguments, patches
             The fields of those names (see the class's Attributes)
         options : CompileOptions | None, optional
             The user's options, resolved with ``table`` into the ``policy``
@@ -126,6 +133,7 @@ class RegionTarget:
             opaque=opaque,
             fp32_modules=tuple(fp32_modules),
             unused_arguments=tuple(unused_arguments),
+            patches=tuple(patches),
             **more,
         )
 

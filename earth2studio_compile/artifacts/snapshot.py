@@ -7,8 +7,9 @@ cloudpickle where only it can (a function held as an attribute: Aurora's Swin
 attention keeps ``lambda *args, **kwargs: 0`` in place of its LoRA layers, and a
 forecast of it compiled all six stages on its first call, minutes, for want of a
 build process). Both leave out what a region installed on the module (its
-compiled-call slot, wrapped ``forward`` methods): those hold locks and the report,
-and the child builds the bare module.
+compiled-call slot, wrapped ``forward`` methods) and the model table's method
+patches set on it (the child sets those of its target itself): those hold locks,
+the report and closures, and the child builds the bare module.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 import torch
 
 from earth2studio_compile._torch import MODULE_SLOT
+from earth2studio_compile.patches import patch_of
 
 __all__ = ["HOOK_MARK", "check_picklable", "installed", "snapshot_module"]
 
@@ -50,6 +52,7 @@ def installed(module: torch.nn.Module) -> set[int]:
         forward = m.__dict__.get("forward")
         if forward is not None and getattr(forward, HOOK_MARK, False):
             ids.add(id(forward))
+        ids.update(id(v) for v in m.__dict__.values() if patch_of(v) is not None)
     return ids
 
 
@@ -81,6 +84,8 @@ def snapshot_module(module: torch.nn.Module) -> torch.nn.Module:
         forward = m.__dict__.get("forward")
         if forward is not None and getattr(forward, HOOK_MARK, False):
             del m.__dict__["forward"]
+        for name in [n for n, v in m.__dict__.items() if patch_of(v) is not None]:
+            del m.__dict__[name]
     return clone
 
 

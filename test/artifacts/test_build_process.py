@@ -16,10 +16,17 @@ import threading
 import torch
 from tiny_cores import TinyCore
 
-from earth2studio_compile.artifacts import build_process, verified
+from earth2studio_compile.artifacts import build_job, build_process, verified
 from earth2studio_compile.artifacts.aot_key import aot_root
 from earth2studio_compile.artifacts.key import RegionTarget
+from earth2studio_compile.artifacts.snapshot import snapshot_module
 from earth2studio_compile.artifacts.store import file_lock
+from earth2studio_compile.patches import (
+    MethodPatch,
+    Patches,
+    on_submodules,
+    source_digest,
+)
 from earth2studio_compile.precision import tf32_enabled
 
 
@@ -225,3 +232,43 @@ def test_sealing_an_artifact_whose_seal_is_held_runs_nothing(tmp_path, monkeypat
     monkeypatch.setattr(verified, "verify", lambda *a: calls.append("eager"))
     assert verified.seal_built(target, args, {}, root, runner=loaded).why is None
     assert calls == [] and loaded.verified_earlier
+
+
+def _linear_forward(self, x):
+    return torch.nn.functional.linear(x, self.weight, self.bias)
+
+
+LINEAR = MethodPatch(
+    "forward",
+    _linear_forward,
+    source=source_digest(torch.nn.Linear.forward),
+    submodules="Linear",
+)
+
+
+def test_the_build_process_sets_the_table_s_patches_on_its_bare_copy(tmp_path):
+    """The forecast's calls ran the table's patches on the core's submodules
+    (Aurora's Swin blocks); the copy a build process gets is bare. Before, it
+    built upstream's code, computed another key and built nothing: every
+    background build of Aurora's Swin stages failed."""
+    target = RegionTarget.resolve(
+        TinyCore(),
+        owner="tiny_cores.TinyModel",
+        region="core",
+        device=torch.device("cpu"),
+        precision=None,
+        patches=(LINEAR,),
+    )
+    args = (torch.randn(4, 8),)
+    bare, _ = target.aot_key(args, {})
+    with Patches(on_submodules(target.patches, target.module)):
+        key, _ = target.aot_key(args, {})
+        copy = snapshot_module(target.module)
+    assert key != bare and "forward" not in copy.a.__dict__
+    job, root = tmp_path / "job", tmp_path / "cache"
+    job.mkdir()
+    child = RegionTarget(module=copy, **build_job.settings_of(target))
+    _save_job(job, key, child, args, root)
+    assert build_process.build_job(job), (job / build_process.RESULT).read_text()
+    assert (aot_root(root) / key).is_dir()
+    assert "forward" not in copy.a.__dict__

@@ -68,3 +68,31 @@ def test_a_module_holding_a_lambda_reaches_the_build_process(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["2", type(model.core).__name__]
+
+
+def test_the_snapshot_leaves_the_table_s_patches_out():
+    """A patch the table set on a submodule (a closure: not for Python's pickle)
+    stays on the live module; the copy is bare, and the build process sets the
+    target's patches itself."""
+    from earth2studio_compile.patches import (
+        MethodPatch,
+        Patches,
+        on_submodules,
+        source_digest,
+    )
+
+    def linear(self, x):
+        return torch.nn.functional.linear(x, self.weight, self.bias)
+
+    patch = MethodPatch(
+        "forward", linear, source_digest(torch.nn.Linear.forward), submodules="Linear"
+    )
+    model = TinyModel()
+    with Patches(on_submodules((patch,), model)) as patches:
+        assert len(patches.installed) == 2
+        bound = model.core.a.__dict__["forward"]
+        assert id(bound) in snapshot.installed(model.core)
+        copy = snapshot.snapshot_module(model.core)
+        assert model.core.a.__dict__["forward"] is bound
+    assert "forward" not in copy.a.__dict__ and "forward" not in copy.b.__dict__
+    assert snapshot.check_picklable(copy, set()) is pickle

@@ -114,7 +114,13 @@ def main(phase: str, out: Path) -> None:
     t = time.perf_counter()
     eager = call()
     keep({"run": "eager", "seconds": time.perf_counter() - t, "flags": seen[-1]})
-    every = {"regions": (*PERCEIVER, *ENCODER, *DECODER)}
+    # AURORA_BISECT_REGIONS (thirty-second session): a comma-separated subset.
+    chosen = os.environ.get("AURORA_BISECT_REGIONS")
+    every = {
+        "regions": tuple(chosen.split(","))
+        if chosen
+        else (*PERCEIVER, *ENCODER, *DECODER)
+    }
     shadows: list[dict] = []
     if phase == "subsets":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
