@@ -5,12 +5,16 @@
 #
 #   bash docs/bench/2026-11-29-h200-thirtysecond/next_calls.sh "$OUT" gpu      # ~540 s
 #   bash docs/bench/2026-11-29-h200-thirtysecond/next_calls.sh "$OUT" fcn-ens  # ~500 s
+#   bash docs/bench/2026-11-29-h200-thirtysecond/next_calls.sh "$OUT" repro    # ~80 s
 #
 # gpu: the GPU-marked suite. Expected: test_published_aurora_on_the_gpu_matches_eager
 #   XPASS (strict: reported failed), meaning the Swin patch fixed all eight
 #   regions: lift Aurora's CUDA refusal in models.py and drop the xfail. Also runs
 #   the side-stream, pinned-buffer and the patched-block GPU tests.
 # fcn-ens: issue 34's target 3 row, as the thirty-first planned.
+# repro: roll_repro.py, a PyTorch-only reproduction attempt of the wrong block
+#   (growing pieces after the first roll), for a report to PyTorch; if even its
+#   fourth piece matches eager, the block's adaptive norms and MLP are needed too.
 set -uo pipefail
 out="$1"
 phase="$2"
@@ -25,5 +29,10 @@ case "$phase" in
   fcn-ens)
     bash docs/bench/2026-11-29-cpu-thirtyfirst/next_calls.sh "$out" fcn-ens
     ;;
-  *) echo "phase: gpu or fcn-ens" >&2; exit 2 ;;
+  repro)
+    timeout 300 python3 docs/bench/2026-11-29-h200-thirtysecond/roll_repro.py \
+      "$out/roll-repro.json" >"$out/roll-repro.log" 2>&1
+    grep '^{' "$out/roll-repro.log"
+    ;;
+  *) echo "phase: gpu, fcn-ens or repro" >&2; exit 2 ;;
 esac
