@@ -44,6 +44,10 @@ from earth2studio_compile.metrics import rel_l2
 from earth2studio_compile.models import MODEL_TABLE, lookup
 from earth2studio_compile.tools import zoo
 
+# Compiled in this process (thirty-second session): with background builds on (the
+# CUDA default since the twenty-eighth) every region ran eagerly while its artifact
+# built, and the bisection compared eager with eager.
+os.environ.setdefault("EARTH2STUDIO_COMPILE_BACKGROUND", "off")
 TIME = [np.datetime64("2024-01-01T00:00")]
 SIZE = os.environ.get("AURORA_BISECT_SIZE", "full")
 DEVICE = torch.device(os.environ.get("AURORA_BISECT_DEVICE", "cuda"))
