@@ -90,12 +90,21 @@ def test_the_medium_aurora_has_the_published_window_structure():
     assert last[1] % 6 and last[2] % 12  # its windows are padded
 
 
-def _block(dim: int, heads: int, shift: tuple[int, int, int], device: str = "cpu"):
-    """A Swin block as the published model's (windows (2, 6, 12)), random weights."""
+def _block(
+    dim: int,
+    heads: int,
+    shift: tuple[int, int, int],
+    device: str = "cpu",
+    lora: bool = False,
+):
+    """A Swin block as the published model's (windows (2, 6, 12)), random weights;
+    with ``lora``, a LoRA per roll-out step (as Aurora 1.5's fine-tuned models)."""
     from aurora.model.swin3d import Swin3DTransformerBlock
 
     g = torch.Generator().manual_seed(0)
-    block = Swin3DTransformerBlock(dim, heads, 512, (2, 6, 12), shift)
+    block = Swin3DTransformerBlock(
+        dim, heads, 512, (2, 6, 12), shift, use_lora=lora, lora_mode="all"
+    )
     with torch.no_grad():
         for p in block.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * 0.05)
@@ -109,24 +118,33 @@ def test_the_swin_patch_is_for_the_installed_aurora():
 
 
 @pytest.mark.parametrize(
-    ("res", "shift"),
-    [((4, 12, 24), (1, 3, 6)), ((4, 9, 18), (1, 3, 6)), ((4, 12, 24), (0, 0, 0))],
-    ids=["shifted", "shifted, padded", "not shifted"],
+    ("res", "shift", "lora", "step"),
+    [
+        ((4, 12, 24), (1, 3, 6), False, 0),
+        ((4, 9, 18), (1, 3, 6), False, 0),
+        ((4, 12, 24), (0, 0, 0), False, 0),
+        ((4, 12, 24), (1, 3, 6), True, 3),
+    ],
+    ids=["shifted", "shifted, padded", "not shifted", "LoRA at step 3"],
 )
-def test_the_swin_patch_is_bitwise_upstreams(res, shift):
+def test_the_swin_patch_is_bitwise_upstreams(res, shift, lora, step):
     """The table's Aurora patch (its cyclic shifts as slices concatenated) gives
     upstream's block output bit for bit in eager: shifted windows, windows padded
-    as the published model's last stage pads them, no shift."""
-    block = _block(64, 4, shift)
+    as the published model's last stage pads them, no shift, and a LoRA chosen by
+    the roll-out step (Aurora 1.5's entries share the patch)."""
+    block = _block(64, 4, shift, lora=lora)
     x = torch.randn(2, res[0] * res[1] * res[2], 64)
     c = torch.randn(2, 512)
     with torch.inference_mode():
-        want = block(x, c, res, 0)
+        want = block(x, c, res, step)
         with Patches([(block, AURORA_SWIN_SHIFT)]):
             assert patch_of(block.__dict__["forward"]) is AURORA_SWIN_SHIFT
-            got = block(x, c, res, 0)
+            got = block(x, c, res, step)
     assert "forward" not in block.__dict__
     assert torch.equal(got, want)
+    if lora:  # the step reaches the LoRA: another step, another answer
+        with torch.inference_mode():
+            assert not torch.equal(block(x, c, res, 0), want)
 
 
 def test_a_session_patches_every_swin_block_and_removes_it():
