@@ -49,14 +49,15 @@ from earth2studio_compile.report import describe
 
 __all__ = [
     "AURORA_SWIN_SHIFT",
+    "DLWP_ZENITH",
     "MethodPatch",
     "Patches",
     "aurora_swin_block_forward",
     "dlwp_cosine_zenith_fields",
+    "dlwp_zenith_key",
     "on_submodules",
     "patch_of",
     "rolled",
-    "dlwp_zenith_key",
     "source_digest",
 ]
 
