@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from earth2studio_compile.patches import MethodPatch
+from earth2studio_compile.patches import MethodPatch, on_submodules
 
 __all__ = ["ModelSpec", "check_paths", "region_patches", "unused_arguments"]
 
@@ -186,8 +186,8 @@ def region_patches(spec: ModelSpec, core: torch.nn.Module) -> tuple[MethodPatch,
     tuple[MethodPatch, ...]
         Those patches, in the entry's order
     """
-    held = {type(m).__name__ for m in core.modules()}
-    return tuple(p for p in spec.patches if p.submodules in held)
+    # One rule for which submodule a patch is for: the one that sets it.
+    return tuple(dict.fromkeys(p for _, p in on_submodules(spec.patches, core)))
 
 
 def check_paths(value: Any, name: str) -> tuple[str, ...]:

@@ -8,6 +8,8 @@ import functools
 
 import torch
 
+from earth2studio_compile.patches import MethodPatch, source_digest
+
 
 class TinyCore(torch.nn.Module):
     """Two linear layers: an ahead-of-time build of it takes seconds on a CPU."""
@@ -176,3 +178,17 @@ class ConvCore(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.a(x)
         return self.c(self.b(torch.relu(h)) * self.b(torch.sigmoid(h)))
+
+
+def _linear_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.linear(x, self.weight, self.bias)
+
+
+#: A table-style method patch for every ``Linear`` submodule (as Aurora's for its
+#: Swin blocks): upstream's values, and importable, as a build process needs it.
+LINEAR_PATCH = MethodPatch(
+    "forward",
+    _linear_forward,
+    source=source_digest(torch.nn.Linear.forward),
+    submodules="Linear",
+)

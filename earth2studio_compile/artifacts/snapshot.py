@@ -32,6 +32,16 @@ __all__ = ["HOOK_MARK", "check_picklable", "installed", "snapshot_module"]
 HOOK_MARK = "_earth2studio_compile_hook"
 
 
+def _set_on(m: torch.nn.Module) -> list[str]:
+    """Names of ``m``'s instance attributes a region's hooks (a wrapped
+    ``forward``) or the table's method patches set: never copied to a build."""
+    names = [n for n, v in m.__dict__.items() if patch_of(v) is not None]
+    forward = m.__dict__.get("forward")
+    if forward is not None and getattr(forward, HOOK_MARK, False):
+        names.append("forward")
+    return names
+
+
 def installed(module: torch.nn.Module) -> set[int]:
     """Ids of what a region installed on ``module``: not part of its copy.
 
@@ -49,10 +59,7 @@ def installed(module: torch.nn.Module) -> set[int]:
     for m in module.modules():
         if m.__dict__.get(MODULE_SLOT) is not None:
             ids.add(id(m.__dict__[MODULE_SLOT]))
-        forward = m.__dict__.get("forward")
-        if forward is not None and getattr(forward, HOOK_MARK, False):
-            ids.add(id(forward))
-        ids.update(id(v) for v in m.__dict__.values() if patch_of(v) is not None)
+        ids.update(id(m.__dict__[name]) for name in _set_on(m))
     return ids
 
 
@@ -81,10 +88,7 @@ def snapshot_module(module: torch.nn.Module) -> torch.nn.Module:
     for m in clone.modules():
         if MODULE_SLOT in m.__dict__ and m.__dict__[MODULE_SLOT] is None:
             del m.__dict__[MODULE_SLOT]
-        forward = m.__dict__.get("forward")
-        if forward is not None and getattr(forward, HOOK_MARK, False):
-            del m.__dict__["forward"]
-        for name in [n for n, v in m.__dict__.items() if patch_of(v) is not None]:
+        for name in _set_on(m):
             del m.__dict__[name]
     return clone
 

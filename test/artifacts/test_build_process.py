@@ -14,19 +14,14 @@ import json
 import threading
 
 import torch
-from tiny_cores import TinyCore
+from tiny_cores import LINEAR_PATCH, TinyCore
 
 from earth2studio_compile.artifacts import build_job, build_process, verified
 from earth2studio_compile.artifacts.aot_key import aot_root
 from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.artifacts.snapshot import snapshot_module
 from earth2studio_compile.artifacts.store import file_lock
-from earth2studio_compile.patches import (
-    MethodPatch,
-    Patches,
-    on_submodules,
-    source_digest,
-)
+from earth2studio_compile.patches import Patches, on_submodules
 from earth2studio_compile.precision import tf32_enabled
 
 
@@ -234,18 +229,6 @@ def test_sealing_an_artifact_whose_seal_is_held_runs_nothing(tmp_path, monkeypat
     assert calls == [] and loaded.verified_earlier
 
 
-def _linear_forward(self, x):
-    return torch.nn.functional.linear(x, self.weight, self.bias)
-
-
-LINEAR = MethodPatch(
-    "forward",
-    _linear_forward,
-    source=source_digest(torch.nn.Linear.forward),
-    submodules="Linear",
-)
-
-
 def test_the_build_process_sets_the_table_s_patches_on_its_bare_copy(tmp_path):
     """The forecast's calls ran the table's patches on the core's submodules
     (Aurora's Swin blocks); the copy a build process gets is bare. Before, it
@@ -257,7 +240,7 @@ def test_the_build_process_sets_the_table_s_patches_on_its_bare_copy(tmp_path):
         region="core",
         device=torch.device("cpu"),
         precision=None,
-        patches=(LINEAR,),
+        patches=(LINEAR_PATCH,),
     )
     args = (torch.randn(4, 8),)
     bare, _ = target.aot_key(args, {})

@@ -11,10 +11,11 @@ import sys
 import threading
 
 import torch
-from tiny_cores import TinyModel
+from tiny_cores import LINEAR_PATCH, TinyModel
 
 from earth2studio_compile import CompileSession
 from earth2studio_compile.artifacts import snapshot
+from earth2studio_compile.patches import Patches, on_submodules
 
 
 def test_the_snapshot_leaves_the_regions_hooks_out(background_on):
@@ -74,21 +75,8 @@ def test_the_snapshot_leaves_the_table_s_patches_out():
     """A patch the table set on a submodule (a closure: not for Python's pickle)
     stays on the live module; the copy is bare, and the build process sets the
     target's patches itself."""
-    from earth2studio_compile.patches import (
-        MethodPatch,
-        Patches,
-        on_submodules,
-        source_digest,
-    )
-
-    def linear(self, x):
-        return torch.nn.functional.linear(x, self.weight, self.bias)
-
-    patch = MethodPatch(
-        "forward", linear, source_digest(torch.nn.Linear.forward), submodules="Linear"
-    )
     model = TinyModel()
-    with Patches(on_submodules((patch,), model)) as patches:
+    with Patches(on_submodules((LINEAR_PATCH,), model)) as patches:
         assert len(patches.installed) == 2
         bound = model.core.a.__dict__["forward"]
         assert id(bound) in snapshot.installed(model.core)
