@@ -10,11 +10,9 @@ on ``z`` after three steps, eager alike): each run starts from the same state, a
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 import torch
-from conftest import messages, run_workflow, snapshot
+from conftest import messages, run_workflow
 from zoo_helpers import (
     assert_cuda_graphs,
     compiled_workflow_matches_eager,
@@ -25,7 +23,6 @@ from zoo_helpers import (
 import earth2studio_compile
 from earth2studio_compile import CompileSession, run
 from earth2studio_compile.metrics import rel_l2
-from earth2studio_compile.models import MODEL_TABLE, lookup
 from earth2studio_compile.patches import (
     AURORA_SWIN_SHIFT,
     Patches,
@@ -254,31 +251,6 @@ def test_a_built_aurora_serves_compile_true(monkeypatch, tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.published
-def test_published_aurora_on_cuda_runs_eagerly_with_one_warning(logs, strict_fp32):
-    """The table refuses CUDA for Aurora (its compiled regions gave other answers
-    than eager there, 2026-11-29): ``compile=True`` is eager's forecast, bit for
-    bit, each region eager with the reason, and the user is told once."""
-    model = zoo.build("aurora", size="full")
-    start = snapshot(model)
-    eager = run_workflow(
-        run.deterministic, "deterministic", model, nsteps=1, device="cuda"
-    )
-    _restart(model, start)
-    got = run_workflow(
-        run.deterministic, "deterministic", model, nsteps=1, device="cuda", compile=True
-    )
-    report = run.last_report()
-    assert [r.region for r in report.regions] == _regions(3), report.summary()
-    for r in report.regions:
-        assert r.status == "eager" and r.graphs == 0, report.summary()
-        assert r.reason.startswith("not compiled on cuda: "), r.reason
-    assert sum("runs eagerly on cuda" in w for w in messages(logs, "WARNING")) == 1
-    for name, values in eager.items():
-        assert torch.equal(got[name], values), name
-
-
-@pytest.mark.gpu
 def test_the_published_swin_stage_compiles_right_with_the_patch(strict_fp32):
     """The block where CUDA's compiled code was wrong (2026-11-29, an H200, torch
     2.11: relative L2 0.64 against eager on the published 90x180 stage's shape, dim
@@ -299,24 +271,13 @@ def test_the_published_swin_stage_compiles_right_with_the_patch(strict_fp32):
 
 @pytest.mark.gpu
 @pytest.mark.published
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 33: compiled on an H200, Aurora's regions gave other answers than "
-    "eager (relative L2 2.4e-2, 2026-11-29): Inductor's torch.roll in the 90x180 "
-    "stages, patched (AURORA_SWIN_SHIFT) and right there; the table refuses CUDA "
-    "until this whole-model comparison passes with the patch",
-)
-def test_published_aurora_on_the_gpu_matches_eager(
-    logs, strict_fp32, record_property, monkeypatch
-):
-    """The 1.3 B parameter 0.25 degree Aurora on 720x1440, 2 steps, with the
-    table's refusal of CUDA lifted: each of the six Swin stages and the two
-    Perceiver level maps one CUDA graph, no break, no skipped graph, and eager's
-    answer. Strictly expected to fail until the wrong answer is fixed: it passing
-    is the sign to lift the refusal."""
+def test_published_aurora_on_the_gpu_matches_eager(logs, strict_fp32, record_property):
+    """The 1.3 B parameter 0.25 degree Aurora on 720x1440, 2 steps: each of the
+    six Swin stages and the two Perceiver level maps one CUDA graph, no break, no
+    skipped graph, and eager's answer. Regression: without the table's Swin patch
+    two stages gave other answers than eager (relative L2 2.4e-2, an H200, torch
+    2.11, 2026-11-29), and the table refused CUDA."""
     model = zoo.build("aurora", size="full")
-    key, spec = lookup(model)
-    monkeypatch.setitem(MODEL_TABLE, key, replace(spec, devices_refused={}))
     cudagraphs = plan(model).spec.cudagraphs
     report, worst = compiled_workflow_matches_eager(
         model, nsteps=2, tolerance=GPU_REL_L2, device="cuda", restart=_restart
