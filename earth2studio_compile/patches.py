@@ -467,8 +467,9 @@ AURORA_SWIN_SHIFT = MethodPatch(
     # microsoft-aurora 2.0.1's Swin3DTransformerBlock.forward
     source="4a9344e920396414",
     why=(
-        "cyclic shifts as two slices concatenated: Inductor's CUDA code for "
-        "torch.roll there gave wrong answers at the published size (torch 2.11)"
+        "cyclic shifts as two slices concatenated: Triton 3.6 compiled "
+        "Inductor's kernel for torch.roll and the window partition wrong at the "
+        "published size (torch 2.11)"
     ),
     submodules="Swin3DTransformerBlock",
 )

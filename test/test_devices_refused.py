@@ -1,9 +1,12 @@
 """A device the model table refuses (``ModelSpec.devices_refused``): where compiled
 regions were measured to give other answers than eager, a forecast on that device
 runs them eagerly, says why once, and loses nothing; ``build()`` builds nothing
-there. The CPU stands in for the refused device (Aurora's entry refuses CUDA)."""
+there. The CPU stands in for the refused device (Aurora's entry refused CUDA from
+2026-11-29 to 2026-11-30)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import torch
 from conftest import messages, run_workflow
@@ -70,8 +73,26 @@ def test_build_builds_nothing_on_a_refused_device(monkeypatch, tmp_path, logs):
     assert not any(tmp_path.rglob("*.pt2"))
 
 
-def test_the_table_names_aurora_s_refusal_on_cuda():
+def _aurora_rows() -> list[str]:
     rows = table_markdown().splitlines()
     names = ("Aurora", "Aurora1p5", "Aurora1p5_6h")
-    aurora = [row for row in rows if row.split(" | ")[0][2:] in names]
-    assert len(aurora) == 3 and all("not compiled on cuda" in r for r in aurora)
+    return [row for row in rows if row.split(" | ")[0][2:] in names]
+
+
+def test_the_table_names_a_refusal(monkeypatch):
+    """The row of a refused device says so (Aurora's did, 2026-11-29 to -30)."""
+    key, spec = lookup(zoo.build("aurora"))
+    monkeypatch.setitem(MODEL_TABLE, key, replace(spec, devices_refused={"cuda": WHY}))
+    refused = [r for r in _aurora_rows() if f"not compiled on cuda: {WHY}" in r]
+    assert [r.split(" | ")[0] for r in refused] == ["| Aurora"]
+
+
+def test_aurora_is_compiled_on_cuda_with_its_swin_patch():
+    """The published Aurora matched eager on an H200 with the Swin patch
+    (2026-11-30): no device refused, the patch named."""
+    aurora = _aurora_rows()
+    assert len(aurora) == 3
+    assert not any("not compiled on" in r for r in aurora)
+    assert all(
+        "`forward` patched while a session runs (cyclic shifts" in r for r in aurora
+    )

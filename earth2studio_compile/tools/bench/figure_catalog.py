@@ -214,6 +214,11 @@ _RUNS_TWENTYNINTH = (
     _TWENTYNINTH + "ace2-built-calls-c73fbe3.json",
 )
 _AURORA_BF16 = (_TWENTYNINTH + "aurora-bf16-rollout-c73fbe3.json",)
+_THIRTYTHIRD = "2026-11-30-h200-thirtythird/"
+_AURORA_THIRTYTHIRD = (
+    _THIRTYTHIRD + "aurora-cold-0efea4c.json",
+    _THIRTYTHIRD + "aurora-calls-0efea4c.json",
+)
 MODELS = "docs/models.md"
 FIGURES: tuple[Figure, ...] = (
     Figure(
@@ -511,9 +516,11 @@ FIGURES: tuple[Figure, ...] = (
     Figure(
         "models-runs",
         MODELS,
+        # Aurora's rollouts (the ninth's, the twenty-ninth's) ran before the Swin
+        # patch, the ninth's with an identity backbone: its row waits for a rollout
+        # with the patch; its whole calls with it are here.
         (
-            _NINTH + "aurora-rollout-b3a8d58.json",
-            *_AURORA_BF16,
+            *_AURORA_THIRTYTHIRD,
             _NINTH + "stormcast-aot-b3a8d58.json",
             _TWENTYSIXTH + "fcn-ens-5562bf9.json",
             _TWENTYFOURTH + "dlwp-ens-all-a3ecc5f.json",
@@ -544,6 +551,13 @@ FIGURES: tuple[Figure, ...] = (
     Figure("models-calls-h200-twentyeighth", MODELS, _RUNS_TWENTYEIGHTH, workflow),
     Figure("models-dlesym-h200-twentyeighth", MODELS, _DLESYM_TWENTYEIGHTH, loop_calls),
     Figure("models-calls-h200-twentyninth", MODELS, _RUNS_TWENTYNINTH, workflow),
+    Figure("models-aurora-calls-h200", MODELS, _AURORA_THIRTYTHIRD, workflow),
+    Figure(
+        "models-aurora-calls-h200-first",
+        MODELS,
+        _AURORA_THIRTYTHIRD,
+        workflow_first_steps,
+    ),
     Figure("models-aurora-bf16", MODELS, _AURORA_BF16, rollouts(forecast=20)),
     Figure("models-aurora-bf16-stages", MODELS, _AURORA_BF16, region_probes),
     Figure(

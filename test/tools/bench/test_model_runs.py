@@ -16,6 +16,8 @@ _JUNIT = """<testsuites><testsuite>
 <testcase classname="t" name="test_ok"/>
 <testcase classname="t" name="test_bad"><failure message="x"/></testcase>
 <testcase classname="t" name="test_off"><skipped message="y"/></testcase>
+<testcase classname="t" name="test_fixed">
+<failure message="[XPASS(strict)] z"/></testcase>
 </testsuite></testsuites>"""
 
 
@@ -44,6 +46,15 @@ def test_junit_outcome_reads_each_ending(tmp_path):
     assert model_runs.junit_outcome(record, "test_off") == "skipped"
     with pytest.raises(ValueError, match="no testcase 'test_gone'"):
         model_runs.junit_outcome(record, "test_gone")
+
+
+def test_a_strict_xfail_that_passed_reads_passed(tmp_path):
+    """Aurora's published GPU test was a strict xfail while the table refused CUDA;
+    its run of 2026-11-30 XPASSed (every assertion held), which pytest records as a
+    failure: before, the model table said "failed"."""
+    record = tmp_path / "r.xml"
+    record.write_text(_JUNIT)
+    assert model_runs.junit_outcome(record, "test_fixed") == "passed"
 
 
 def _gpu_tests(tmp_path, monkeypatch, tests: dict[str, str], day: str) -> None:
