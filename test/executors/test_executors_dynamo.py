@@ -76,6 +76,87 @@ def test_missing_cpp_compiler_falls_back_without_tracing(logs):
     assert len(messages(logs, "WARNING")) == 1
 
 
+# -- a compiler that gives another answer ----------------------------------------
+
+
+def _off_by_one(gm, example_inputs):
+    """Compiles code whose answer is wrong: a miscompile (Triton 3.6 gave every
+    element of Aurora's window partition wrong at its published size)."""
+
+    def run(*args):
+        return [o + 1 for o in gm.forward(*args)]
+
+    return run
+
+
+def test_a_wrong_compiled_answer_at_the_first_call_is_eagers(logs):
+    """Regression: the Dynamo path returned whatever the compiled code gave (only
+    artifacts were verified against eager). Now its first call is checked against
+    one eager call on copies of the inputs: eager's answer, eager from then on,
+    one WARNING naming the difference."""
+    core = toy_core()
+    x = torch.randn(2, 4, 8, 8)
+    with torch.no_grad():
+        expected = core(x)
+    with CompileSession(core, regions=("net",), backend=_off_by_one) as session:
+        with torch.no_grad():
+            first, second = core(x), core(x)
+    assert torch.equal(first, expected) and torch.equal(second, expected)
+    region = session.report.regions[0]
+    assert region.status == "eager" and region.eager_calls == 1, (
+        session.report.summary()
+    )
+    assert "another answer than eager" in region.reason
+    [warning] = messages(logs, "WARNING")
+    assert "at its first call" in warning and "rel. L2" in warning
+
+
+def test_a_wrong_answer_leaves_eagers_state_and_random_streams(logs):
+    """A core that updates a buffer and its input in place: after a wrong compiled
+    first call, both hold eager's update once (not the compiled call's, nor two
+    updates), and the eager call beside it drew no random numbers of the caller's."""
+
+    class Counting(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("count", torch.zeros(()))
+
+        def forward(self, x):
+            self.count.add_(1)
+            x.mul_(2)
+            return x + self.count + 0 * torch.rand(())
+
+    class Owner(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = Counting()
+
+        def forward(self, x):
+            return self.net(x)
+
+    owner = Owner()
+    x = torch.ones(3)
+    torch.manual_seed(0)
+    with CompileSession(owner, regions=("net",), backend=_off_by_one) as session:
+        with torch.no_grad():
+            out = owner(x)
+    drawn = torch.rand(1)
+    torch.manual_seed(0)
+    torch.rand(())  # the compiled call's draw, the one the caller made
+    assert torch.equal(drawn, torch.rand(1))
+    assert session.report.regions[0].status == "eager"
+    assert float(owner.net.count) == 1.0
+    assert torch.equal(x, torch.full((3,), 2.0))
+    assert torch.equal(out, torch.full((3,), 3.0))
+
+
+def test_a_right_compiled_answer_stays_compiled(logs):
+    core = toy_core()
+    region = run_inputs(core, [torch.randn(2, 4, 8, 8)] * 2, backend=eager_backend)
+    assert region.status == "compiled" and "verify" in region.phases, region.phases
+    assert not messages(logs, "WARNING")
+
+
 # -- graphs: breaks, counts, storms ---------------------------------------------
 
 
