@@ -95,8 +95,13 @@ class Reference:
         float | None
             The largest relative L2 over the floating outputs; None if there are none
         """
-        with scope("fp32", device):
-            ref = self.run()
+        state = {**dict(self.module.named_parameters()), **self.buffers}
+        with (
+            torch.no_grad(),
+            scope("fp32", device),
+            _torch.reparametrized(self.module, state),
+        ):
+            ref = _torch.call_module(self.module, self.args, self.kwargs)
         got = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         want = [t for t in tree_flatten(ref)[0] if isinstance(t, torch.Tensor)]
         errors = [
@@ -105,40 +110,6 @@ class Reference:
             if w.is_floating_point() and g.shape == w.shape
         ]
         return max(errors) if errors else None
-
-    def run(self) -> Any:
-        """The call on the copies, eager, in the caller's precision settings.
-
-        The copied buffers take the updates of a core that updates them in place;
-        the copies are used up.
-
-        Returns
-        -------
-        Any
-            The module's output
-        """
-        state = {**dict(self.module.named_parameters()), **self.buffers}
-        with torch.no_grad(), _torch.reparametrized(self.module, state):
-            return _torch.call_module(self.module, self.args, self.kwargs)
-
-    def restore(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Copy the state :meth:`run` left into the live call: ``args``' and
-        ``kwargs``' tensors and the module's buffers, which another run of the
-        same call (compiled code whose answer is not used) may have updated.
-
-        Parameters
-        ----------
-        args, kwargs : tuple[Any, ...], dict[str, Any]
-            The live call's arguments, whose copies this reference holds
-        """
-        live, _ = tree_flatten((args, kwargs))
-        copies, _ = tree_flatten((self.args, self.kwargs))
-        with torch.no_grad():
-            for a, c in zip(live, copies, strict=True):
-                if isinstance(a, torch.Tensor) and a is not c:
-                    a.copy_(c)
-            for name, b in self.module.named_buffers():
-                b.copy_(self.buffers[name])
 
 
 def _clone(t: Any) -> Any:

@@ -5,12 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import torch
-from loguru import logger
-
 from earth2studio_compile import _torch
-from earth2studio_compile.accuracy import Reference
-from earth2studio_compile.artifacts.aot_load import verify
 from earth2studio_compile.artifacts.bundles import RegionBundle
 from earth2studio_compile.cache import cache_state, local_cache_source
 from earth2studio_compile.executors.base import Measured, Target, recompile_limit
@@ -71,10 +66,6 @@ class DynamoExecutor:
                 self.source = f"the compile cache bundle {self.bundle.path}"
             laps.lap("bundle_load")
         (hits, misses), skips = _torch.fx_cache_counts(), _torch.cudagraph_skips()
-        # Copies for one eager call beside the compiled one, taken before the call,
-        # which may update its inputs and buffers.
-        reference = Reference.before(self.target.module, args, kwargs)
-        laps.lap("reference_copy")
         self._mark_step()
         with _torch.call_context(recompile_limit(), self.source is not None):
             out = self.compiled(*args, **kwargs)
@@ -94,14 +85,6 @@ class DynamoExecutor:
                 "graph or skipped the frame)"
             )
             return out
-        eager, why = self._against_eager(reference, out)
-        laps.lap("verify")
-        if why is not None:
-            reference.restore(args, kwargs)
-            self.not_compiled = (
-                f"its compiled code gives another answer than eager ({why})"
-            )
-            return eager
         hits, misses = (a - b for a, b in zip(_torch.fx_cache_counts(), (hits, misses)))
         m.cache = cache_state(hits, misses)
         if m.cache is not None:
@@ -114,22 +97,6 @@ class DynamoExecutor:
             laps.lap("bundle_save")
         self.keepable = True
         return out
-
-    def _against_eager(self, reference: Reference, out: Any) -> tuple[Any, str | None]:
-        """Eager's output for the first call and why ``out`` is not it (None when
-        it is), in the region's precision: a compiler can be wrong at one shape
-        (Triton 3.6 miscompiled Aurora's window partition at its published size,
-        2026-11-30), and an artifact is verified so before it is kept. The eager
-        call leaves the random number generators as it found them."""
-        t = self.target
-        devices = [t.device] if t.device.type == "cuda" else []
-        try:
-            with torch.random.fork_rng(devices=devices):
-                eager = reference.run()
-        except Exception as err:  # a check must not end a forecast
-            logger.debug(f"{t.report.label}: no eager call to verify against ({err!r})")
-            return None, None
-        return eager, verify(out, eager, t.precision, quiet=True)
 
     def detach(self) -> None:
         """Drop the target (it holds the module) and the finished bundle."""
