@@ -9,7 +9,9 @@ reported, and WARNed when above the precision's documented threshold
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -26,11 +28,13 @@ __all__ = ["Reference", "log_error", "measure"]
 class Reference:
     """The fp32 eager reference for one call, taken from the state before the call.
 
-    :meth:`before` copies the call's arguments and the module's buffers before the
-    call runs, so a core that updates its inputs or buffers in place (a counter, a
-    recurrent state) is measured from the state the call started from, and is not
-    updated twice: the reference runs on the copies, through ``_call_impl`` (not
-    the region's slot).
+    :meth:`before` copies the call's arguments, the module's buffers and the
+    attributes of its modules before the call runs, so a core that updates its
+    inputs or buffers in place, or sets a new state on itself (a counter, a
+    recurrent state such as DLESyM's ConvGRU's ``self.h = ...``), is measured from
+    the state the call started from, and is not updated twice: the reference runs
+    on the copies, through ``_call_impl`` (not the region's slot), and the
+    attributes the call left are put back after it.
 
     Parameters
     ----------
@@ -42,6 +46,9 @@ class Reference:
         Copies of its keyword arguments
     buffers : dict[str, torch.Tensor]
         Copies of the module's buffers
+    attributes : list[tuple[torch.nn.Module, dict]], optional
+        Each module of the tree with a copy of its own attributes (plain tensors
+        cloned), by default none
     """
 
     def __init__(
@@ -50,11 +57,13 @@ class Reference:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         buffers: dict[str, torch.Tensor],
+        attributes: list[tuple[torch.nn.Module, dict]] | None = None,
     ) -> None:
         self.module = module
         self.args = args
         self.kwargs = kwargs
         self.buffers = buffers
+        self.attributes = attributes or []
 
     @classmethod
     def before(
@@ -76,7 +85,7 @@ class Reference:
         """
         args, kwargs = tree_map(_clone, (args, kwargs))
         buffers = {k: b.clone() for k, b in module.named_buffers()}
-        return cls(module, args, kwargs, buffers)
+        return cls(module, args, kwargs, buffers, _attributes(module, clone=True))
 
     def error(self, out: Any, device: torch.device) -> float | None:
         """Relative L2 of ``out`` against the same call in fp32 eager, TF32 off.
@@ -99,6 +108,7 @@ class Reference:
         with (
             torch.no_grad(),
             scope("fp32", device),
+            _attributes_as(self.module, self.attributes),
             _torch.reparametrized(self.module, state),
         ):
             ref = _torch.call_module(self.module, self.args, self.kwargs)
@@ -114,6 +124,46 @@ class Reference:
 
 def _clone(t: Any) -> Any:
     return t.clone() if isinstance(t, torch.Tensor) else t
+
+
+def _attributes(
+    module: torch.nn.Module, clone: bool
+) -> list[tuple[torch.nn.Module, dict]]:
+    """Each module of ``module``'s tree with its own attributes (a shallow copy of
+    its ``__dict__``; its plain tensors cloned where ``clone``: not its
+    parameters, buffers or submodules, which live in dicts of their own)."""
+    return [
+        (
+            m,
+            {
+                k: v.clone() if clone and type(v) is torch.Tensor else v
+                for k, v in vars(m).items()
+            },
+        )
+        for m in module.modules()
+    ]
+
+
+def _set(state: list[tuple[torch.nn.Module, dict]]) -> None:
+    for m, attributes in state:
+        for k in [k for k in vars(m) if k not in attributes]:
+            del vars(m)[k]
+        vars(m).update(attributes)
+
+
+@contextlib.contextmanager
+def _attributes_as(
+    module: torch.nn.Module, saved: list[tuple[torch.nn.Module, dict]]
+) -> Iterator[None]:
+    """``module``'s tree with the attributes it had before the call (``saved``),
+    and after the block those it has now, whatever the block set: the reference
+    call leaves the forecast's state alone."""
+    now = _attributes(module, clone=False)
+    _set(saved)
+    try:
+        yield
+    finally:
+        _set(now)
 
 
 def log_error(label: str, precision: str, error: float | None) -> None:
