@@ -78,10 +78,11 @@ _AURORA = ModelSpec(
     # Measured on an H200 (torch 2.11, fp32 with TF32 off, the published size,
     # 2026-11-29, docs/bench/2026-11-29-h200-thirtieth): a 2-step deterministic
     # call with compile=True differed from eager by a relative L2 of 2.4e-2.
-    # The cause (docs/bench/2026-11-29-h200-thirtysecond): Inductor's CUDA code
-    # for the Swin block's first cyclic shift (torch.roll) into the window
+    # The cause (docs/bench/2026-11-29-h200-thirtysecond, -30-h200-thirtythird):
+    # the Swin block's first cyclic shift (torch.roll) fused into the window
     # partition, wrong in the two 90x180 stages (dim 1024) of the published size
-    # only, with plain torch.compile too; the same shift as two slices
+    # only, with plain torch.compile too: Inductor's kernel is right, Triton 3.6
+    # compiles its 32-bit index arithmetic wrong. The same shift as two slices
     # concatenated compiles right. The patch below does that: with it the
     # published model's 2-step call matched eager within 1.6e-6 (H200,
     # 2026-11-30, docs/bench/2026-11-30-h200-thirtythird), and CUDA is no longer

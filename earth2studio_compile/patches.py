@@ -16,10 +16,11 @@ of host work a call on the cube sphere's grid, each time the same fields.
 
 A patch may name the class of the model's submodules it is for
 (:attr:`MethodPatch.submodules`) instead of the model: microsoft-aurora 2.0.1's Swin
-block, whose first cyclic shift (``torch.roll``) Inductor's CUDA code computed
-wrongly at the published model's 90x180 stage (torch 2.11, an H200; the same shift
-as two slices concatenated is computed right, and is bitwise ``torch.roll``'s
-result in eager).
+block, whose first cyclic shift (``torch.roll``) fused into the window partition
+Triton 3.6 compiled wrongly at the published model's 90x180 stage (torch 2.11, an
+H200: Inductor's kernel is right, Triton miscompiles its 32-bit index arithmetic;
+the same shift as two slices concatenated is computed right, and is bitwise
+``torch.roll``'s result in eager).
 
 A patch applies only to the exact upstream code it was written against: the method
 the model's class resolves must have the source the patch names (its SHA-256), so a
@@ -367,10 +368,11 @@ def rolled(
 ) -> torch.Tensor:
     """``torch.roll(x, shifts, dims)`` as two slices concatenated per dimension.
 
-    The same values bit for bit (it moves elements, computes none). Inductor's
-    CUDA code for Aurora's first cyclic shift, fused into the window partition
-    after it, was wrong at the published model's 90x180 stage (torch 2.11, an
-    H200, docs/bench/2026-11-29-h200-thirtysecond); this form compiled right there.
+    The same values bit for bit (it moves elements, computes none). Aurora's
+    first cyclic shift, fused into the window partition after it, compiled wrong
+    at the published model's 90x180 stage (torch 2.11, Triton 3.6, an H200:
+    Triton miscompiles the kernel's 32-bit index arithmetic,
+    docs/bench/2026-11-30-h200-thirtythird); this form compiled right there.
 
     Parameters
     ----------
