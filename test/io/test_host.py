@@ -245,7 +245,10 @@ def test_cuda_copies_run_on_a_side_stream_behind_a_snapshot():
         expected = [v.cpu() for v in _split(x)]
         side = pool.copy_stream(x.device)
         with torch.cuda.stream(side):
-            torch.cuda._sleep(500_000_000)  # the copy waits behind this
+            # The copy waits behind this, about a second: a quarter of one was
+            # over before the caller's stream ran once, with three other test
+            # processes on the GPU (H200, -n 4).
+            torch.cuda._sleep(2_000_000_000)
         staged = pool.stage(_split(x))
         x.mul_(-1.0)  # the model's next step, in place
         done = torch.cuda.Event()
