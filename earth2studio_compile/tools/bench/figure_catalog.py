@@ -213,8 +213,9 @@ _RUNS_TWENTYNINTH = (
     _TWENTYNINTH + "ace2-calls-740bdf0.json",
     _TWENTYNINTH + "ace2-built-calls-c73fbe3.json",
 )
-_AURORA_BF16 = (_TWENTYNINTH + "aurora-bf16-rollout-c73fbe3.json",)
 _THIRTYTHIRD = "2026-11-30-h200-thirtythird/"
+_THIRTYFOURTH = "2026-11-30-h200-thirtyfourth/"
+_AURORA_BF16 = (_THIRTYFOURTH + "aurora-bf16-2183afa.json",)
 _AURORA_THIRTYTHIRD = (
     _THIRTYTHIRD + "aurora-cold-0efea4c.json",
     _THIRTYTHIRD + "aurora-calls-0efea4c.json",
@@ -516,10 +517,11 @@ FIGURES: tuple[Figure, ...] = (
     Figure(
         "models-runs",
         MODELS,
-        # Aurora's rollouts (the ninth's, the twenty-ninth's) ran before the Swin
-        # patch, the ninth's with an identity backbone: its row waits for a rollout
-        # with the patch; its whole calls with it are here.
+        # Aurora's rollouts before the thirty-fourth's (the ninth's, the
+        # twenty-ninth's) ran before the Swin patch, the ninth's with an identity
+        # backbone.
         (
+            *_AURORA_BF16,
             *_AURORA_THIRTYTHIRD,
             _NINTH + "stormcast-aot-b3a8d58.json",
             _TWENTYSIXTH + "fcn-ens-5562bf9.json",

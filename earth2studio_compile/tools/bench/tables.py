@@ -158,6 +158,12 @@ def rollouts(forecast: int | None = None) -> Renderer:
     return table
 
 
+def _summed(regions: Sequence[Mapping[str, Any]]) -> list[str]:
+    eager = sum(g["eager_ms"] for g in regions)
+    compiled = sum(g["compiled_ms"] for g in regions)
+    return [f"{eager:.2f}", f"{compiled:.2f}", _times(eager / compiled)]
+
+
 def region_probes(datas: Sequence[Mapping[str, Any]]) -> str:
     """The speed probe's figures of each region of the compiled rollout rows: what
     compiling did to the regions alone, beside the whole step that also runs what
@@ -176,12 +182,16 @@ def region_probes(datas: Sequence[Mapping[str, Any]]) -> str:
                     number(g.get("precision_error"), ".1e"),
                 ]
             )
+        groups: dict[str, list[Mapping[str, Any]]] = {}
+        for g in probed:  # by their first two names: Aurora's model.backbone
+            groups.setdefault(".".join(g["region"].split(".")[:2]), []).append(g)
+        for parent, members in groups.items():
+            if 1 < len(members) < len(probed):
+                name = f"{len(members)} regions under {parent} together"
+                rows.append([_label(r), name, *_summed(members), "-"])
         if len(probed) > 1:
-            eager = sum(g["eager_ms"] for g in probed)
-            compiled = sum(g["compiled_ms"] for g in probed)
             together = f"{len(probed)} regions together"
-            cells = [f"{eager:.2f}", f"{compiled:.2f}", _times(eager / compiled)]
-            rows.append([_label(r), together, *cells, "-"])
+            rows.append([_label(r), together, *_summed(probed), "-"])
     note = (
         "\n\nms per call of each region, from its speed probe (calls 3-8 of the "
         "rollout: compiled calls alternating with eager ones, in the row's "

@@ -98,3 +98,27 @@ def test_region_probes_add_the_regions_up():
     column = _cells(lines[0]).index("eager / compiled")
     assert [_cells(line)[column] for line in lines[2:5]] == ["3.00x", "1.00x", "2.00x"]
     assert _cells(lines[4])[1] == "2 regions together"
+
+
+def test_region_probes_add_up_the_regions_under_one_module():
+    """Regions under one module (Aurora's six Swin stages under ``model.backbone``)
+    get their own line beside all the regions together: issue 33's target is of
+    the backbone, which the all-regions line mixed with the Perceiver's."""
+    from earth2studio_compile.tools.bench.tables import region_probes
+
+    def region(name, eager, compiled):
+        return {"region": name, "eager_ms": eager, "compiled_ms": compiled}
+
+    regions = [
+        region("model.encoder.agg", 10.0, 10.0),
+        region("model.backbone.layers.0", 30.0, 10.0),
+        region("model.backbone.layers.1", 30.0, 20.0),
+    ]
+    row = {"model": "aurora", "precision": "bf16", "report": {"regions": regions}}
+    lines = region_probes([{"results": [row]}]).splitlines()
+    column = _cells(lines[0]).index("eager / compiled")
+    together = {_cells(line)[1]: _cells(line)[column] for line in lines[5:7]}
+    assert together == {
+        "2 regions under model.backbone together": "2.00x",
+        "3 regions together": "1.75x",
+    }
