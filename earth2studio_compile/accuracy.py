@@ -4,7 +4,9 @@ A region in ``"tf32"`` or ``"bf16"`` (:mod:`earth2studio_compile.precision`)
 takes a :class:`Reference` before its first call and, after it, :func:`measure`s
 the call's output against the same call in fp32 eager with TF32 off; the error is
 reported, and WARNed when above the precision's documented threshold
-(:data:`~earth2studio_compile.precision.THRESHOLDS`).
+(:data:`~earth2studio_compile.precision.THRESHOLDS`). The Dynamo executor checks
+its first compiled call against a :class:`Reference` run in the region's own
+precision (:meth:`Reference.run`), and gives its answer where they differ.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ __all__ = ["Reference", "log_error", "measure"]
 
 
 class Reference:
-    """The fp32 eager reference for one call, taken from the state before the call.
+    """An eager reference for one call, taken from the state before the call.
 
     :meth:`before` copies the call's arguments, the module's buffers and the
     attributes of its modules before the call runs, so a core that updates its
@@ -64,6 +66,8 @@ class Reference:
         self.kwargs = kwargs
         self.buffers = buffers
         self.attributes = attributes or []
+        #: The attributes :meth:`run` left (the module keeps its own).
+        self.left: list[tuple[torch.nn.Module, dict]] = []
 
     @classmethod
     def before(
@@ -104,14 +108,8 @@ class Reference:
         float | None
             The largest relative L2 over the floating outputs; None if there are none
         """
-        state = {**dict(self.module.named_parameters()), **self.buffers}
-        with (
-            torch.no_grad(),
-            scope("fp32", device),
-            _attributes_as(self.module, self.attributes),
-            _torch.reparametrized(self.module, state),
-        ):
-            ref = _torch.call_module(self.module, self.args, self.kwargs)
+        with scope("fp32", device):
+            ref = self.run()
         got = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         want = [t for t in tree_flatten(ref)[0] if isinstance(t, torch.Tensor)]
         errors = [
@@ -120,6 +118,47 @@ class Reference:
             if w.is_floating_point() and g.shape == w.shape
         ]
         return max(errors) if errors else None
+
+    def run(self) -> Any:
+        """The call, eager, on the copies, in the caller's precision settings.
+
+        The copies are used up: the copied buffers and arguments take the updates
+        of a core that updates them in place, and the attributes the call sets
+        are kept apart (the module's are put back) for :meth:`restore`.
+
+        Returns
+        -------
+        Any
+            The module's output
+        """
+        state = {**dict(self.module.named_parameters()), **self.buffers}
+        with (
+            torch.no_grad(),
+            _attributes_as(self.module, self.attributes) as self.left,
+            _torch.reparametrized(self.module, state),
+        ):
+            return _torch.call_module(self.module, self.args, self.kwargs)
+
+    def restore(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Make the state :meth:`run` left the live call's: its in-place updates
+        of ``args``' and ``kwargs``' tensors and of the module's buffers, and the
+        attributes it set, where its answer is used in place of another call's
+        (compiled code found wrong) that updated them too.
+
+        Parameters
+        ----------
+        args, kwargs : tuple[Any, ...], dict[str, Any]
+            The live call's arguments, whose copies this reference holds
+        """
+        live, _ = tree_flatten((args, kwargs))
+        copies, _ = tree_flatten((self.args, self.kwargs))
+        with torch.no_grad():
+            for a, c in zip(live, copies, strict=True):
+                if isinstance(a, torch.Tensor) and a is not c:
+                    a.copy_(c)
+            for name, b in self.module.named_buffers():
+                b.copy_(self.buffers[name])
+        _set(self.left)
 
 
 def _clone(t: Any) -> Any:
@@ -154,14 +193,17 @@ def _set(state: list[tuple[torch.nn.Module, dict]]) -> None:
 @contextlib.contextmanager
 def _attributes_as(
     module: torch.nn.Module, saved: list[tuple[torch.nn.Module, dict]]
-) -> Iterator[None]:
+) -> Iterator[list[tuple[torch.nn.Module, dict]]]:
     """``module``'s tree with the attributes it had before the call (``saved``),
     and after the block those it has now, whatever the block set: the reference
-    call leaves the forecast's state alone."""
+    call leaves the forecast's state alone. Yields a list that a block ending
+    without an exception fills with the attributes it left."""
     now = _attributes(module, clone=False)
     _set(saved)
+    left: list[tuple[torch.nn.Module, dict]] = []
     try:
-        yield
+        yield left
+        left.extend(_attributes(module, clone=False))
     finally:
         _set(now)
 

@@ -90,7 +90,10 @@ class RegionReport:
         first run: tracing, guards, bytecode, and with graph breaks the eager code
         between graphs), ``backend`` (AOTAutograd and Inductor, cache lookups and
         kernel loading included), ``first_run`` (the first run of compiled code:
-        CUDA-graph warm-up, autotuning), ``bookkeeping`` (reading the compile's
+        CUDA-graph warm-up, autotuning), ``reference_copy`` and ``verify``
+        (copies of the inputs, buffers and attributes before the compiled call,
+        one eager call on them checked against it), ``bookkeeping`` (reading the
+        compile's
         counters for this report), ``bundle_save``; for an ahead-of-time artifact
         ``key`` (finding it), ``checksum``, ``aot_load``, ``bind``,
         ``warm_convolutions`` (on CUDA, the convolutions recorded when it was
@@ -190,6 +193,7 @@ class RegionReport:
         "aot_load",
         "bind",
         "warm_convolutions",
+        "reference_copy",
         "dynamo",
         "backend",
         "first_run",

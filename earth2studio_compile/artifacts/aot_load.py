@@ -216,18 +216,24 @@ def _lap(start: float) -> tuple[float, float]:
 TOLERANCES = {"fp32": 1e-5, "tf32": THRESHOLDS["tf32"], "bf16": THRESHOLDS["bf16"]}
 
 
-def verify(runner_out: Any, eager_out: Any, precision: str | None) -> str | None:
-    """Why an artifact's output is not the eager output, or None if it is.
+def verify(
+    runner_out: Any, eager_out: Any, precision: str | None, quiet: bool = False
+) -> str | None:
+    """Why an artifact's output is not the eager output, or None if it is; the
+    Dynamo executor checks its first compiled call with it too.
 
     Parameters
     ----------
     runner_out : Any
-        The artifact's output for one call
+        The artifact's (or compiled code's) output for one call
     eager_out : Any
         The eager output for the same input, in the same precision
     precision : str | None
         The region's precision; None means PyTorch's settings (TF32 tolerance on a
         GPU where TF32 is enabled)
+    quiet : bool, optional
+        No DEBUG line when they agree (a compiled workflow logs nothing at DEBUG
+        of its own), by default False
 
     Returns
     -------
@@ -261,12 +267,19 @@ def verify(runner_out: Any, eager_out: Any, precision: str | None) -> str | None
         nan = torch.isnan(w)
         if not torch.equal(torch.isnan(g), nan):
             return f"output {i} has NaNs where eager has none (or the reverse)"
-        error = rel_l2(g[~nan], w[~nan]) if nan.any() else rel_l2(g, w)
+        # Overflow where eager overflows, with its sign, is eager's answer (a core
+        # answering made-up inputs with inf): compared by position, as NaNs are.
+        inf = torch.isinf(w)
+        if not torch.equal(torch.isinf(g), inf) or not torch.equal(g[inf], w[inf]):
+            return f"output {i} has infinities where eager has none (or the reverse)"
+        odd = nan | inf
+        error = rel_l2(g[~odd], w[~odd]) if odd.any() else rel_l2(g, w)
         if not math.isfinite(error) or error > tolerance:
             return (
                 f"output {i} is off by rel. L2 {error:.1e} against eager, above the "
                 f"{tolerance:.0e} allowed for {effective}"
             )
         worst = max(worst, error)
-    logger.debug(f"Artifact verified against eager: rel. L2 {worst:.1e}")
+    if not quiet:
+        logger.debug(f"Artifact verified against eager: rel. L2 {worst:.1e}")
     return None

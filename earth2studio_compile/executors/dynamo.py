@@ -5,7 +5,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import torch
+from loguru import logger
+
 from earth2studio_compile import _torch
+from earth2studio_compile.accuracy import Reference
+from earth2studio_compile.artifacts.aot_load import verify
 from earth2studio_compile.artifacts.bundles import RegionBundle
 from earth2studio_compile.cache import cache_state, local_cache_source
 from earth2studio_compile.executors.base import Measured, Target, recompile_limit
@@ -65,6 +70,11 @@ class DynamoExecutor:
             if m.artifact == "loaded":
                 self.source = f"the compile cache bundle {self.bundle.path}"
             laps.lap("bundle_load")
+        # Copies for one eager call beside the compiled one, taken before the call,
+        # which may update its inputs, buffers and attributes.
+        reference = Reference.before(self.target.module, args, kwargs)
+        generators = self._generators()
+        laps.lap("reference_copy")
         (hits, misses), skips = _torch.fx_cache_counts(), _torch.cudagraph_skips()
         self._mark_step()
         with _torch.call_context(recompile_limit(), self.source is not None):
@@ -86,6 +96,11 @@ class DynamoExecutor:
             )
             return out
         hits, misses = (a - b for a, b in zip(_torch.fx_cache_counts(), (hits, misses)))
+        draws = not all(map(torch.equal, generators, self._generators()))
+        eager = self._against_eager(reference, out, draws, (args, kwargs))
+        laps.lap("verify")
+        if self.not_compiled is not None:
+            return eager
         m.cache = cache_state(hits, misses)
         if m.cache is not None:
             m.cache_source = local_cache_source(_torch.inductor_cache_dir())
@@ -97,6 +112,45 @@ class DynamoExecutor:
             laps.lap("bundle_save")
         self.keepable = True
         return out
+
+    def _against_eager(
+        self,
+        reference: Reference,
+        out: Any,
+        draws: bool,
+        live: tuple[tuple[Any, ...], dict[str, Any]],
+    ) -> Any:
+        """Eager's answer where the first compiled call gave another (the call's
+        in-place updates and attributes eager's too, :attr:`not_compiled` saying
+        how far), else None: a compiler can be wrong at one shape (Triton 3.6
+        miscompiled Aurora's window partition at its published size, 2026-11-30),
+        and an artifact is verified so before it is kept. A core that draws random
+        numbers (``draws``) is not checked: compiled code draws its own. The eager
+        call leaves the random number generators as it found them."""
+        t = self.target
+        if draws:
+            logger.debug(f"{t.report.label}: draws random numbers, not checked")
+            return None
+        devices = [t.device] if t.device.type == "cuda" else []
+        try:
+            with torch.random.fork_rng(devices=devices):
+                eager = reference.run()
+        except Exception as err:  # a check must not end a forecast
+            logger.debug(f"{t.report.label}: no eager call to check against ({err!r})")
+            return None
+        why = verify(out, eager, t.precision, quiet=True)
+        if why is None:
+            return None
+        reference.restore(*live)
+        self.not_compiled = f"its compiled code gives another answer than eager ({why})"
+        return eager
+
+    def _generators(self) -> list[torch.Tensor]:
+        """The states of the generators a call on the target's device draws from."""
+        states = [torch.get_rng_state()]
+        if self.target.device.type == "cuda":
+            states.append(torch.cuda.get_rng_state(self.target.device))
+        return states
 
     def detach(self) -> None:
         """Drop the target (it holds the module) and the finished bundle."""

@@ -55,6 +55,22 @@ def test_verify_reasons():
     assert "rel. L2" in verify(a * (1 + 1e-3), a, "fp32")
 
 
+def test_verify_counts_eagers_own_overflow_as_its_answer():
+    """Regression: an output that overflows where eager overflows, with the same
+    sign, was "off by rel. L2 nan" (a model's legitimate inf refused every compile,
+    since the Dynamo path is checked too)."""
+    a = torch.ones(2, 3)
+    inf = a.clone()
+    inf[0, 0], inf[1, 2] = float("inf"), -float("inf")
+    assert verify(inf, inf.clone(), "fp32") is None
+    assert "infinities" in verify(inf, a, "fp32")
+    assert "infinities" in verify(a, inf, "fp32")
+    assert "infinities" in verify(-inf, inf, "fp32")
+    near = inf.clone()
+    near[0, 1] = 1.5
+    assert "rel. L2" in verify(near, inf, "fp32")
+
+
 def test_a_fresh_process_loads_and_matches(built, tmp_path):
     """A new process (empty Inductor cache) loads the artifact; its first call
     is reported against the build time, not asserted."""

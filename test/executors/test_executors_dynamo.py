@@ -76,6 +76,134 @@ def test_missing_cpp_compiler_falls_back_without_tracing(logs):
     assert len(messages(logs, "WARNING")) == 1
 
 
+# -- a compiler that gives another answer ----------------------------------------
+
+
+def _off_by_one(gm, example_inputs):
+    """Compiles code whose answer is wrong: a miscompile (Triton 3.6 gave every
+    element of Aurora's window partition wrong at its published size)."""
+
+    def run(*args):
+        return [o + 1 for o in gm.forward(*args)]
+
+    return run
+
+
+def test_a_wrong_compiled_answer_at_the_first_call_is_eagers(logs):
+    """Regression: the Dynamo path returned whatever the compiled code gave (only
+    artifacts were verified against eager). Now its first call is checked against
+    one eager call on copies of the inputs: eager's answer, eager from then on,
+    one WARNING naming the difference."""
+    core = toy_core()
+    x = torch.randn(2, 4, 8, 8)
+    with torch.no_grad():
+        expected = core(x)
+    with CompileSession(core, regions=("net",), backend=_off_by_one) as session:
+        with torch.no_grad():
+            first, second = core(x), core(x)
+    assert torch.equal(first, expected) and torch.equal(second, expected)
+    region = session.report.regions[0]
+    assert region.status == "eager" and region.eager_calls == 1, (
+        session.report.summary()
+    )
+    assert "another answer than eager" in region.reason
+    [warning] = messages(logs, "WARNING")
+    assert "at its first call" in warning and "rel. L2" in warning
+
+
+class _Stateful(torch.nn.Module):
+    """Updates a buffer and its input in place and sets a plain tensor attribute
+    anew (DLESyM's ConvGRU keeps its state so: ``self.h = ...``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("count", torch.zeros(()))
+        self.h = torch.zeros(())
+
+    def forward(self, x):
+        self.count.add_(1)
+        self.h = self.h + 1
+        x.mul_(2)
+        return x + self.count + self.h
+
+
+class _Owner(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = _Stateful()
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def test_a_wrong_answer_leaves_eagers_state_once(logs):
+    """After a wrong compiled first call, the buffer, the input and the attribute
+    hold eager's update once: not the compiled call's, nor two updates."""
+    owner = _Owner()
+    x = torch.ones(3)
+    with CompileSession(owner, regions=("net",), backend=_off_by_one) as session:
+        with torch.no_grad():
+            out = owner(x)
+    assert session.report.regions[0].status == "eager"
+    assert float(owner.net.count) == 1.0 and float(owner.net.h) == 1.0
+    assert torch.equal(x, torch.full((3,), 2.0))
+    assert torch.equal(out, torch.full((3,), 4.0))
+
+
+def test_a_right_answer_keeps_the_calls_own_state_once(logs):
+    """Regression (b3d75a0, reverted): the eager call beside the first compiled
+    one set the plain attribute a second time (DLESyM's forecast moved by 1.3e-2
+    on the CPU). Two calls: two updates of each kind, each call eager's answer."""
+    owner, eager = _Owner(), _Owner()
+    x, y = torch.ones(3), torch.ones(3)
+    with CompileSession(owner, regions=("net",), backend=eager_backend) as session:
+        with torch.no_grad():
+            outs = [owner(x) for _ in range(2)]
+    with torch.no_grad():
+        wants = [eager(y) for _ in range(2)]
+    region = session.report.regions[0]
+    assert region.status == "compiled" and "verify" in region.phases, region.phases
+    assert float(owner.net.count) == 2.0 and float(owner.net.h) == 2.0
+    assert all(torch.equal(o, w) for o, w in zip(outs, wants)) and torch.equal(x, y)
+    assert not messages(logs, "WARNING")
+
+
+def test_a_core_that_draws_random_numbers_is_not_judged_by_another_draw(logs):
+    """A core that draws random numbers gives other numbers in any second call:
+    the check would find every such core wrong. It is not checked, and the
+    caller's generator advances by the compiled call's draws alone."""
+
+    class Noisy(torch.nn.Module):
+        def forward(self, x):
+            return x + torch.rand_like(x)
+
+    class Holder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = Noisy()
+
+        def forward(self, x):
+            return self.net(x)
+
+    holder, x = Holder(), torch.zeros(4)
+    torch.manual_seed(0)
+    with CompileSession(holder, regions=("net",), backend=eager_backend) as session:
+        with torch.no_grad():
+            out = holder(x)
+    after = torch.rand(1)
+    torch.manual_seed(0)
+    assert torch.equal(out, torch.rand(4)) and torch.equal(after, torch.rand(1))
+    assert session.report.regions[0].status == "compiled", session.report.summary()
+    assert not messages(logs, "WARNING")
+
+
+def test_a_right_compiled_answer_stays_compiled(logs):
+    core = toy_core()
+    region = run_inputs(core, [torch.randn(2, 4, 8, 8)] * 2, backend=eager_backend)
+    assert region.status == "compiled" and "verify" in region.phases, region.phases
+    assert not messages(logs, "WARNING")
+
+
 # -- graphs: breaks, counts, storms ---------------------------------------------
 
 
