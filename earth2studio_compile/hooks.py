@@ -17,7 +17,10 @@ class Hooks:
     """What a region changes on its module while installed, and puts back.
 
     The module's call slot (the one ``nn.Module.compile()`` fills), and submodules
-    wrapped inside it: fp32 islands under bf16, opaque operators.
+    wrapped inside it: fp32 islands under bf16, opaque operators. Under bf16 also
+    the ``amp_mode`` flags of PhysicsNeMo's layers (StormCast's UNets), which
+    refuse autocast unless set: bf16 is autocast, the mixed precision they allow
+    with the flag set (without it a bf16 call raised, eager and compiled alike).
 
     Parameters
     ----------
@@ -49,6 +52,11 @@ class Hooks:
             if precision == "bf16"
             else []
         )
+        self.amp = (
+            [m for m in module.modules() if vars(m).get("amp_mode") is False]
+            if precision == "bf16"
+            else []
+        )
 
     def install(self, call: Callable[..., Any]) -> None:
         """Route the module's calls to ``call``; wrap the submodules."""
@@ -57,6 +65,8 @@ class Hooks:
         self.module.__dict__[MODULE_SLOT] = call
         self.installed = True
         # fp32 wrappers first: an opaque operator then calls the wrapped forward.
+        for m in self.amp:
+            vars(m)["amp_mode"] = True
         for wrapper in self.fp32:
             wrapper.install()
         for op in self.opaque:
@@ -72,4 +82,6 @@ class Hooks:
             op.restore()
         for wrapper in reversed(self.fp32):
             wrapper.restore()
+        for m in self.amp:
+            vars(m)["amp_mode"] = False
         self.installed = False

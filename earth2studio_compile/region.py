@@ -227,7 +227,7 @@ class CompiledRegion(FirstCallAhead):
         except BaseException as err:
             self._interrupted(err, time.perf_counter() - start)
             raise
-        if reference is not None:
+        if reference is not None and self.precision is not None:
             name = self.precision
             assert name is not None
             r.precision_error, seconds = accuracy.measure(
@@ -396,18 +396,49 @@ class CompiledRegion(FirstCallAhead):
         self._executor = None
 
     def _recover(self, err: Exception, call: Call, seconds: float) -> Any:
-        # Re-run eagerly first: if eager fails too, the input or the model is at
-        # fault, not the compiler, and the caller gets the eager error unchanged.
+        # Re-run eagerly first: if eager fails too (in a reduced precision, also in
+        # the caller's), the input or the model is at fault, not the compiler, and
+        # the caller gets the eager error unchanged.
         # The eager call reads the modules' own memory, not a CUDA graph's.
         self._off_the_pool()
-        out = self._eager(call)
+        reason = describe(err)
+        out, dropped = self._eager_in_some_precision(call, reason)
         spent = None
         if self._state is RegionState.PENDING or _torch.is_recompile_limit_hit(err):
             spent = seconds
             self.report.compile_seconds += seconds
             self.report.phases["before_fallback"] = seconds
-        self._fall_back(describe(err), cause=err, spent=spent)
+        self._fall_back(reason + dropped, cause=err, spent=spent)
         return out
+
+    def _eager_in_some_precision(self, call: Call, reason: str) -> tuple[Any, str]:
+        """The eager call, and what the fallback's WARNING adds: where a reduced
+        precision fails eagerly too at the first call, the caller's precision
+        settings from then on (StormCast's UNet refuses CPU autocast: bf16 on the
+        CPU raised, compiled and eager). Another eager error (one the caller's
+        precision gives too) is the caller's, unchanged."""
+        try:
+            return self._eager(call), ""
+        except Exception as err:
+            # A precision a core refuses shows at its first call; a later error
+            # is the input's (a call on it once more could update state twice).
+            first = self._state is RegionState.PENDING
+            if not first or self.precision not in ("tf32", "bf16"):
+                raise
+            dropped, self.precision = self.precision, None
+            try:
+                out = self._eager(call, count=False)
+            except Exception:
+                self.precision = dropped  # the input is at fault: its error
+                raise err from None
+            self.report.precision = None
+            why = describe(err)
+        why = "the same error" if why == reason else why
+        return out, (
+            f"; in {dropped} it fails eagerly too ({why}), so it runs in "
+            f"your precision settings (ask for them: unset {precision.ENV}, or "
+            "precision=None)"
+        )
 
     def _fall_back(
         self, reason: str, cause: BaseException | None, spent: float | None = None

@@ -60,3 +60,50 @@ def test_a_slot_someone_else_replaced_is_left_to_them():
     core.__dict__[slot] = theirs
     hooks.restore(ours)
     assert core.__dict__[slot] is theirs and not hooks.installed
+
+
+class _AmpChecked(torch.nn.Module):
+    """PhysicsNeMo's layers (StormCast's UNets): autocast refused unless
+    ``amp_mode`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.amp_mode = False
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_autocast_enabled("cpu") and not self.amp_mode:
+            raise RuntimeError("amp_mode=False but torch autocast is enabled on: cpu")
+        return self.proj(x)
+
+
+class _Owner(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = _AmpChecked()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def test_a_bf16_session_sets_physicsnemos_amp_mode_and_puts_it_back():
+    """Regression: StormCast with precision="bf16" raised at its first call, and
+    its eager fallback (in bf16 too) raised again (2026-11-30, CPU): bf16 is
+    autocast, which PhysicsNeMo's layers refuse without ``amp_mode``."""
+    from conftest import eager_backend
+
+    from earth2studio_compile import CompileSession
+
+    owner, x = _Owner(), torch.randn(2, 4)
+    with torch.no_grad():
+        want = owner(x)
+    with CompileSession(
+        owner, regions=("net",), backend=eager_backend, precision="bf16"
+    ) as session:
+        with torch.no_grad():
+            got = [owner(x) for _ in range(2)]
+    assert session.report.regions[0].status == "compiled", session.report.summary()
+    assert all(g.dtype == torch.float32 for g in got)
+    assert (got[0] - want).norm() / want.norm() < 3e-2
+    assert owner.net.amp_mode is False and "amp_mode" in vars(owner.net)
+    assert Hooks(_Owner(), "M.net", ModelSpec(regions=("net",)), "tf32").amp == []

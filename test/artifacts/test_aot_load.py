@@ -143,3 +143,18 @@ def test_a_record_changed_after_the_build_fails_the_checksum(conv_built, tmp_pat
         tiny_target(conv_built.core), conv_built.args, {}, root=tmp_path
     )
     assert isinstance(reason, str) and "checksums and members differ" in reason
+
+
+def test_verify_under_the_callers_autocast_allows_its_precision():
+    """Regression: a region without a precision of its own, run by its model under
+    autocast to bf16 (AIFS's wrapper), was held to fp32's tolerance: two correct
+    calls 4e-3 apart were "another answer than eager", and AIFS2ENS's processor
+    ran eagerly (CI, 2026-11-30)."""
+    a = torch.randn(64, 64)
+    near = a * (1 + 1e-3)
+    assert "1e-05 allowed for fp32" in verify(near, a, None)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert verify(near, a, None) is None
+        assert "allowed for bf16" in verify(a * 1.5, a, None)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=False):
+        assert verify(near, a, None) is not None
