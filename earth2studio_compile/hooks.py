@@ -64,9 +64,9 @@ class Hooks:
         # callable too, but this makes the single touched key explicit.
         self.module.__dict__[MODULE_SLOT] = call
         self.installed = True
-        # fp32 wrappers first: an opaque operator then calls the wrapped forward.
         for m in self.amp:
             vars(m)["amp_mode"] = True
+        # fp32 wrappers first: an opaque operator then calls the wrapped forward.
         for wrapper in self.fp32:
             wrapper.install()
         for op in self.opaque:
