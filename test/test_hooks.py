@@ -77,24 +77,16 @@ class _AmpChecked(torch.nn.Module):
         return self.proj(x)
 
 
-class _Owner(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = _AmpChecked()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
-
-
 def test_a_bf16_session_sets_physicsnemos_amp_mode_and_puts_it_back():
     """Regression: StormCast with precision="bf16" raised at its first call, and
     its eager fallback (in bf16 too) raised again (2026-11-30, CPU): bf16 is
     autocast, which PhysicsNeMo's layers refuse without ``amp_mode``."""
     from conftest import eager_backend
+    from tiny_cores import Holds
 
     from earth2studio_compile import CompileSession
 
-    owner, x = _Owner(), torch.randn(2, 4)
+    owner, x = Holds(_AmpChecked()), torch.randn(2, 4)
     with torch.no_grad():
         want = owner(x)
     with CompileSession(
@@ -106,4 +98,5 @@ def test_a_bf16_session_sets_physicsnemos_amp_mode_and_puts_it_back():
     assert all(g.dtype == torch.float32 for g in got)
     assert (got[0] - want).norm() / want.norm() < 3e-2
     assert owner.net.amp_mode is False and "amp_mode" in vars(owner.net)
-    assert Hooks(_Owner(), "M.net", ModelSpec(regions=("net",)), "tf32").amp == []
+    spec = ModelSpec(regions=("net",))
+    assert Hooks(Holds(_AmpChecked()), "M.net", spec, "tf32").amp == []

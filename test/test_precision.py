@@ -13,6 +13,7 @@ from collections.abc import Callable
 import pytest
 import torch
 from conftest import TIME, FailingBackend, eager_backend, messages
+from tiny_cores import Holds
 
 from earth2studio_compile import CompileSession, register_model
 from earth2studio_compile.metrics import rel_l2
@@ -492,15 +493,7 @@ def test_a_precision_that_fails_eagerly_too_falls_back_to_the_callers(logs):
                 raise ValueError(f"Expected the dtype to be float32, got {y.dtype}")
             return y
 
-    class Owner(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = Refuses()
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.net(x)
-
-    owner, x = Owner(), torch.randn(2, 4)
+    owner, x = Holds(Refuses()), torch.randn(2, 4)
     with torch.no_grad():
         want = owner(x)
     with CompileSession(

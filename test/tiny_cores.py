@@ -34,6 +34,17 @@ class TinyModel(torch.nn.Module):
         return self.core(x)
 
 
+class Holds(torch.nn.Module):
+    """A model whose region is ``net``, the core it is given."""
+
+    def __init__(self, net: torch.nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, *args: torch.Tensor) -> torch.Tensor:
+        return self.net(*args)
+
+
 class StatefulCore(torch.nn.Module):
     """A recurrent core: updates the state it is handed, in place."""
 

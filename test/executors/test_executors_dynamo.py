@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import FailingBackend, eager_backend, messages, run_inputs
-from tiny_cores import Blocks
+from tiny_cores import Blocks, Holds
 
 from earth2studio_compile import CompileSession, executors
 from earth2studio_compile.executors import DynamoExecutor, EagerExecutor, Measured
@@ -127,19 +127,10 @@ class _Stateful(torch.nn.Module):
         return x + self.count + self.h
 
 
-class _Owner(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.net = _Stateful()
-
-    def forward(self, x):
-        return self.net(x)
-
-
 def test_a_wrong_answer_leaves_eagers_state_once(logs):
     """After a wrong compiled first call, the buffer, the input and the attribute
     hold eager's update once: not the compiled call's, nor two updates."""
-    owner = _Owner()
+    owner = Holds(_Stateful())
     x = torch.ones(3)
     with CompileSession(owner, regions=("net",), backend=_off_by_one) as session:
         with torch.no_grad():
@@ -154,7 +145,7 @@ def test_a_right_answer_keeps_the_calls_own_state_once(logs):
     """Regression (b3d75a0, reverted): the eager call beside the first compiled
     one set the plain attribute a second time (DLESyM's forecast moved by 1.3e-2
     on the CPU). Two calls: two updates of each kind, each call eager's answer."""
-    owner, eager = _Owner(), _Owner()
+    owner, eager = Holds(_Stateful()), Holds(_Stateful())
     x, y = torch.ones(3), torch.ones(3)
     with CompileSession(owner, regions=("net",), backend=eager_backend) as session:
         with torch.no_grad():
@@ -177,15 +168,7 @@ def test_a_core_that_draws_random_numbers_is_not_judged_by_another_draw(logs):
         def forward(self, x):
             return x + torch.rand_like(x)
 
-    class Holder(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.net = Noisy()
-
-        def forward(self, x):
-            return self.net(x)
-
-    holder, x = Holder(), torch.zeros(4)
+    holder, x = Holds(Noisy()), torch.zeros(4)
     torch.manual_seed(0)
     with CompileSession(holder, regions=("net",), backend=eager_backend) as session:
         with torch.no_grad():
