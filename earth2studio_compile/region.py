@@ -227,11 +227,10 @@ class CompiledRegion(FirstCallAhead):
         except BaseException as err:
             self._interrupted(err, time.perf_counter() - start)
             raise
+        # A precision the first call dropped (it failed eagerly) has no cost.
         if reference is not None and self.precision is not None:
-            name = self.precision
-            assert name is not None
             r.precision_error, seconds = accuracy.measure(
-                reference, r.label, name, out, call.device
+                reference, r.label, self.precision, out, call.device
             )
             r.phases["precision_reference"] = copied + seconds
         return out
