@@ -215,7 +215,12 @@ _RUNS_TWENTYNINTH = (
 )
 _THIRTYTHIRD = "2026-11-30-h200-thirtythird/"
 _THIRTYFOURTH = "2026-11-30-h200-thirtyfourth/"
-_AURORA_BF16 = (_THIRTYFOURTH + "aurora-bf16-2183afa.json",)
+_THIRTYFIFTH = "2026-11-30-h200-thirtyfifth/"
+# The rollouts at c7a5b5a ran with the Dynamo first-call check (3ce0d02): the
+# thirty-fourth's bf16 rollout at 2183afa, without it, is kept in its README.
+_AURORA_BF16 = (_THIRTYFIFTH + "aurora-bf16-c7a5b5a.json",)
+_AURORA_TF32 = (_THIRTYFIFTH + "aurora-tf32-c7a5b5a.json",)
+_RUNS_THIRTYFIFTH = (_THIRTYFIFTH + "fcn-ens-c7a5b5a.json",)
 _AURORA_THIRTYTHIRD = (
     _THIRTYTHIRD + "aurora-cold-0efea4c.json",
     _THIRTYTHIRD + "aurora-calls-0efea4c.json",
@@ -521,8 +526,9 @@ FIGURES: tuple[Figure, ...] = (
         # twenty-ninth's) ran before the Swin patch, the ninth's with an identity
         # backbone.
         (
-            *_AURORA_BF16,
             *_AURORA_THIRTYTHIRD,
+            *_AURORA_BF16,
+            *_AURORA_TF32,
             _NINTH + "stormcast-aot-b3a8d58.json",
             _TWENTYSIXTH + "fcn-ens-5562bf9.json",
             _TWENTYFOURTH + "dlwp-ens-all-a3ecc5f.json",
@@ -562,6 +568,8 @@ FIGURES: tuple[Figure, ...] = (
     ),
     Figure("models-aurora-bf16", MODELS, _AURORA_BF16, rollouts(forecast=20)),
     Figure("models-aurora-bf16-stages", MODELS, _AURORA_BF16, region_probes),
+    Figure("models-aurora-tf32", MODELS, _AURORA_TF32, rollouts(forecast=20)),
+    Figure("models-aurora-tf32-stages", MODELS, _AURORA_TF32, region_probes),
     Figure(
         "models-aurora-bf16-kernels",
         MODELS,
@@ -573,6 +581,16 @@ FIGURES: tuple[Figure, ...] = (
         "ensembles-h200-twentysixth-first",
         PERF,
         _RUNS_TWENTYSIXTH,
+        workflow_first_steps,
+    ),
+    Figure("ensembles-h200-thirtyfifth", PERF, _RUNS_THIRTYFIFTH, workflow),
+    Figure(
+        "ensembles-h200-thirtyfifth-floors", PERF, _RUNS_THIRTYFIFTH, workflow_floors
+    ),
+    Figure(
+        "ensembles-h200-thirtyfifth-first",
+        PERF,
+        _RUNS_THIRTYFIFTH,
         workflow_first_steps,
     ),
 )
