@@ -6,6 +6,9 @@
 #   bash docs/bench/2026-11-30-h200-thirtyfifth/calls.sh "$OUT" io-first        # ~120 s
 #   bash docs/bench/2026-11-30-h200-thirtyfifth/calls.sh "$OUT" aurora-kernels  # ~420 s
 #   bash docs/bench/2026-11-30-h200-thirtythird/calls.sh "$OUT" gpu             # ~430 s
+#   bash docs/bench/2026-11-30-h200-thirtyfifth/calls.sh "$OUT" calls sfno      # ~450 s
+#   bash docs/bench/2026-11-30-h200-thirtyfifth/calls.sh "$OUT" calls aifs2ens  # carry .whl-aifs
+#   bash docs/bench/2026-11-30-h200-thirtyfifth/calls.sh "$OUT" calls fcn3      # carry .whl-fcn3
 #
 # io-first: the side-stream copy's GPU test as the first test of a fresh process,
 #   where this session's suite ran it (-n 4, worker gw3): at c7a5b5a (the file as
@@ -16,6 +19,12 @@
 #   (issue 33: the backbone's TF32 ratio against the share of GEMM and attention
 #   that compiling leaves as it is). Background builds off, so the compiled run
 #   compiles in its process.
+# calls MODEL: issue 33's 20-step deterministic calls (never slower than eager)
+#   of a model without them yet: tools.build into a cache, then a fresh process
+#   from it (warm) and calls in one process (second), upstream eager beside each,
+#   TF32, in-memory Zarr. AIFS2ENS and FCN3 need their wheels (carry the folder
+#   .ci/fetch-aifs-wheels.sh or .ci/fetch-fcn3-wheels.sh fills, named
+#   .whl-aifs2ens or .whl-fcn3): they go into a folder of their own, as in CI.
 set -uo pipefail
 out="$1"
 phase="$2"
@@ -43,5 +52,25 @@ case "$phase" in
       >"$out/kernels-aurora-tf32.log" 2>&1
     grep -v INFO "$out/kernels-aurora-tf32.log" | tail -16
     ;;
-  *) echo "phase: io-first or aurora-kernels" >&2; exit 2 ;;
+  calls)
+    model="$3"
+    if test -d ".whl-$model"; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+        --upgrade --target "/tmp/$model" ".whl-$model"/*.whl
+      export PYTHONPATH="/tmp/$model:$PYTHONPATH"
+    fi
+    rm -rf "/tmp/built-$model"
+    EARTH2STUDIO_COMPILE_CACHE="/tmp/built-$model" timeout 250 python3 -m \
+      earth2studio_compile.tools.build "$model" --size full --precision tf32 \
+      >"$out/build-$model.log" 2>&1
+    echo "build rc=$?"
+    grep -v INFO "$out/build-$model.log" | tail -6
+    timeout 320 python3 -m earth2studio_compile.tools.bench workflow \
+      --jobs "det:$model" --steps 20 --io memory-zarr --ways warm,second \
+      --repeats 1 --no-floor --timeout 280 --deadline 300 \
+      --cache-from "/tmp/built-$model" --json "$out/$model-calls.json" \
+      >"$out/$model-calls.log" 2>&1
+    sed -n '/Whole call/,/^$/p' "$out/$model-calls.log"
+    ;;
+  *) echo "phase: io-first, aurora-kernels or calls MODEL" >&2; exit 2 ;;
 esac
