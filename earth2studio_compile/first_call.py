@@ -15,8 +15,9 @@ CUDA graphs (:meth:`FirstCall._leave_cudagraphs`,
 The first call may also start before the workflow reaches the region
 (:mod:`earth2studio_compile.first_call_ahead`).
 
-The call path each attempt runs (staging, precision, output clones) and the
-fallback are the region's (:mod:`earth2studio_compile.region`).
+The call path each attempt runs (staging, precision, output clones) is the
+region's (:mod:`earth2studio_compile.region`), the fallback its mixin's
+(:mod:`earth2studio_compile.fallback`).
 """
 
 from __future__ import annotations
@@ -113,13 +114,14 @@ class FirstCall(PayoffGate):
 
         def _eager(self, call: Call, count: bool = True) -> Any: ...
 
+        def _drop_executor(self) -> None: ...
+
+        # The fallback's (fallback.py), mixed into the region beside this.
         def _recover(self, err: Exception, call: Call, seconds: float) -> Any: ...
 
         def _fall_back(
             self, reason: str, cause: BaseException | None, spent: float | None = None
         ) -> None: ...
-
-        def _drop_executor(self) -> None: ...
 
         def _eager_if_slower(self) -> None: ...
 

@@ -14,7 +14,7 @@ kept from an earlier session, a later call handed over; and
 :mod:`earth2studio_compile.first_call_ahead`, the first call ahead),
 *building* while calls run eagerly as a background build makes its artifact,
 *compiled* while the executor runs compiled calls, and *eager* once it has fallen
-back, for good. The call path
+back, for good (:mod:`earth2studio_compile.fallback`, mixed in too). The call path
 (:meth:`CompiledRegion._dispatch` to :meth:`CompiledRegion._run`) is the same for
 every compiled executor: :class:`~earth2studio_compile.staging.StagedCall` (the
 arguments compiled code sees, and the mutations it makes, handed back), precision,
@@ -37,10 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from loguru import logger
 
 from earth2studio_compile import (
-    _torch,
     accuracy,
     metrics,
     module_state,
@@ -55,16 +53,16 @@ from earth2studio_compile.executors import (
     Declined,
     EagerExecutor,
     Executor,
-    recompile_limit,
 )
+from earth2studio_compile.fallback import Fallback
 from earth2studio_compile.first_call import RegionState
 from earth2studio_compile.first_call_ahead import FirstCallAhead
 from earth2studio_compile.hooks import Hooks
-from earth2studio_compile.measured import record, warn_fallback
+from earth2studio_compile.measured import record
 from earth2studio_compile.metrics import Laps
 from earth2studio_compile.options import CompileOptions
-from earth2studio_compile.probe import SpeedProbe, signature, slower_text
-from earth2studio_compile.report import RegionReport, describe, interruption
+from earth2studio_compile.probe import SpeedProbe, signature
+from earth2studio_compile.report import RegionReport, interruption
 from earth2studio_compile.spec import ModelSpec
 from earth2studio_compile.staging import (
     BatchPadding,
@@ -77,7 +75,7 @@ from earth2studio_compile.staging import (
 __all__ = ["RECOMPILE_LIMIT", "CompiledRegion", "RegionState", "SpeedProbe"]
 
 
-class CompiledRegion(FirstCallAhead):
+class CompiledRegion(FirstCallAhead, Fallback):
     """A submodule compiled in place for the lifetime of a session.
 
     Parameters
@@ -349,114 +347,9 @@ class CompiledRegion(FirstCallAhead):
         with no_grad_if_enabled():
             return self._eager(call, count=False)
 
-    # -- observing and falling back ----------------------------------------------
-    def _eager_if_slower(self) -> None:
-        """Run eagerly from the next call where the speed probe found every
-        compiled call slower than every eager one (this process's probe, or an
-        earlier process's or session's figures): ``compile=True`` is not left
-        slower than eager. One WARNING; the executor stays (unused) for the shelf."""
-        r = self.report
-        if not r.slower or self._state is not RegionState.COMPILED:
-            return
-        self._off_the_pool()  # eager calls read the modules' own memory
-        self.state = RegionState.EAGER
-        r.reason = slower_text(r)
-        logger.warning(
-            f"{r.label} {r.reason}: it runs eagerly for the rest of the session; no "
-            "output is lost. CompileSession(probe=False) keeps it compiled."
-        )
-
-    def _interrupted(self, err: BaseException, seconds: float) -> None:
-        """Note that a call ended by ``err`` (Ctrl-C, an error eager raises too)."""
-        r = self.report
-        if self._state is RegionState.PENDING:
-            r.interrupted = (
-                f"while compiling (step {r.calls}, after {seconds:.1f} s, "
-                f"{interruption(err)})"
-            )
-            # Nothing compiled is kept: processes waiting for this compile go on.
-            self._drop_executor()
-        else:
-            r.interrupted = f"at step {r.calls} ({interruption(err)})"
-
-    def _off_the_pool(self) -> None:
-        """Copy out of CUDA-graph memory what a CUDA-graph executor's calls left on
-        the region's modules (tensors reassigned since the first call), before an
-        eager call or the user reads them (:mod:`earth2studio_compile.module_state`)."""
-        if self._pool_used and self._held is not None:
-            module_state.take_out(self._held.changed())
-            self._held = module_state.HeldTensors(self.module)
-
     def _drop_executor(self) -> None:
         if self._executor is not None:
             self._executor.release()
         # Dropping the executor drops its compiled code object and with it every
         # Dynamo cache entry of this region; no process-wide reset is needed.
         self._executor = None
-
-    def _recover(self, err: Exception, call: Call, seconds: float) -> Any:
-        # Re-run eagerly first: if eager fails too (in a reduced precision, also in
-        # the caller's), the input or the model is at fault, not the compiler, and
-        # the caller gets the eager error unchanged.
-        # The eager call reads the modules' own memory, not a CUDA graph's.
-        self._off_the_pool()
-        reason = describe(err)
-        out, dropped = self._eager_in_some_precision(call, reason)
-        spent = None
-        if self._state is RegionState.PENDING or _torch.is_recompile_limit_hit(err):
-            spent = seconds
-            self.report.compile_seconds += seconds
-            self.report.phases["before_fallback"] = seconds
-        self._fall_back(reason + dropped, cause=err, spent=spent)
-        return out
-
-    def _eager_in_some_precision(self, call: Call, reason: str) -> tuple[Any, str]:
-        """The eager call, and what the fallback's WARNING adds: where a reduced
-        precision fails eagerly too at the first call, the caller's precision
-        settings from then on (StormCast's UNet refuses CPU autocast: bf16 on the
-        CPU raised, compiled and eager). Another eager error (one the caller's
-        precision gives too) is the caller's, unchanged."""
-        try:
-            return self._eager(call), ""
-        except Exception as err:
-            # A precision a core refuses shows at its first call; a later error
-            # is the input's (a call on it once more could update state twice).
-            first = self._state is RegionState.PENDING
-            if not first or self.precision not in ("tf32", "bf16"):
-                raise
-            dropped, self.precision = self.precision, None
-            try:
-                out = self._eager(call, count=False)
-            except Exception:
-                self.precision = dropped  # the input is at fault: its error
-                raise err from None
-            self.report.precision = None
-            why = describe(err)
-        why = "the same error" if why == reason else why
-        return out, (
-            f"; in {dropped} it fails eagerly too ({why}), so it runs in "
-            f"your precision settings (ask for them: unset {precision.ENV}, or "
-            "precision=None)"
-        )
-
-    def _fall_back(
-        self, reason: str, cause: BaseException | None, spent: float | None = None
-    ) -> None:
-        r = self.report
-        first = self._state is RegionState.PENDING
-        if cause is not None and _torch.is_recompile_limit_hit(cause):
-            reason = (
-                f"recompile storm: {recompile_limit()} compiled variants "
-                "and still recompiling"
-            )
-        elif first and self._executor is not None and self._executor.source:
-            reason += f" (after loading {self._executor.source})"
-        # The step is the caller's: the region's own calls (the fp32 reference,
-        # an artifact's verification) never pass through its slot.
-        stage = "at its first call" if first else f"at step {r.calls}"
-        if spent:
-            stage += f" after {spent:.1f} s"
-        self.state = RegionState.EAGER
-        r.reason = reason
-        self._drop_executor()  # processes waiting for this compile take over
-        warn_fallback(r, stage, rerun=cause is not None)

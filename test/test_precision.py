@@ -13,7 +13,6 @@ from collections.abc import Callable
 import pytest
 import torch
 from conftest import TIME, FailingBackend, eager_backend, messages
-from tiny_cores import Holds
 
 from earth2studio_compile import CompileSession, register_model
 from earth2studio_compile.metrics import rel_l2
@@ -473,40 +472,6 @@ def test_the_accuracy_reference_leaves_a_state_attribute_alone(monkeypatch):
     for a, b in zip(measured, plain, strict=True):
         assert torch.equal(a, b)
     assert torch.equal(h, h_plain)
-
-
-def test_a_precision_that_fails_eagerly_too_falls_back_to_the_callers(logs):
-    """Regression: StormCast's regression UNet in bf16 on the CPU raised at its
-    first call, compiled, and again in the fallback's eager call, which keeps the
-    region's precision: the forecast ended (2026-11-30). Now the region runs
-    eagerly in the caller's precision, with one WARNING that says so, and its
-    answer is eager's."""
-
-    class Refuses(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.proj = torch.nn.Linear(4, 4)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            y = self.proj(x)
-            if y.dtype != torch.float32:  # physicsnemo's check, after autocast
-                raise ValueError(f"Expected the dtype to be float32, got {y.dtype}")
-            return y
-
-    owner, x = Holds(Refuses()), torch.randn(2, 4)
-    with torch.no_grad():
-        want = owner(x)
-    with CompileSession(
-        owner, regions=("net",), backend=eager_backend, precision="bf16"
-    ) as session:
-        with torch.no_grad():
-            got = [owner(x) for _ in range(2)]
-    assert all(torch.equal(g, want) for g in got)
-    region = session.report.regions[0]
-    assert region.status == "eager" and region.precision is None, region
-    assert region.eager_calls == 2 and region.precision_error is None
-    [warning] = messages(logs, "WARNING")
-    assert "in bf16 it fails eagerly too" in warning and ENV in warning
 
 
 def test_a_first_call_on_bad_input_keeps_the_precision_and_raises_its_error():

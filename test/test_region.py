@@ -1,7 +1,8 @@
-"""The region: one core's calls, its fallback, its report.
+"""The region: one core's calls and its report.
 
 A region hooks one core; these tests drive it through :class:`CompileSession` and
-the workflows and read its report (its first call: test_first_call.py). Most use a
+the workflows and read its report (its first call: test_first_call.py; its
+fallback: test_fallback.py). Most use a
 backend that compiles nothing (Dynamo still traces, guards and recompiles), so they
 cost no Inductor build. Tests marked in their comment as regressions failed before
 their fix (see CHANGELOG.md, "Fixed"). The Dynamo executor's failures and storms are
@@ -15,7 +16,7 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 import torch
-from conftest import TIME, FailingBackend, eager_backend, messages
+from conftest import TIME, eager_backend, messages
 from tiny_cores import StatefulCore
 
 from earth2studio_compile import CompileSession, register_model
@@ -27,33 +28,7 @@ def toy_core() -> torch.nn.Module:
     return zoo.ToyCore(4, 8).eval()
 
 
-# -- fallback, padding, rollouts ---------------------------------------------------
-
-
-def test_a_fallback_reports_the_time_spent_before_it(logs):
-    core = zoo.ToyCore(4, 8).eval()
-    x = torch.randn(2, 4, 8, 8)
-    with CompileSession(core, regions=("net",), backend=FailingBackend()) as session:
-        with torch.no_grad():
-            core.net(x)
-    r = session.report.regions[0]
-    assert r.status == "eager"
-    assert r.phases["before_fallback"] > 0
-    assert r.compile_seconds == pytest.approx(r.phases["before_fallback"])
-    (warning,) = messages(logs, "WARNING")
-    assert f"at its first call after {r.phases['before_fallback']:.1f} s" in warning
-
-
-def test_error_that_eager_also_raises_is_the_callers(logs):
-    core = toy_core()
-    with CompileSession(core, regions=("net",), backend=eager_backend) as session:
-        with pytest.raises(RuntimeError):
-            core(torch.randn(1, 3, 8, 8))  # wrong channel count: a user error
-        with torch.no_grad():
-            core(torch.randn(1, 4, 8, 8))
-    region = session.report.regions[0]
-    assert region.status == "compiled"  # the compiler was not at fault
-    assert not messages(logs, "WARNING")
+# -- padding, rollouts -------------------------------------------------------------
 
 
 def test_smaller_batch_is_padded_not_recompiled():

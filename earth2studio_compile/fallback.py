@@ -1,0 +1,160 @@
+"""How a region turns eager: an error, a slower speed, an interrupted call.
+
+A :class:`~earth2studio_compile.region.CompiledRegion` mixes in :class:`Fallback`.
+A compiled call that raises is run again eagerly (:meth:`Fallback._recover`): the
+caller gets eager's answer, or eager's own error where eager fails too (the input
+or the model is at fault, not the compiler); where a reduced precision fails
+eagerly at the first call, the caller's precision takes over
+(:meth:`Fallback._eager_in_some_precision`). The region then runs eagerly for good,
+with one WARNING (:meth:`Fallback._fall_back`). The speed probe's verdict turns a
+region eager the same way, without an error (:meth:`Fallback._eager_if_slower`).
+Before any eager call after compiled ones, what CUDA graphs left on the region's
+modules is copied out of their memory pool (:meth:`Fallback._off_the_pool`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from loguru import logger
+
+from earth2studio_compile import _torch, module_state, precision
+from earth2studio_compile.executors import recompile_limit
+from earth2studio_compile.first_call import RegionState
+from earth2studio_compile.measured import warn_fallback
+from earth2studio_compile.probe import slower_text
+from earth2studio_compile.report import describe, interruption
+
+if TYPE_CHECKING:
+    import torch
+
+    from earth2studio_compile.executors import Executor
+    from earth2studio_compile.report import RegionReport
+    from earth2studio_compile.staging import Call
+
+__all__ = ["Fallback"]
+
+
+class Fallback:
+    """The ways a :class:`~earth2studio_compile.region.CompiledRegion` turns eager.
+
+    A mixin: the region gives it its report, precision, state and eager call.
+    """
+
+    if TYPE_CHECKING:  # what the region (region.py) gives its fallback
+        module: torch.nn.Module
+        report: RegionReport
+        precision: str | None
+        _state: RegionState
+        _executor: Executor | None
+        _held: module_state.HeldTensors | None
+        _pool_used: bool
+        state: RegionState
+
+        def _eager(self, call: Call, count: bool = True) -> Any: ...
+
+        def _drop_executor(self) -> None: ...
+
+    def _eager_if_slower(self) -> None:
+        """Run eagerly from the next call where the speed probe found every
+        compiled call slower than every eager one (this process's probe, or an
+        earlier process's or session's figures): ``compile=True`` is not left
+        slower than eager. One WARNING; the executor stays (unused) for the shelf."""
+        r = self.report
+        if not r.slower or self._state is not RegionState.COMPILED:
+            return
+        self._off_the_pool()  # eager calls read the modules' own memory
+        self.state = RegionState.EAGER
+        r.reason = slower_text(r)
+        logger.warning(
+            f"{r.label} {r.reason}: it runs eagerly for the rest of the session; no "
+            "output is lost. CompileSession(probe=False) keeps it compiled."
+        )
+
+    def _interrupted(self, err: BaseException, seconds: float) -> None:
+        """Note that a call ended by ``err`` (Ctrl-C, an error eager raises too)."""
+        r = self.report
+        if self._state is RegionState.PENDING:
+            r.interrupted = (
+                f"while compiling (step {r.calls}, after {seconds:.1f} s, "
+                f"{interruption(err)})"
+            )
+            # Nothing compiled is kept: processes waiting for this compile go on.
+            self._drop_executor()
+        else:
+            r.interrupted = f"at step {r.calls} ({interruption(err)})"
+
+    def _off_the_pool(self) -> None:
+        """Copy out of CUDA-graph memory what a CUDA-graph executor's calls left on
+        the region's modules (tensors reassigned since the first call), before an
+        eager call or the user reads them (:mod:`earth2studio_compile.module_state`)."""
+        if self._pool_used and self._held is not None:
+            module_state.take_out(self._held.changed())
+            self._held = module_state.HeldTensors(self.module)
+
+    def _recover(self, err: Exception, call: Call, seconds: float) -> Any:
+        # Re-run eagerly first: if eager fails too (in a reduced precision, also in
+        # the caller's), the input or the model is at fault, not the compiler, and
+        # the caller gets the eager error unchanged.
+        # The eager call reads the modules' own memory, not a CUDA graph's.
+        self._off_the_pool()
+        reason = describe(err)
+        out, dropped = self._eager_in_some_precision(call, reason)
+        spent = None
+        if self._state is RegionState.PENDING or _torch.is_recompile_limit_hit(err):
+            spent = seconds
+            self.report.compile_seconds += seconds
+            self.report.phases["before_fallback"] = seconds
+        self._fall_back(reason + dropped, cause=err, spent=spent)
+        return out
+
+    def _eager_in_some_precision(self, call: Call, reason: str) -> tuple[Any, str]:
+        """The eager call, and what the fallback's WARNING adds: where a reduced
+        precision fails eagerly too at the first call, the caller's precision
+        settings from then on (StormCast's UNet refuses CPU autocast: bf16 on the
+        CPU raised, compiled and eager). Another eager error (one the caller's
+        precision gives too) is the caller's, unchanged."""
+        try:
+            return self._eager(call), ""
+        except Exception as err:
+            # A precision a core refuses shows at its first call; a later error
+            # is the input's (a call on it once more could update state twice).
+            first = self._state is RegionState.PENDING
+            if not first or self.precision not in ("tf32", "bf16"):
+                raise
+            dropped, self.precision = self.precision, None
+            try:
+                out = self._eager(call, count=False)
+            except Exception:
+                self.precision = dropped  # the input is at fault: its error
+                raise err from None
+            self.report.precision = None
+            why = describe(err)
+        why = "the same error" if why == reason else why
+        return out, (
+            f"; in {dropped} it fails eagerly too ({why}), so it runs in "
+            f"your precision settings (ask for them: unset {precision.ENV}, or "
+            "precision=None)"
+        )
+
+    def _fall_back(
+        self, reason: str, cause: BaseException | None, spent: float | None = None
+    ) -> None:
+        r = self.report
+        first = self._state is RegionState.PENDING
+        if cause is not None and _torch.is_recompile_limit_hit(cause):
+            reason = (
+                f"recompile storm: {recompile_limit()} compiled variants "
+                "and still recompiling"
+            )
+        elif first and self._executor is not None and self._executor.source:
+            reason += f" (after loading {self._executor.source})"
+        # The step is the caller's: the region's own calls (the fp32 reference,
+        # an artifact's verification) never pass through its slot.
+        stage = "at its first call" if first else f"at step {r.calls}"
+        if spent:
+            stage += f" after {spent:.1f} s"
+        self.state = RegionState.EAGER
+        r.reason = reason
+        self._drop_executor()  # processes waiting for this compile take over
+        warn_fallback(r, stage, rerun=cause is not None)

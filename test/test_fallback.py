@@ -1,0 +1,79 @@
+"""The fallback: a region turns eager, the caller's step answered eagerly.
+
+A compiled call that fails is run again eagerly and the region stays eager, with
+one WARNING; an error eager raises too is the caller's; a reduced precision that
+fails eagerly too gives way to the caller's. The speed probe's verdict is tested
+in test_probe.py, the Dynamo executor's failures and storms in
+executors/test_executors_dynamo.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import FailingBackend, eager_backend, messages
+from tiny_cores import Holds
+
+from earth2studio_compile import CompileSession
+from earth2studio_compile.precision import ENV
+from earth2studio_compile.tools import zoo
+
+
+def test_a_fallback_reports_the_time_spent_before_it(logs):
+    core = zoo.ToyCore(4, 8).eval()
+    x = torch.randn(2, 4, 8, 8)
+    with CompileSession(core, regions=("net",), backend=FailingBackend()) as session:
+        with torch.no_grad():
+            core.net(x)
+    r = session.report.regions[0]
+    assert r.status == "eager"
+    assert r.phases["before_fallback"] > 0
+    assert r.compile_seconds == pytest.approx(r.phases["before_fallback"])
+    (warning,) = messages(logs, "WARNING")
+    assert f"at its first call after {r.phases['before_fallback']:.1f} s" in warning
+
+
+def test_error_that_eager_also_raises_is_the_callers(logs):
+    core = zoo.ToyCore(4, 8).eval()
+    with CompileSession(core, regions=("net",), backend=eager_backend) as session:
+        with pytest.raises(RuntimeError):
+            core(torch.randn(1, 3, 8, 8))  # wrong channel count: a user error
+        with torch.no_grad():
+            core(torch.randn(1, 4, 8, 8))
+    region = session.report.regions[0]
+    assert region.status == "compiled"  # the compiler was not at fault
+    assert not messages(logs, "WARNING")
+
+
+def test_a_precision_that_fails_eagerly_too_falls_back_to_the_callers(logs):
+    """Regression: StormCast's regression UNet in bf16 on the CPU raised at its
+    first call, compiled, and again in the fallback's eager call, which keeps the
+    region's precision: the forecast ended (2026-11-30). Now the region runs
+    eagerly in the caller's precision, with one WARNING that says so, and its
+    answer is eager's."""
+
+    class Refuses(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = torch.nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.proj(x)
+            if y.dtype != torch.float32:  # physicsnemo's check, after autocast
+                raise ValueError(f"Expected the dtype to be float32, got {y.dtype}")
+            return y
+
+    owner, x = Holds(Refuses()), torch.randn(2, 4)
+    with torch.no_grad():
+        want = owner(x)
+    with CompileSession(
+        owner, regions=("net",), backend=eager_backend, precision="bf16"
+    ) as session:
+        with torch.no_grad():
+            got = [owner(x) for _ in range(2)]
+    assert all(torch.equal(g, want) for g in got)
+    region = session.report.regions[0]
+    assert region.status == "eager" and region.precision is None, region
+    assert region.eager_calls == 2 and region.precision_error is None
+    [warning] = messages(logs, "WARNING")
+    assert "in bf16 it fails eagerly too" in warning and ENV in warning
