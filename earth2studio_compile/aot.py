@@ -28,7 +28,7 @@ from earth2studio_compile.artifacts.aot_build import build_region, detached
 from earth2studio_compile.artifacts.aot_load import load_runner, wants_cudagraphs
 from earth2studio_compile.artifacts.aot_runner import AotRunner
 from earth2studio_compile.artifacts.key import RegionTarget
-from earth2studio_compile.artifacts.refused import refuse_artifact
+from earth2studio_compile.artifacts.refused import Refused, refuse_artifact
 from earth2studio_compile.cache import (
     cache_root,
     use_local_cache,
@@ -232,12 +232,12 @@ def build(
         chosen = None
     out: list[Built] = []
     todo: list[tuple[str, torch.nn.Module]] = []
-    dynamo: list[str] = []
+    # Regions no artifact can serve, judged on the Dynamo path below, and why.
+    dynamo: dict[str, str] = {}
     for path, module in p.targets:
         label = f"{name}.{path}"
         if p.spec.opaque:
-            # No artifact: judged on the Dynamo path below.
-            dynamo.append(label)
+            dynamo[label] = "opaque submodules need the Dynamo path"
         elif module.__dict__.get(MODULE_SLOT) is not None:
             out.append(Built(label, None, "skipped", reason="compiled in a session"))
         else:
@@ -282,6 +282,12 @@ def build(
             start = time.perf_counter()
             try:
                 built = build_region(target, args, kwargs)
+            except Refused as err:
+                # As in a forecast: the region compiles on the Dynamo path, and a
+                # later process's first call asks its figures whether that pays.
+                logger.info(f"No artifact for {label}: {err}")
+                dynamo[label] = str(err).removesuffix(" It stays on the Dynamo path.")
+                continue
             except Exception as err:  # one region's failure must not stop the others
                 logger.warning(f"Could not build {label} ahead of time: {err}")
                 out.append(Built(label, None, "failed", reason=str(err)))
@@ -304,14 +310,15 @@ def _judge(
     model: PrognosticModel | DiagnosticModel,
     x: torch.Tensor,
     coords: CoordSystem,
-    labels: Sequence[str],
+    labels: Mapping[str, str],
     regions: Sequence[str] | None,
     precision: str | None,
     mode: str | None,
     options: Mapping[str, Any] | None,
 ) -> list[Built]:
-    """Compile the regions no artifact can serve (opaque submodules need the
-    Dynamo path) in a session of ``JUDGE_CALLS`` calls of ``model``, as
+    """Compile the regions no artifact can serve (``labels``: why not; opaque
+    submodules, or an artifact refused) in a session of ``JUDGE_CALLS`` calls of
+    ``model``, as
     ``compile=True`` would. The session keeps their payoff figures
     (:mod:`~earth2studio_compile.artifacts.payoff`): a later process's first call
     then knows whether the compile pays within its call, and runs the region
@@ -346,7 +353,7 @@ def _judge(
             else "it saves nothing a call: compile=True runs it eagerly"
         )
         why = (
-            f"no artifact (opaque submodules need the Dynamo path); compiled and "
+            f"no artifact ({labels[r.label]}); compiled and "
             f"timed there: {figures.saved_ms:.2f} ms saved a call, "
             f"{figures.calls_per_step:g} calls a step, {figures.cost_s:.1f} s of "
             f"compiling at each process's first call; {verdict}"

@@ -184,3 +184,43 @@ def test_build_judges_a_region_no_artifact_can_serve_for_a_later_first_call(
     [r] = session.report.regions
     assert r.status == "eager" and r.executor is None, r
     assert "compiling would not pay for itself in this call" in r.reason, r.reason
+
+
+def test_build_judges_a_region_whose_artifact_is_refused(tmp_path, monkeypatch):
+    """Regression: a region refused an artifact (here a tensor held beside its
+    weights; AIFS2ENS's processor, whose attention keeps its mask so) was reported
+    "failed" with no figures, so every later process on a machine without
+    background judges compiled it at its first call to find out (a CPU run of
+    AIFS2ENS: a warm call 26 times eager's, 2026-11-30). Now build() judges it on
+    the Dynamo path, as a region with opaque submodules."""
+    import torch
+    from tiny_cores import HeldTensorCore
+
+    from earth2studio_compile import CompileSession, build, example_input, resident
+    from earth2studio_compile.tools.zoo.grid import Grid
+    from earth2studio_compile.tools.zoo.user import GridPrognostic
+
+    class HeldOffset(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.held = HeldTensorCore(32)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.held(x)
+
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_BACKGROUND", "on")
+    model = GridPrognostic(HeldOffset().eval(), ["a", "b"], Grid(16, 32))
+    [result] = build(model)
+    assert result.status == "judged", result
+    assert "neither parameters nor buffers" in result.reason, result.reason
+    assert "compiled and timed there" in result.reason, result.reason
+    resident.release()  # as a new process: no compiled code kept in this one
+    x, coords = example_input(model)
+    with CompileSession(model) as session:
+        session.expect(1)  # one step cannot pay for a compile
+        with torch.no_grad():
+            model(x, coords)
+    [r] = session.report.regions
+    assert r.status == "eager" and r.executor is None, r
+    assert "compiling would not pay for itself in this call" in r.reason, r.reason

@@ -150,13 +150,18 @@ def effective_precision(precision: str | None, device: torch.device) -> str:
     Returns
     -------
     str
-        ``precision``, else ``"tf32"`` or ``"fp32"``
+        ``precision``, else ``"tf32"`` or ``"fp32"``; ``"fp32"`` for ``"tf32"``
+        off CUDA
     """
+    if device.type != "cuda":
+        # TF32 is a CUDA matmul and convolution mode: elsewhere "tf32" computes
+        # fp32, and a CPU build(precision="tf32") serves a CPU forecast under any
+        # TF32 flags (each missed the other's artifacts and verdicts before).
+        return "fp32" if precision in (None, "tf32") else precision
     if precision is not None:
         return precision
     # Read without the legacy getters, which raise when the two APIs were mixed.
-    tf32 = device.type == "cuda" and any(_precision.tf32_enabled())
-    return "tf32" if tf32 else "fp32"
+    return "tf32" if any(_precision.tf32_enabled()) else "fp32"
 
 
 #: What the key and the runner write for an argument the core does not read.

@@ -37,8 +37,8 @@ FIGURES = ("compiled_ms", "eager_ms", "compiled_range", "eager_range", "slower")
 
 def timing_text(device: torch.device, precision: str | None) -> str:
     """What a region's timings depend on beyond the region: the device's kind (a
-    GPU by its name: another model times otherwise), torch, and the TF32 flags its
-    calls run under (:func:`~earth2studio_compile.precision.tf32_under`).
+    GPU by its name: another model times otherwise), torch, and on CUDA the TF32
+    flags its calls run under (:func:`~earth2studio_compile.precision.tf32_under`).
 
     Parameters
     ----------
@@ -50,9 +50,12 @@ def timing_text(device: torch.device, precision: str | None) -> str:
     Returns
     -------
     str
-        ``"<kind>|<torch version>|<TF32 flags>"``
+        ``"<kind>|<torch version>|<TF32 flags>"``, without the flags off CUDA
     """
-    kind = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    if device.type != "cuda":
+        # TF32 flags change nothing off CUDA: figures stand whatever they say.
+        return f"{device.type}|{torch.__version__}"
+    kind = torch.cuda.get_device_name(device)
     return f"{kind}|{torch.__version__}|{tf32_under(precision)}"
 
 

@@ -11,8 +11,9 @@ eager call on the same input, and the calls from then on run the artifact (with
 CUDA graphs on CUDA). A build that fails, or an artifact that fails verification,
 leaves the region eager with its eager results, and the report says why. Where
 an earlier process's build of the same key was refused
-(:mod:`earth2studio_compile.artifacts.refused`), no build starts: the region
-falls back to eager at its first call.
+(:mod:`earth2studio_compile.artifacts.refused`), no build starts: it declines,
+and the Dynamo path takes the region, behind its payoff gate
+(:mod:`earth2studio_compile.payoff_gate`).
 """
 
 from __future__ import annotations
@@ -129,15 +130,14 @@ class BackgroundExecutor:
         key, _ = self.target.aot_key(args, kwargs)
         why = refused.recall(aot_root(self._root), key)
         if why is not None:
-            # Not again: the same key, the same refusal, minutes of a machine shared.
-            self.not_compiled = (
+            # Not again: the same key, the same refusal, minutes of a machine
+            # shared. The Dynamo path takes it, as a region no artifact can serve:
+            # its payoff gate compiles it only where that pays within the call
+            # (before, such a region stayed eager for good: AIFS2ENS's processor).
+            raise Declined(
                 f"no ahead-of-time artifact can be built for it (an earlier build: "
-                f"{why}); {background.ENV}=off compiles it on the Dynamo path"
+                f"{why})"
             )
-            laps.lap("background_start")
-            out = _torch.call_module(self.module, args, kwargs)
-            laps.lap("first_run")
-            return out
         job = background.start(
             self._target(), args, kwargs, self._root, launch=False, key=key
         )

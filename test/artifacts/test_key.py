@@ -141,9 +141,12 @@ def test_one_artifact_serves_a_precision_however_it_was_asked_for(monkeypatch):
     flags["tf32"] = (False, False)
     assert key(None) == key("fp32") != key("tf32")
     assert key("bf16") not in {key(None), key("tf32")}
-    # On the CPU, TF32 does not apply: PyTorch's flags mean fp32.
+    # On the CPU, TF32 does not apply: PyTorch's flags and "tf32" mean fp32
+    # (regression: a CPU build(precision="tf32") was another artifact, 2026-11-30).
     flags["tf32"] = (True, True)
-    assert _keys(_target(precision=None))[1] == _keys(_target(precision="fp32"))[1]
+    on_cpu = {_keys(_target(precision=p))[1] for p in (None, "fp32", "tf32")}
+    assert len(on_cpu) == 1
+    assert _keys(_target(precision="bf16"))[1] not in on_cpu
 
 
 def test_an_input_laid_out_otherwise_is_another_artifact():

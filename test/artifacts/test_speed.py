@@ -61,20 +61,43 @@ def test_each_kind_of_device_and_torch_has_its_own_file(tmp_path, monkeypatch):
     assert speed_file(tmp_path, CPU, None) != here
 
 
-def test_figures_timed_under_other_tf32_flags_are_not_recalled(tmp_path):
-    """Eager matmuls and convolutions (and the artifact's, where its precision is
-    PyTorch's global flags) run in TF32 or not as the flags say: figures a build()
-    timed with TF32 off do not stand for a forecast with it on."""
+def _gpu(monkeypatch) -> torch.device:
+    """A CUDA device's key, on any machine: only its name is read."""
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "H100")
+    return torch.device("cuda")
+
+
+def test_figures_timed_under_other_tf32_flags_are_not_recalled(tmp_path, monkeypatch):
+    """Eager matmuls and convolutions on CUDA (and the artifact's, where its
+    precision is PyTorch's global flags) run in TF32 or not as the flags say:
+    figures a build() timed with TF32 off do not stand for a forecast with it on."""
     from earth2studio_compile.precision import scope, tf32_enabled
 
-    remember(tmp_path, CPU, None, _report())
+    gpu = _gpu(monkeypatch)
+    remember(tmp_path, gpu, None, _report())
     other = "fp32" if tf32_enabled()[0] else "tf32"
     with scope(other, CPU):
-        assert recall(tmp_path, CPU, None) is None
-    assert recall(tmp_path, CPU, None) is not None
+        assert recall(tmp_path, gpu, None) is None
+    assert recall(tmp_path, gpu, None) is not None
 
 
-def test_a_build_in_tf32_stands_for_a_forecast_under_the_tf32_flags(tmp_path):
+def test_figures_timed_on_the_cpu_stand_whatever_the_tf32_flags(tmp_path):
+    """Regression: TF32 changes nothing on the CPU, but its flags were part of the
+    figures' key, so a CPU forecast under the flags a GPU script sets missed what
+    build() timed without them and compiled the region again (2026-11-30, a CPU
+    run of the next session's calls)."""
+    from earth2studio_compile.precision import scope
+
+    with scope("fp32", CPU):
+        remember(tmp_path, CPU, None, _report())
+    with scope("tf32", CPU):
+        assert recall(tmp_path, CPU, None) is not None
+        assert recall(tmp_path, CPU, "tf32") is not None
+
+
+def test_a_build_in_tf32_stands_for_a_forecast_under_the_tf32_flags(
+    tmp_path, monkeypatch
+):
     """A region in "tf32" runs under TF32 whatever the flags outside it say: what
     build(precision="tf32") timed is recalled by a forecast whose region takes
     PyTorch's TF32 flags (regression: it was not, and every process after the
@@ -82,10 +105,11 @@ def test_a_build_in_tf32_stands_for_a_forecast_under_the_tf32_flags(tmp_path):
     by one with them off or in "fp32"."""
     from earth2studio_compile.precision import scope
 
-    remember(tmp_path, CPU, "tf32", _report())
+    gpu = _gpu(monkeypatch)
+    remember(tmp_path, gpu, "tf32", _report())
     with scope("tf32", CPU):
-        assert recall(tmp_path, CPU, None) is not None
-        assert recall(tmp_path, CPU, "fp32") is None
+        assert recall(tmp_path, gpu, None) is not None
+        assert recall(tmp_path, gpu, "fp32") is None
     with scope("fp32", CPU):
-        assert recall(tmp_path, CPU, None) is None
-        assert recall(tmp_path, CPU, "tf32") is not None
+        assert recall(tmp_path, gpu, None) is None
+        assert recall(tmp_path, gpu, "tf32") is not None

@@ -223,12 +223,15 @@ def test_a_running_forecast_launches_one_build_at_a_time(background_on, monkeypa
     assert not background.building_here()
 
 
-def test_a_core_an_earlier_build_refused_runs_eagerly_without_a_build(
+def test_a_core_an_earlier_build_refused_goes_to_the_dynamo_path_without_a_build(
     background_on, monkeypatch, logs
 ):
     """An earlier process's build of the same key was refused (DLESyM's atmosphere
-    decoder: 185 s on an H200, then refused, in every process): eager at once,
-    no build started, the reason in the report and its one WARNING."""
+    decoder: 185 s on an H200, then refused, in every process): no build starts
+    again, and the Dynamo path takes the region, as one no artifact can serve.
+    Regression: it stayed eager for good, with a WARNING, in every later process
+    (AIFS2ENS's processor and DLESyM's decoder were never compiled on a GPU);
+    the Dynamo path's payoff gate decides where the workflow told its steps."""
     from earth2studio_compile.artifacts import refused
     from earth2studio_compile.artifacts.aot_key import aot_root
 
@@ -251,9 +254,11 @@ def test_a_core_an_earlier_build_refused_runs_eagerly_without_a_build(
     assert not started
     assert all(torch.equal(o, _eager(model.core, x)) for o in outs)
     [r] = session.report.regions
-    assert r.status == "eager" and "updates its buffers in place" in r.reason, r
-    assert "no ahead-of-time artifact can be built" in r.reason, r.reason
-    assert len(messages(logs, "WARNING")) == 1, messages(logs, "WARNING")
+    assert r.status == "compiled" and r.executor == "dynamo", r
+    [declined] = [d for d in r.declined if d.startswith("background")]
+    assert "no ahead-of-time artifact can be built" in declined, r.declined
+    assert "updates its buffers in place" in declined, r.declined
+    assert not messages(logs, "WARNING"), messages(logs, "WARNING")
     assert first.report.regions[0].executor == "background"
 
 

@@ -7,8 +7,9 @@
 #   bash docs/bench/2026-11-30-h200-thirtyfifth/calls.sh "$OUT" aurora-kernels  # ~420 s
 #   bash docs/bench/2026-11-30-h200-thirtythird/calls.sh "$OUT" gpu             # ~430 s
 #   bash docs/bench/2026-11-30-h200-thirtyfifth/calls.sh "$OUT" calls sfno      # ~450 s
-#   bash docs/bench/2026-11-30-h200-thirtyfifth/calls.sh "$OUT" calls aifs2ens  # carry .whl-aifs
+#   bash docs/bench/2026-11-30-h200-thirtyfifth/calls.sh "$OUT" calls aifs2ens  # carry .whl-aifs2ens
 #   bash docs/bench/2026-11-30-h200-thirtyfifth/calls.sh "$OUT" calls fcn3      # carry .whl-fcn3
+#   bash docs/bench/2026-11-30-h200-thirtyfifth/calls.sh "$OUT" calls dlesym    # carry .whl-dlesym, .whl-dlesym-e2g
 #
 # io-first: the side-stream copy's GPU test as the first test of a fresh process,
 #   where this session's suite ran it (-n 4, worker gw3): at c7a5b5a (the file as
@@ -22,9 +23,16 @@
 # calls MODEL: issue 33's 20-step deterministic calls (never slower than eager)
 #   of a model without them yet: tools.build into a cache, then a fresh process
 #   from it (warm) and calls in one process (second), upstream eager beside each,
-#   TF32, in-memory Zarr. AIFS2ENS and FCN3 need their wheels (carry the folder
-#   .ci/fetch-aifs-wheels.sh or .ci/fetch-fcn3-wheels.sh fills, named
-#   .whl-aifs2ens or .whl-fcn3): they go into a folder of their own, as in CI.
+#   TF32, in-memory Zarr. AIFS2ENS, FCN3 and DLESyM need their wheels (carry the
+#   folders .ci/fetch-aifs-wheels.sh, fetch-fcn3-wheels.sh or fetch-dlesym-wheels.sh
+#   fill, named .whl-aifs2ens, .whl-fcn3 or .whl-dlesym; DLESyM also the earth2grid
+#   wheel for the device's torch in .whl-dlesym-e2g, which .ci/build-earth2grid.sh
+#   builds on the device, ~140 s, as the twenty-sixth did): each model's go into a
+#   folder of their own, as in CI. AIFS2ENS and DLESyM check this session's change
+#   (a region refused an artifact takes the Dynamo path behind its payoff gate,
+#   and build() judges it): expected, build's line "judged" for AIFS2ENS's
+#   processor and DLESyM's atmosphere decoder, and the warm row's report saying
+#   whether each compiles or runs eagerly, and why.
 set -uo pipefail
 out="$1"
 phase="$2"
@@ -54,11 +62,12 @@ case "$phase" in
     ;;
   calls)
     model="$3"
-    if test -d ".whl-$model"; then
+    for extra in ".whl-$model" ".whl-$model"-*; do
+      test -d "$extra" || continue
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-        --upgrade --target "/tmp/$model" ".whl-$model"/*.whl
-      export PYTHONPATH="/tmp/$model:$PYTHONPATH"
-    fi
+        --upgrade --target "/tmp/$model" "$extra"/*.whl
+    done
+    if test -d "/tmp/$model"; then export PYTHONPATH="/tmp/$model:$PYTHONPATH"; fi
     rm -rf "/tmp/built-$model"
     EARTH2STUDIO_COMPILE_CACHE="/tmp/built-$model" timeout 250 python3 -m \
       earth2studio_compile.tools.build "$model" --size full --precision tf32 \
