@@ -42,11 +42,20 @@ _JAX = "JAX model (already XLA-compiled by jax.jit): torch.compile cannot trace 
 # Spherical-harmonic transforms: complex64 FFT work that Inductor cannot compile on
 # CUDA with torch-harmonics < 0.9.3 (KeyError: 'complex64'); they stay eager.
 _SHT = ("RealSHT", "InverseRealSHT", "DistributedRealSHT", "DistributedInverseRealSHT")
+# The wrappers run the network under 16-bit autocast and hand the processor
+# 16-bit tensors: "fp32" and "tf32" turn autocast off inside a region, where the
+# processor's fp32 weights then refuse them (2026-11-30, CPU: the first call
+# raised, compiled and eagerly, and build() could not judge the region).
+_AUTOCAST_OWN = (
+    "it turns off the wrapper's 16-bit autocast inside the region, whose inputs "
+    "arrive in 16 bits"
+)
 _AIFS = ModelSpec(
     regions=("model.model.processor",),
     # The graph encoder and decoder, with their trainable node and edge tensors,
     # stay eager by choice: a subclass (the zoo's small grid) is still this model.
     covers=("model",),
+    precisions_refused={"fp32": _AUTOCAST_OWN, "tf32": _AUTOCAST_OWN},
     note="anemoi transformer processor; graph encoder/decoder stay eager "
     "(anemoi aliases forward and calls predict_step, bypassing outer __call__)",
 )

@@ -93,6 +93,39 @@ def test_a_fresh_aifs2ens_compiles_at_its_first_call(logs):
         assert rel_l2(compiled[step], eager[step]) < REL_L2, f"step {step}"
 
 
+@pytest.mark.parametrize("precision", ["tf32", "fp32"])
+def test_aifs2ens_asked_for_tf32_or_fp32_keeps_its_own_autocast(precision, logs):
+    """Regression: "tf32" and "fp32" turn autocast off inside a region, but the
+    wrapper runs the network under 16-bit autocast and hands the processor 16-bit
+    tensors: the first call raised, compiled and eagerly ("mat1 and mat2 must have
+    the same dtype"), and fell back with a WARNING; ``tools.build aifs2ens
+    --precision tf32`` left the processor "not judged" (2026-11-30, CPU). The
+    table refuses both for AIFS: one WARNING, PyTorch's settings, and the
+    processor compiles and gives eager's answer."""
+    import torch
+
+    from earth2studio_compile import CompileSession
+    from earth2studio_compile.tools.bench.runs import initial_state
+
+    model = zoo.build("aifs2ens")
+    eager, _ = held_rollout(model, nsteps=2, compile=False)
+    eager = [y.clone() for y in eager]
+    torch.manual_seed(0)
+    x, coords = initial_state(model, torch.device("cpu"))
+    with CompileSession(model, precision=precision) as session:
+        compiled = []
+        for step, (y, _) in enumerate(model.create_iterator(x, coords)):
+            compiled.append(y.clone())
+            if step == 2:
+                break
+    region = _check_region(session.report, nsteps=2)
+    assert region.precision is None, session.report.summary()
+    [warning] = messages(logs, "WARNING")
+    assert f"does not run in {precision}" in warning, warning
+    for step in (1, 2):
+        assert rel_l2(compiled[step], eager[step]) < REL_L2, f"step {step}"
+
+
 def test_the_noise_moves_aifs2ens_past_the_tolerance():
     """Eager steps from two noise seeds differ by far more than the tolerance: a
     compiled processor that lost or froze the noise would fail the tests above."""
