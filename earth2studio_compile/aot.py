@@ -318,8 +318,7 @@ def _judge(
 ) -> list[Built]:
     """Compile the regions no artifact can serve (``labels``: why not; opaque
     submodules, or an artifact refused) in a session of ``JUDGE_CALLS`` calls of
-    ``model``, as
-    ``compile=True`` would. The session keeps their payoff figures
+    ``model``, as ``compile=True`` would. The session keeps their payoff figures
     (:mod:`~earth2studio_compile.artifacts.payoff`): a later process's first call
     then knows whether the compile pays within its call, and runs the region
     eagerly where it cannot, instead of compiling to find out; Inductor's cache is
@@ -353,8 +352,8 @@ def _judge(
             else "it saves nothing a call: compile=True runs it eagerly"
         )
         why = (
-            f"no artifact ({labels[r.label]}); compiled and "
-            f"timed there: {figures.saved_ms:.2f} ms saved a call, "
+            f"no artifact ({labels[r.label]}); compiled and timed there: "
+            f"{figures.saved_ms:.2f} ms saved a call, "
             f"{figures.calls_per_step:g} calls a step, {figures.cost_s:.1f} s of "
             f"compiling at each process's first call; {verdict}"
         )
