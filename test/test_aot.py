@@ -160,9 +160,7 @@ def test_build_judges_a_region_no_artifact_can_serve_for_a_later_first_call(
     later process's first call knows whether compiling pays within its call
     (ACE2 at published size: slower compiled in a fresh process; before, build()
     skipped it and every fresh process compiled to find out)."""
-    import torch
-
-    from earth2studio_compile import CompileSession, build, example_input, resident
+    from earth2studio_compile import build
     from earth2studio_compile.tools import zoo
 
     monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
@@ -175,15 +173,7 @@ def test_build_judges_a_region_no_artifact_can_serve_for_a_later_first_call(
     assert result.status == "judged", result
     assert "compiled and timed there" in result.reason, result.reason
     assert (tmp_path / "aot" / "payoff").is_dir()
-    resident.release()  # as a new process: no compiled code kept in this one
-    x, coords = example_input(model)
-    with CompileSession(model) as session:
-        session.expect(1)  # one step cannot pay for a compile
-        with torch.no_grad():
-            model(x, coords)
-    [r] = session.report.regions
-    assert r.status == "eager" and r.executor is None, r
-    assert "compiling would not pay for itself in this call" in r.reason, r.reason
+    _a_later_one_step_call_runs_it_eagerly(model)
 
 
 def test_build_judges_a_region_whose_artifact_is_refused(tmp_path, monkeypatch):
@@ -196,7 +186,7 @@ def test_build_judges_a_region_whose_artifact_is_refused(tmp_path, monkeypatch):
     import torch
     from tiny_cores import HeldTensorCore
 
-    from earth2studio_compile import CompileSession, build, example_input, resident
+    from earth2studio_compile import build
     from earth2studio_compile.tools.zoo.grid import Grid
     from earth2studio_compile.tools.zoo.user import GridPrognostic
 
@@ -215,10 +205,20 @@ def test_build_judges_a_region_whose_artifact_is_refused(tmp_path, monkeypatch):
     assert result.status == "judged", result
     assert "neither parameters nor buffers" in result.reason, result.reason
     assert "compiled and timed there" in result.reason, result.reason
-    resident.release()  # as a new process: no compiled code kept in this one
+    _a_later_one_step_call_runs_it_eagerly(model)
+
+
+def _a_later_one_step_call_runs_it_eagerly(model) -> None:
+    """As a new process with build()'s figures: one step cannot pay for the
+    compile, so the region runs eagerly from its first call."""
+    import torch
+
+    from earth2studio_compile import CompileSession, example_input, resident
+
+    resident.release()  # no compiled code kept in this process
     x, coords = example_input(model)
     with CompileSession(model) as session:
-        session.expect(1)  # one step cannot pay for a compile
+        session.expect(1)
         with torch.no_grad():
             model(x, coords)
     [r] = session.report.regions
