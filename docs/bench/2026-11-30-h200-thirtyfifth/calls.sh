@@ -10,6 +10,7 @@
 #   bash docs/bench/2026-11-30-h200-thirtyfifth/calls.sh "$OUT" calls aifs2ens  # carry .whl-aifs2ens
 #   bash docs/bench/2026-11-30-h200-thirtyfifth/calls.sh "$OUT" calls fcn3      # carry .whl-fcn3
 #   bash docs/bench/2026-11-30-h200-thirtyfifth/calls.sh "$OUT" calls dlesym    # carry .whl-dlesym, .whl-dlesym-e2g
+#   bash docs/bench/2026-11-30-h200-thirtyfifth/calls.sh "$OUT" fcn-ens-async   # ~500 s
 #
 # io-first: the side-stream copy's GPU test as the first test of a fresh process,
 #   where this session's suite ran it (-n 4, worker gw3): at c7a5b5a (the file as
@@ -33,6 +34,13 @@
 #   and build() judges it): expected, build's line "judged" for AIFS2ENS's
 #   processor and DLESyM's atmosphere decoder, and the warm row's report saying
 #   whether each compiles or runs eagerly, and why.
+# fcn-ens-async: issue 34's FCN ensemble on AsyncZarrBackend alone and through our
+#   OverlappedIO (--io overlapped-async), eager and compile=True, from the cache
+#   tools.build left: compile=True on AsyncZarrBackend stood at 0.89-1.05x
+#   upstream's eager over nine records (0.93x this session); for_compiled_call
+#   leaves that backend unwrapped. If compile=True through OverlappedIO(Async...)
+#   beats upstream eager there by more than its spread, for_compiled_call should
+#   wrap it too.
 set -uo pipefail
 out="$1"
 phase="$2"
@@ -81,5 +89,13 @@ case "$phase" in
       >"$out/$model-calls.log" 2>&1
     sed -n '/Whole call/,/^$/p' "$out/$model-calls.log"
     ;;
-  *) echo "phase: io-first, aurora-kernels or calls MODEL" >&2; exit 2 ;;
+  fcn-ens-async)
+    bash docs/bench/2026-11-27-h100-twelfth/next_calls.sh "$out" build fcn
+    timeout 480 python3 -m earth2studio_compile.tools.bench workflow --jobs fcn-ens \
+      --io async-zarr,overlapped-async --ways warm --fresh-repeats 2 \
+      --source prefetched --cache-from /tmp/built-fcn --deadline 460 \
+      --json "$out/fcn-ens-async.json" --workdir /tmp/wf >"$out/fcn-ens-async.log" 2>&1
+    sed -n '/Whole call/,/^$/p' "$out/fcn-ens-async.log"
+    ;;
+  *) echo "phase: io-first, aurora-kernels, calls MODEL or fcn-ens-async" >&2; exit 2 ;;
 esac

@@ -23,10 +23,11 @@ Each fresh compiled row is paired with a fresh eager process of upstream's workf
 on the same job, storage and precision (run just before the cold row); each compiled
 call of ``second`` with the eager call before it (:mod:`.workflow_tables`). Rows per
 job, precision and IO backend (``zarr-disk``: ``ZarrBackend`` on a path;
-``memory-zarr``: one in memory; ``async-zarr``: ``AsyncZarrBackend``; ``overlapped``
-and ``overlapped-memory``: ``OverlappedIO`` around the first two, whose compiled rows
-pair with upstream eager on the backend they wrap and, beside it, with eager through
-the same ``OverlappedIO``: how much of the gain is writing, how much compiling),
+``memory-zarr``: one in memory; ``async-zarr``: ``AsyncZarrBackend``; ``overlapped``,
+``overlapped-memory`` and ``overlapped-async``: ``OverlappedIO`` around the first
+three, whose compiled rows pair with upstream eager on the backend they wrap and,
+beside it, with eager through the same ``OverlappedIO``: how much of the gain is
+writing, how much compiling),
 then per job and precision the floors (:mod:`.calls`): ``N x`` the compiled step,
 and the store's bytes written with ``numpy.save`` from ``--writers`` threads (8 by
 default, as many as ``AsyncZarrBackend`` uses; one writer is timed too). Jobs:
@@ -108,9 +109,10 @@ EXCEPTION = re.compile(r"^[\w.]*(Error|Exception|Interrupt)\b")
 def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
     """The children, in order: per job, precision and IO the eager fresh process,
     the cold and warm compiled ones and the second-call one; the floors after the
-    first IO's. An ``OverlappedIO`` (``overlapped``, ``overlapped-memory``) has its
-    eager fresh process (eager + OverlappedIO: our IO path alone) after upstream's
-    eager one on the backend it wraps, unless that ran already.
+    first IO's. An ``OverlappedIO`` (``overlapped``, ``overlapped-memory``,
+    ``overlapped-async``) has its eager fresh process (eager + OverlappedIO: our IO
+    path alone) after upstream's eager one on the backend it wraps, unless that
+    ran already.
 
     With ``--fresh-repeats N`` each row runs once in that order, then rounds 2..N
     follow per job and precision, each round its IOs' eager, cold, warm and

@@ -72,9 +72,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--io",
         default=",".join(DEFAULT_IOS),
-        help=f"comma-separated IO backends: {', '.join(IOS)}; overlapped and "
-        "overlapped-memory are our OverlappedIO around zarr-disk and memory-zarr, "
-        "each also run eagerly, and upstream eager on the backend they wrap "
+        help=f"comma-separated IO backends: {', '.join(IOS)}; overlapped, "
+        "overlapped-memory and overlapped-async are our OverlappedIO around "
+        "zarr-disk, memory-zarr and async-zarr, each also run eagerly, and "
+        "upstream eager on the backend they wrap "
         f"(default {','.join(DEFAULT_IOS)})",
     )
     p.add_argument(

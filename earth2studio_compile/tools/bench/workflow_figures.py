@@ -29,6 +29,7 @@ _IOS = {
     "overlapped": "OverlappedIO(ZarrBackend (disk))",
     "memory-zarr": "ZarrBackend (memory)",
     "overlapped-memory": "OverlappedIO(ZarrBackend (memory))",
+    "overlapped-async": "OverlappedIO(AsyncZarrBackend (disk))",
 }
 
 

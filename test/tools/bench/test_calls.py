@@ -228,3 +228,23 @@ def test_overlapped_rows_take_the_max_pending_they_were_given(tmp_path):
     finally:
         default.close()
         given.close()
+
+
+def test_an_overlapped_async_row_writes_through_overlappedio_into_asynczarr(tmp_path):
+    """``overlapped-async``: our OverlappedIO around upstream's AsyncZarrBackend,
+    eager and compiled (whether compile=True should wrap that backend too): the
+    same store as upstream's eager call on the backend alone."""
+    from earth2studio_compile.tools.bench import calls
+
+    base = {"model": "fcn", "size": "small", "device": "cpu", "precision": "tf32"}
+    det = base | {"workflow": "deterministic", "steps": 2, "members": 1}
+    det |= {"batch_size": 1, "kind": "fresh"}
+    spec = det | {"io": "async-zarr", "run": "eager"}
+    (alone,) = calls.run(spec, tmp_path / "alone.json", tmp_path)
+    assert alone["store_bytes"] > calls.store_bytes(det, _small_fcn()) // 2
+    for run in ("eager", "compiled"):
+        spec = det | {"io": "overlapped-async", "run": run}
+        (row,) = calls.run(spec, tmp_path / f"{run}.json", tmp_path)
+        assert row["store_bytes"] == alone["store_bytes"], run
+        assert row["max_pending"] == 2 and row["host_bytes"] > 0
+    assert calls.OVERLAPPED["overlapped-async"] == "async-zarr"
