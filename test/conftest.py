@@ -260,10 +260,10 @@ class FailingBackend:
         return gm.forward
 
 
-def run_inputs(core: torch.nn.Module, inputs: list, **session_kwargs):
-    """Call ``core.net`` on each input in a session; check every output against eager.
+def session_calls(core: torch.nn.Module, inputs: list, **session_kwargs) -> tuple:
+    """Call ``core`` on each input eagerly, then in a session compiling ``core.net``.
 
-    Returns the session's single region report.
+    Returns the eager outputs, the session's outputs and the session.
     """
     from earth2studio_compile import CompileSession
 
@@ -272,6 +272,15 @@ def run_inputs(core: torch.nn.Module, inputs: list, **session_kwargs):
     with CompileSession(core, regions=("net",), **session_kwargs) as session:
         with torch.no_grad():
             outs = [core(x) for x in inputs]
+    return expected, outs, session
+
+
+def run_inputs(core: torch.nn.Module, inputs: list, **session_kwargs):
+    """Call ``core.net`` on each input in a session; check every output against eager.
+
+    Returns the session's single region report.
+    """
+    expected, outs, session = session_calls(core, inputs, **session_kwargs)
     for out, ref in zip(outs, expected):
         torch.testing.assert_close(out, ref)
     return session.report.regions[0]

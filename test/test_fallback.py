@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import FailingBackend, eager_backend, messages
+from conftest import FailingBackend, eager_backend, messages, session_calls
 from tiny_cores import Holds
 
 from earth2studio_compile import CompileSession
@@ -63,14 +63,10 @@ def test_a_precision_that_fails_eagerly_too_falls_back_to_the_callers(logs):
                 raise ValueError(f"Expected the dtype to be float32, got {y.dtype}")
             return y
 
-    owner, x = Holds(Refuses()), torch.randn(2, 4)
-    with torch.no_grad():
-        want = owner(x)
-    with CompileSession(
-        owner, regions=("net",), backend=eager_backend, precision="bf16"
-    ) as session:
-        with torch.no_grad():
-            got = [owner(x) for _ in range(2)]
+    x = torch.randn(2, 4)
+    [want, _], got, session = session_calls(
+        Holds(Refuses()), [x, x], backend=eager_backend, precision="bf16"
+    )
     assert all(torch.equal(g, want) for g in got)
     region = session.report.regions[0]
     assert region.status == "eager" and region.precision is None, region

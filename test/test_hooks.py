@@ -81,19 +81,13 @@ def test_a_bf16_session_sets_physicsnemos_amp_mode_and_puts_it_back():
     """Regression: StormCast with precision="bf16" raised at its first call, and
     its eager fallback (in bf16 too) raised again (2026-11-30, CPU): bf16 is
     autocast, which PhysicsNeMo's layers refuse without ``amp_mode``."""
-    from conftest import eager_backend
+    from conftest import eager_backend, session_calls
     from tiny_cores import Holds
 
-    from earth2studio_compile import CompileSession
-
     owner, x = Holds(_AmpChecked()), torch.randn(2, 4)
-    with torch.no_grad():
-        want = owner(x)
-    with CompileSession(
-        owner, regions=("net",), backend=eager_backend, precision="bf16"
-    ) as session:
-        with torch.no_grad():
-            got = [owner(x) for _ in range(2)]
+    [want, _], got, session = session_calls(
+        owner, [x, x], backend=eager_backend, precision="bf16"
+    )
     assert session.report.regions[0].status == "compiled", session.report.summary()
     assert all(g.dtype == torch.float32 for g in got)
     assert (got[0] - want).norm() / want.norm() < 3e-2
