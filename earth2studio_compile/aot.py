@@ -286,7 +286,7 @@ def build(
                 # As in a forecast: the region compiles on the Dynamo path, and a
                 # later process's first call asks its figures whether that pays.
                 logger.info(f"No artifact for {label}: {err}")
-                dynamo[label] = str(err).removesuffix(" It stays on the Dynamo path.")
+                dynamo[label] = err.reason
                 continue
             except Exception as err:  # one region's failure must not stop the others
                 logger.warning(f"Could not build {label} ahead of time: {err}")

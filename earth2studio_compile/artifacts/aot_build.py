@@ -294,7 +294,7 @@ def build_region(
             directory,
             key,
             f"{label} updates its buffers or inputs in place; ahead-of-time "
-            "artifacts bind buffers read-only. It stays on the Dynamo path.",
+            "artifacts bind buffers read-only.",
         )
     live = live_tensors(module)
     # Made by the core's code, the same in every process for these shapes: kept
@@ -313,7 +313,7 @@ def build_region(
             key,
             f"{label} computes with tensors that are neither parameters nor "
             f"buffers ({', '.join(strays[:3])}); they could not be bound from the "
-            "live model. It stays on the Dynamo path.",
+            "live model.",
         )
     with store.staged(directory) as tmp:
         start = time.perf_counter()

@@ -31,7 +31,18 @@ __all__ = ["Refused", "recall", "refuse_artifact", "refused_path", "remember"]
 
 class Refused(RuntimeError):
     """The core cannot be built ahead of time for its key, in any process (the
-    Dynamo path still compiles it)."""
+    Dynamo path still compiles it).
+
+    Parameters
+    ----------
+    reason : str
+        Why, as a sentence: what :func:`remember` keeps and a build's report says
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"{reason} It stays on the Dynamo path.")
+        #: Why, without what follows from it.
+        self.reason = reason
 
 
 def refused_path(aot: Path, key: str) -> Path:
@@ -63,7 +74,7 @@ def remember(aot: Path, key: str, reason: str) -> None:
     key : str
         The artifact's key
     reason : str
-        The refusal, as :class:`Refused` said it
+        The refusal, as :attr:`Refused.reason` says it
     """
     keep_reason(refused_path(aot, key), reason, f"the refusal of {key}")
 
