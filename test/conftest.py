@@ -105,6 +105,17 @@ def strict_fp32():
 
 
 @pytest.fixture
+def same_speed(monkeypatch):
+    """The speed probe times every call alike: compiled code never judged slower.
+    For tests of what compiles and what it computes, not of this CPU's verdict
+    (CI's once found a built Aurora stage slower than eager and ran it eagerly;
+    StormCast's denoiser is called often enough in two steps to be judged)."""
+    from earth2studio_compile.probe import SpeedProbe
+
+    monkeypatch.setattr(SpeedProbe, "clock", staticmethod(lambda: 0.0))
+
+
+@pytest.fixture
 def logs():
     """Loguru records emitted during the test."""
     records: list = []

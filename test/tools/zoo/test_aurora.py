@@ -201,18 +201,15 @@ def test_held_aurora_outputs_are_not_overwritten():
     )
 
 
-def test_aurora_survives_cuda_graph_trees_shared_pool(monkeypatch):
+def test_aurora_survives_cuda_graph_trees_shared_pool(monkeypatch, same_speed):
     """Compiled Aurora gave other answers than eager on an H200 (2026-11-29), each
     region alone right: not from the regions' outputs living in one CUDA-graph
     pool that any later region call overwrites (emulated here, NaN), over enough
     steps for the speed probe's eager calls to interleave; eager's answer bit for
     bit."""
-    from earth2studio_compile.probe import SpeedProbe
-
     pool = shared_pool(monkeypatch)
-    # Every call timed alike: the probe interleaves its eager calls and keeps the
-    # regions compiled, whatever the stand-in's own clones cost.
-    monkeypatch.setattr(SpeedProbe, "clock", staticmethod(lambda: 0.0))
+    # Every call timed alike (same_speed): the probe interleaves its eager calls
+    # and keeps the regions compiled, whatever the stand-in's own clones cost.
     report, worst = compiled_workflow_matches_eager(
         zoo.build("aurora"), nsteps=10, tolerance=0.0, restart=_restart
     )
@@ -221,7 +218,7 @@ def test_aurora_survives_cuda_graph_trees_shared_pool(monkeypatch):
         assert region.executor == "graphs" and region.eager_ms is not None
 
 
-def test_a_built_aurora_serves_compile_true(monkeypatch, tmp_path):
+def test_a_built_aurora_serves_compile_true(monkeypatch, tmp_path, same_speed):
     """``build()`` (what ``tools.build aurora`` runs), then ``compile=True``: every
     stage runs its artifact. Before, none did: the build's key said ``fp32`` and
     the call's ``global:fp32`` (the same computation), and the two stages with a
@@ -229,9 +226,6 @@ def test_a_built_aurora_serves_compile_true(monkeypatch, tmp_path):
     cached it: AOTInductor names it anew). Every call timed alike: what is tested
     is the keys, not this CPU's verdict (CI's once judged a shifted-window stage's
     artifact slower than eager, 192 against 132 ms, and the stage ran eagerly)."""
-    from earth2studio_compile.probe import SpeedProbe
-
-    monkeypatch.setattr(SpeedProbe, "clock", staticmethod(lambda: 0.0))
     monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
     model = zoo.build("aurora")
     start = {"state": {k: v.clone() for k, v in model.state_dict().items()}}

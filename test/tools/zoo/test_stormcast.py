@@ -43,7 +43,7 @@ def _check_regions(report, nsteps: int) -> dict:
     return regions
 
 
-def test_compiled_stormcast_matches_eager_both_unets_compiled(logs):
+def test_compiled_stormcast_matches_eager_both_unets_compiled(logs, same_speed):
     report, _ = compiled_workflow_matches_eager(
         zoo.build("stormcast"), nsteps=2, tolerance=REL_L2
     )
@@ -51,7 +51,7 @@ def test_compiled_stormcast_matches_eager_both_unets_compiled(logs):
     assert not messages(logs, "WARNING"), messages(logs, "WARNING")
 
 
-def test_held_stormcast_outputs_are_not_overwritten():
+def test_held_stormcast_outputs_are_not_overwritten(same_speed):
     held_outputs_match_eager(zoo.build("stormcast"), nsteps=2, tolerance=REL_L2)
 
 
