@@ -155,6 +155,12 @@ class FirstCallAhead(FirstCall):
         )
         return out
 
+    def wait_ahead(self) -> None:
+        """Return once the first call ahead, if one was started, has ended; the
+        region's next call takes its result."""
+        if self._ahead is not None:
+            wait([self._ahead])
+
     def _join_ahead(self) -> None:
         ahead, self._ahead = self._ahead, None
         if ahead is None:

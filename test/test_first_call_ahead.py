@@ -58,6 +58,45 @@ def test_a_later_session_runs_its_first_call_ahead_on_made_up_inputs(
     assert r.phases["ahead_wait"] >= 0.0 and r.first_call_seconds > 0
 
 
+def test_the_first_call_ahead_thread_ends_with_its_last_first_call(
+    monkeypatch, tmp_path
+):
+    """The thread ends once its first calls have, not when the session closes.
+    Regression: it lived through the workflow's steps with the OpenMP team its CPU
+    kernels had made; more OpenMP threads than cores made libgomp's threads sleep
+    between parallel regions instead of spinning, and every CPU step of the call
+    waited to wake them (DLESyM small on 2 cores: the first compiled call 1.45 s,
+    eager 0.84)."""
+    import threading
+
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
+    seen: list = []
+    aot_stand_in(monkeypatch, seen)
+    core, x = zoo.ToyCore(4, 8).eval(), torch.randn(2, 4, 8, 8)
+    with CompileSession(core, regions=("net",), probe=False):
+        with torch.no_grad():
+            core.net(x)
+    seen.clear()
+
+    def ahead_threads() -> list[str]:
+        return [
+            t.name
+            for t in threading.enumerate()
+            if t.name.startswith("first call ahead")
+        ]
+
+    with CompileSession(core, regions=("net",), probe=False) as session:
+        session.ahead()
+        deadline = time.monotonic() + 10.0
+        while ahead_threads() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not ahead_threads(), "the first call ahead's thread outlived its work"
+        with torch.no_grad():
+            core.net(x)
+    assert seen and seen[0].thread.startswith("first call ahead")
+    assert session.report.regions[0].status == "compiled"
+
+
 def test_calls_while_the_first_call_ahead_runs_are_eager_and_do_not_wait(
     monkeypatch, tmp_path
 ):

@@ -10,7 +10,7 @@ from typing import Any
 from earth2studio_compile.tools.bench.calls import IOS, PRECISIONS, SOURCES
 from earth2studio_compile.tools.bench.floors import FLOOR_WRITERS
 
-__all__ = ["DEFAULT_IOS", "JOBS", "WAYS", "job_spec", "parse"]
+__all__ = ["DEFAULT_IOS", "JOBS", "NO_WORKFLOW", "WAYS", "job_spec", "parse"]
 
 #: Named jobs: the workflow, the model, steps, members, members per batch and the
 #: variables written (``few``: three, ``all``: every one).
@@ -229,6 +229,16 @@ def _listed(
     return list(dict.fromkeys(chosen))
 
 
+# Models upstream's workflows cannot store, eager too, and what times them instead:
+# the workflow sizes its store from one step's lead times, and DLESyM's iterator
+# yields the initial context's at step 0 and sixteen a step after ("could not
+# broadcast input array from shape (1,0,...)", checked 2026-11-29 and 2026-11-30).
+NO_WORKFLOW = {
+    "dlesym": "docs/bench/2026-11-29-h200-twentyseventh/dlesym_calls.py times the "
+    "loop of Earth2Studio's DLESyM example instead",
+}
+
+
 def job_spec(
     p: argparse.ArgumentParser, name: str, args: argparse.Namespace
 ) -> dict[str, Any]:
@@ -244,6 +254,11 @@ def job_spec(
     else:
         p.error(
             f"--jobs: unknown {name!r}; use {', '.join(JOBS)}, det:MODEL or ens:MODEL"
+        )
+    if job["model"] in NO_WORKFLOW:
+        p.error(
+            f"--jobs: {name!r}: upstream's workflows cannot store "
+            f"{job['model']}'s outputs, eager too; {NO_WORKFLOW[job['model']]}"
         )
     job["job"] = name
     job.setdefault("members", 1)

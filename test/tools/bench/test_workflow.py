@@ -65,6 +65,11 @@ def test_workflow_plan_pairs_and_shares_caches():
             "--jobs: unknown 'gfs'; use fcn, dlwp-ens, dlwp-ens-all, fcn-ens, "
             "det:MODEL",
         ),
+        (
+            ["--jobs", "det:dlesym"],
+            "--jobs: 'det:dlesym': upstream's workflows cannot store dlesym's "
+            "outputs, eager too; docs/bench/2026-11-29-h200-twentyseventh/dlesym_",
+        ),
         (["--precision", "fp16"], "--precision: unknown 'fp16'"),
         (["--steps", "0"], "--steps must be >= 1, not 0"),
         (["--device", "tpu"], "--device must be cuda or cpu"),
