@@ -1,22 +1,19 @@
 """The docs' figure blocks (:mod:`.figures` renders them): each block's name, the
 one document that holds it, its JSON files under ``docs/bench/`` and its renderer.
-A new run adds its JSON and a :class:`Figure` here, and a block to its document.
+A new run adds its JSON and a :class:`~.figure_block.Figure` here (docs/models.md's
+in :mod:`.figure_catalog_models`), and a block to its document.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from earth2studio_compile.tools.bench.model_runs import model_runs
+from earth2studio_compile.tools.bench.figure_block import Figure
+from earth2studio_compile.tools.bench.figure_catalog_models import MODEL_FIGURES
 from earth2studio_compile.tools.bench.tables import (
-    Renderer,
     cluster,
     e2e_profile,
     e2e_writers,
     kernels,
-    loop_calls,
     overlap,
-    region_probes,
     rollouts,
     second_call,
     warm_phases,
@@ -28,29 +25,6 @@ from earth2studio_compile.tools.bench.workflow_figures import (
     workflow_phases,
     workflow_threads,
 )
-
-
-@dataclass(frozen=True)
-class Figure:
-    """One rendered block: the JSON files it shows and how.
-
-    Parameters
-    ----------
-    name : str
-        The block's name in ``<!-- figures:NAME -->``
-    doc : str
-        The one file, relative to the repository root, that holds the block
-    sources : tuple[str, ...]
-        JSON files, relative to ``docs/bench/``
-    render : Renderer
-        Loaded sources in order -> the Markdown table(s)
-    """
-
-    name: str
-    doc: str
-    sources: tuple[str, ...]
-    render: Renderer
-
 
 _H23 = "2026-11-23-h100/"
 PERF = "docs/performance.md"
@@ -86,9 +60,6 @@ _RUNS_SEVENTH = tuple(
         "fcn-ens-pinned-async-9192b86.json",
     )
 )
-_NINTH = "2026-11-27-h100-ninth/"
-_TENTH = "2026-11-27-h100-tenth/"
-_ELEVENTH = "2026-11-27-h100-eleventh/"
 _TWELFTH = "2026-11-27-h100-twelfth/"
 _RUNS_TWELFTH = tuple(
     _TWELFTH + f
@@ -196,36 +167,8 @@ _TWENTYFIFTH = "2026-11-29-h200-twentyfifth/"
 _RUNS_TWENTYFIFTH = (_TWENTYFIFTH + "fcn-ens-cddd604.json",)
 _TWENTYSIXTH = "2026-11-29-h200-twentysixth/"
 _RUNS_TWENTYSIXTH = (_TWENTYSIXTH + "fcn-ens-5562bf9.json",)
-_TWENTYSEVENTH = "2026-11-29-h200-twentyseventh/"
-_RUNS_TWENTYSEVENTH = (
-    _TWENTYSEVENTH + "stormcast-calls-70e27ba.json",
-    _TWENTYSEVENTH + "ace2-calls-ee629a8.json",
-)
-_TWENTYEIGHTH = "2026-11-29-h200-twentyeighth/"
-_RUNS_TWENTYEIGHTH = (_TWENTYEIGHTH + "ace2-calls-951fbda.json",)
-_DLESYM_TWENTYEIGHTH = (
-    _TWENTYEIGHTH + "dlesym-calls-951fbda.json",
-    _TWENTYEIGHTH + "dlesym-built-951fbda.json",
-    _TWENTYEIGHTH + "dlesym-built-f9b0996.json",
-)
-_TWENTYNINTH = "2026-11-29-h200-twentyninth/"
-_RUNS_TWENTYNINTH = (
-    _TWENTYNINTH + "ace2-calls-740bdf0.json",
-    _TWENTYNINTH + "ace2-built-calls-c73fbe3.json",
-)
-_THIRTYTHIRD = "2026-11-30-h200-thirtythird/"
-_THIRTYFOURTH = "2026-11-30-h200-thirtyfourth/"
 _THIRTYFIFTH = "2026-11-30-h200-thirtyfifth/"
-# The rollouts at c7a5b5a ran with the Dynamo first-call check (3ce0d02): the
-# thirty-fourth's bf16 rollout at 2183afa, without it, is kept in its README.
-_AURORA_BF16 = (_THIRTYFIFTH + "aurora-bf16-c7a5b5a.json",)
-_AURORA_TF32 = (_THIRTYFIFTH + "aurora-tf32-c7a5b5a.json",)
 _RUNS_THIRTYFIFTH = (_THIRTYFIFTH + "fcn-ens-c7a5b5a.json",)
-_AURORA_THIRTYTHIRD = (
-    _THIRTYTHIRD + "aurora-cold-0efea4c.json",
-    _THIRTYTHIRD + "aurora-calls-0efea4c.json",
-)
-MODELS = "docs/models.md"
 FIGURES: tuple[Figure, ...] = (
     Figure(
         "workflow",
@@ -417,42 +360,6 @@ FIGURES: tuple[Figure, ...] = (
         ),
         rollouts(),
     ),
-    Figure(
-        "models-published",
-        MODELS,
-        (_NINTH + "aurora-rollout-b3a8d58.json", _NINTH + "stormcast-aot-b3a8d58.json"),
-        rollouts(forecast=20),
-    ),
-    Figure(
-        "models-kernels",
-        MODELS,
-        tuple(
-            _NINTH + f"kernels-{m}-tf32-b3a8d58.json"
-            for m in ("aurora-eager", "stormcast-eager", "stormcast-compiled")
-        ),
-        kernels,
-    ),
-    Figure(
-        "models-aurora-calls",
-        MODELS,
-        (_NINTH + "aurora-second-b3a8d58.json",),
-        workflow,
-    ),
-    Figure(
-        "models-stormcast-layout",
-        MODELS,
-        tuple(
-            _TENTH + f"kernels-stormcast-compiled-tf32{tail}-12b5754.json"
-            for tail in ("", "-layout-off")
-        ),
-        kernels,
-    ),
-    Figure(
-        "models-aurora-built",
-        MODELS,
-        (_ELEVENTH + "aurora-built-174aaeb.json",),
-        workflow,
-    ),
     Figure("ensembles-h100-twelfth", PERF, _RUNS_TWELFTH, workflow),
     Figure("ensembles-h100-twelfth-floors", PERF, _RUNS_TWELFTH, workflow_floors),
     Figure("ensembles-h100-twelfth-first", PERF, _RUNS_TWELFTH, workflow_first_steps),
@@ -519,22 +426,6 @@ FIGURES: tuple[Figure, ...] = (
         _RUNS_TWENTYTHIRD,
         workflow_first_steps,
     ),
-    Figure(
-        "models-runs",
-        MODELS,
-        # Aurora's rollouts before the thirty-fourth's (the ninth's, the
-        # twenty-ninth's) ran before the Swin patch, the ninth's with an identity
-        # backbone.
-        (
-            *_AURORA_THIRTYTHIRD,
-            *_AURORA_BF16,
-            *_AURORA_TF32,
-            _NINTH + "stormcast-aot-b3a8d58.json",
-            _TWENTYSIXTH + "fcn-ens-5562bf9.json",
-            _TWENTYFOURTH + "dlwp-ens-all-a3ecc5f.json",
-        ),
-        model_runs(),
-    ),
     Figure("ensembles-h200-twentyfourth", PERF, _RUNS_TWENTYFOURTH, workflow),
     Figure(
         "ensembles-h200-twentyfourth-first",
@@ -548,33 +439,6 @@ FIGURES: tuple[Figure, ...] = (
         PERF,
         _RUNS_TWENTYFIFTH,
         workflow_first_steps,
-    ),
-    Figure("models-calls-h200-twentyseventh", MODELS, _RUNS_TWENTYSEVENTH, workflow),
-    Figure(
-        "models-calls-h200-twentyseventh-first",
-        MODELS,
-        _RUNS_TWENTYSEVENTH,
-        workflow_first_steps,
-    ),
-    Figure("models-calls-h200-twentyeighth", MODELS, _RUNS_TWENTYEIGHTH, workflow),
-    Figure("models-dlesym-h200-twentyeighth", MODELS, _DLESYM_TWENTYEIGHTH, loop_calls),
-    Figure("models-calls-h200-twentyninth", MODELS, _RUNS_TWENTYNINTH, workflow),
-    Figure("models-aurora-calls-h200", MODELS, _AURORA_THIRTYTHIRD, workflow),
-    Figure(
-        "models-aurora-calls-h200-first",
-        MODELS,
-        _AURORA_THIRTYTHIRD,
-        workflow_first_steps,
-    ),
-    Figure("models-aurora-bf16", MODELS, _AURORA_BF16, rollouts(forecast=20)),
-    Figure("models-aurora-bf16-stages", MODELS, _AURORA_BF16, region_probes),
-    Figure("models-aurora-tf32", MODELS, _AURORA_TF32, rollouts(forecast=20)),
-    Figure("models-aurora-tf32-stages", MODELS, _AURORA_TF32, region_probes),
-    Figure(
-        "models-aurora-bf16-kernels",
-        MODELS,
-        (_TWENTYNINTH + "kernels-aurora-eager-bf16-c73fbe3.json",),
-        kernels,
     ),
     Figure("ensembles-h200-twentysixth", PERF, _RUNS_TWENTYSIXTH, workflow),
     Figure(
@@ -593,4 +457,5 @@ FIGURES: tuple[Figure, ...] = (
         _RUNS_THIRTYFIFTH,
         workflow_first_steps,
     ),
+    *MODEL_FIGURES,
 )

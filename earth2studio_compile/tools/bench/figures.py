@@ -33,7 +33,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from earth2studio_compile.tools.bench.figure_catalog import FIGURES, Figure
+from earth2studio_compile.tools.bench.figure_block import Figure
+from earth2studio_compile.tools.bench.figure_catalog import FIGURES
 
 ROOT = Path(__file__).resolve().parents[3]
 BENCH = "docs/bench"
