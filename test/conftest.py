@@ -33,13 +33,13 @@ from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
-os.environ.setdefault(
-    "TORCHINDUCTOR_CACHE_DIR",
+_INDUCTOR = Path(
     os.environ.get(
         "E2SC_TEST_INDUCTOR_CACHE",
         str(Path.home() / ".cache" / "earth2studio-compile" / "test-inductor"),
-    ),
+    )
 )
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(_INDUCTOR))
 
 os.environ.setdefault("EARTH2STUDIO_COMPILE_CACHE", "off")
 
@@ -60,6 +60,18 @@ from loguru import logger  # noqa: E402
 import earth2studio_compile.run  # noqa: E402, F401
 
 TIME = ["2024-01-01T00:00"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One Inductor cache per xdist worker (a subfolder; Inductor reads the
+    variable at each compile): two workers compiling the same graph for
+    AOTInductor at once write the same cache files, and one packaged the other's
+    half-written extern-kernel JSON (the built FCN fixture in CI, 2026-11-30:
+    "parse error ... attempting to parse an empty input" at the artifact's load).
+    A cache the caller named is left as it is."""
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    if worker and os.environ.get("TORCHINDUCTOR_CACHE_DIR") == str(_INDUCTOR):
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(_INDUCTOR / worker)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:

@@ -396,3 +396,17 @@ def test_only_the_region_writes_the_report():
     assert executors and _report_writes(PACKAGE / "region.py")
     writes = [w for path in executors for w in _report_writes(path)]
     assert not writes, f"executors write or hold a report: {writes}"
+
+
+def test_each_test_worker_compiles_into_an_inductor_cache_of_its_own():
+    """Two xdist workers compiling the same graph for AOTInductor at once wrote the
+    same cache files; one packaged the other's half-written JSON (CI, 2026-11-30).
+    The README's test command runs two workers."""
+    import os
+
+    import pytest
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        pytest.skip("one process: no other worker shares its cache")
+    assert Path(os.environ["TORCHINDUCTOR_CACHE_DIR"]).name == worker
