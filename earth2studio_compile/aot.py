@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import filelock
 import torch
 from loguru import logger
 
@@ -27,10 +28,12 @@ from earth2studio_compile.artifacts import background, hints, payoff, speed, ver
 from earth2studio_compile.artifacts.aot_build import build_region, detached
 from earth2studio_compile.artifacts.aot_load import load_runner, wants_cudagraphs
 from earth2studio_compile.artifacts.aot_runner import AotRunner
+from earth2studio_compile.artifacts.build_process import build_turn
 from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.artifacts.refused import Refused, refuse_artifact
 from earth2studio_compile.cache import (
     cache_root,
+    lock_timeout,
     use_local_cache,
 )
 from earth2studio_compile.metrics import synchronize
@@ -254,7 +257,7 @@ def build(
                 why = "not called by forward"
                 out.append(Built(label, None, "skipped", reason=why))
                 continue
-            args, kwargs, inference = calls[id(module)]
+            args, kwargs, _ = calls[id(module)]
             target = RegionTarget.resolve(
                 module,
                 owner=owner,
@@ -267,43 +270,63 @@ def build(
                 unused_arguments=unused_arguments(p.spec, module),
                 patches=region_patches(p.spec, module),
             )
-            if not force:
-                # Without CUDA graphs: the seal below runs it once as it is.
-                found = load_runner(target, args, kwargs, cudagraphs=False)
-                if isinstance(found, AotRunner):
-                    present = Built(label, found.path, "present")
-                    sealed = _sealed(present, target, calls, found)
-                    out.append(present)
-                    if present.status == "failed":
-                        continue
-                    hints.remember(target, root, args, kwargs, inference)
-                    _time_speed(present, target, calls, sealed)
-                    continue
-            start = time.perf_counter()
+            key, _ = target.aot_key(args, kwargs)
             try:
-                built = build_region(target, args, kwargs)
-            except Refused as err:
-                # As in a forecast: the region compiles on the Dynamo path, and a
-                # later process's first call asks its figures whether that pays.
-                logger.info(f"No artifact for {label}: {err}")
-                dynamo[label] = err.reason
-                continue
-            except Exception as err:  # one region's failure must not stop the others
-                logger.warning(f"Could not build {label} ahead of time: {err}")
-                out.append(Built(label, None, "failed", reason=str(err)))
-                continue
-            done = Built(label, built, "built", time.perf_counter() - start)
-            sealed = _sealed(done, target, calls)
-            out.append(done)
-            if done.status == "failed":
-                continue
-            # As a first call leaves one: the next process's first call then runs
-            # ahead of its workflow's, while the data is fetched (CompiledRegion.ahead).
-            hints.remember(target, root, args, kwargs, inference)
-            _time_speed(done, target, calls, sealed)
+                # One build of a key at a time, as background builds take it: two
+                # compiles of one graph share Inductor's cache files half-written.
+                with build_turn(root, key, label):
+                    done = _found_or_built(label, target, calls, force, root, dynamo)
+            except filelock.Timeout:
+                why = f"another process held its build lock for {lock_timeout():g} s"
+                done = Built(label, None, "failed", reason=why)
+            if done is not None:
+                out.append(done)
         if dynamo:
             out += _judge(model, x, coords, dynamo, regions, chosen, mode, options)
         return out
+
+
+def _found_or_built(
+    label: str,
+    target: RegionTarget,
+    calls: dict[int, Captured],
+    force: bool,
+    root: Path,
+    dynamo: dict[str, str],
+) -> Built | None:
+    """The region's artifact, found on disk or built, sealed against eager and
+    timed; None where no artifact can serve it (``dynamo`` says why)."""
+    args, kwargs, inference = calls[id(target.module)]
+    if not force:
+        # Without CUDA graphs: the seal below runs it once as it is.
+        found = load_runner(target, args, kwargs, cudagraphs=False)
+        if isinstance(found, AotRunner):
+            done = Built(label, found.path, "present")
+            sealed = _sealed(done, target, calls, found)
+            if done.status != "failed":
+                hints.remember(target, root, args, kwargs, inference)
+                _time_speed(done, target, calls, sealed)
+            return done
+    start = time.perf_counter()
+    try:
+        built = build_region(target, args, kwargs)
+    except Refused as err:
+        # As in a forecast: the region compiles on the Dynamo path, and a later
+        # process's first call asks its figures whether that pays.
+        logger.info(f"No artifact for {label}: {err}")
+        dynamo[label] = err.reason
+        return None
+    except Exception as err:  # one region's failure must not stop the others
+        logger.warning(f"Could not build {label} ahead of time: {err}")
+        return Built(label, None, "failed", reason=str(err))
+    done = Built(label, built, "built", time.perf_counter() - start)
+    sealed = _sealed(done, target, calls)
+    if done.status != "failed":
+        # As a first call leaves one: the next process's first call then runs
+        # ahead of its workflow's, while the data is fetched (CompiledRegion.ahead).
+        hints.remember(target, root, args, kwargs, inference)
+        _time_speed(done, target, calls, sealed)
+    return done
 
 
 def _judge(

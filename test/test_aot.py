@@ -104,6 +104,42 @@ def test_build_leaves_the_hint_a_later_sessions_first_call_ahead_runs_on(
     assert session.report.regions[0].status == "compiled"
 
 
+def test_build_waits_its_turn_behind_another_build_of_the_same_artifact(
+    monkeypatch, tmp_path
+):
+    """build() takes the artifact's build lock, the one a background build holds,
+    and builds nothing while another process holds it. Regression: two compiles
+    of one graph at once shared Inductor's cache files half-written (CI,
+    2026-11-30: one packaged the other's empty JSON). The artifact is a
+    stand-in: what is tested is the lock."""
+    from earth2studio_compile import aot, build
+    from earth2studio_compile.artifacts.store import file_lock
+    from earth2studio_compile.tools import zoo
+
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_LOCK_TIMEOUT", "0.2")
+    builds: list = []
+    monkeypatch.setattr(
+        aot, "build_region", lambda *a, **k: builds.append(a) or tmp_path / "built"
+    )
+    sealed = aot.verified.Sealed(None, None)
+    monkeypatch.setattr(aot.verified, "seal_built", lambda *a, **k: sealed)
+    model = zoo.build("toy")
+    [first] = build(model)
+    assert first.status == "built" and len(builds) == 1
+    [lock] = (tmp_path / "aot").glob("*.build.lock")
+    held = file_lock(lock)
+    held.acquire()  # as another process's background build of it
+    try:
+        [second] = build(model, force=True)
+    finally:
+        held.release()
+    assert second.status == "failed" and len(builds) == 1, second
+    assert "held its build lock for 0.2 s" in second.reason, second.reason
+    [third] = build(model, force=True)
+    assert third.status == "built" and len(builds) == 2
+
+
 def test_build_times_the_artifact_as_a_region_would_and_keeps_its_speed(built):
     """build() runs the speed probe on the verified artifact (CUDA graphs where it
     has them, steady calls alternating with eager ones) and keeps the figures

@@ -12,11 +12,12 @@ the forecasts beside them keep the machine's other cores.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from earth2studio_compile.artifacts.aot_build import build_region
 from earth2studio_compile.artifacts.aot_key import aot_root
 from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.artifacts.store import file_lock
+from earth2studio_compile.cache import lock_timeout
 from earth2studio_compile.patches import Patches, on_submodules
 from earth2studio_compile.precision import tf32_enabled
 
@@ -36,6 +38,7 @@ __all__ = [
     "INPUT",
     "RESULT",
     "build_job",
+    "build_turn",
     "lock_path",
     "lower_priority",
     "main",
@@ -51,6 +54,43 @@ RESULT = "result.json"
 def lock_path(artifact: Path) -> Path:
     """The file lock held while ``artifact`` is built."""
     return artifact.parent / f"{artifact.name}.build.lock"
+
+
+@contextlib.contextmanager
+def build_turn(root: Path, key: str, label: str) -> Iterator[None]:
+    """Hold the build lock of the artifact ``key`` under the cache ``root``, the
+    one a background build of it holds: for ``build()``, which then waits for such
+    a build to end and finds its artifact. Two compiles of one graph at once share
+    Inductor's cache files half-written (two test processes, 2026-11-30: one
+    packaged the other's empty JSON).
+
+    Parameters
+    ----------
+    root : Path
+        The cache root
+    key : str
+        The artifact's key
+    label : str
+        The region, for the log
+
+    Raises
+    ------
+    filelock.Timeout
+        Held by another process for ``EARTH2STUDIO_COMPILE_LOCK_TIMEOUT`` seconds
+    """
+    directory = aot_root(root)
+    assert directory is not None
+    directory.mkdir(parents=True, exist_ok=True)
+    lock = file_lock(lock_path(directory / key))
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        logger.info(f"{label}: another process builds it; waiting for it to end")
+        lock.acquire(timeout=lock_timeout())
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def slot_path(directory: Path) -> Path:
