@@ -228,10 +228,11 @@ def _with_compile(
             overlapped = for_compiled_call(given)
             if overlapped is not None:
                 bound.arguments["io"] = overlapped
+                workers = overlapped.workers
                 logger.info(
                     f"compile=True: {type(given).__name__}'s writes overlap the "
-                    f"steps (OverlappedIO, {overlapped.workers} workers); pass an "
-                    "OverlappedIO of your own to choose them."
+                    f"steps (OverlappedIO, {workers} worker{'s' * (workers != 1)}); "
+                    "pass an OverlappedIO of your own to choose them."
                 )
         else:
             # Upstream's workflow whatever the environment says: a bad value is

@@ -13,6 +13,7 @@ an overwritten buffer gives O(1) differences, far outside these bounds.
 from __future__ import annotations
 
 import inspect
+from collections import OrderedDict
 
 import earth2studio.run as upstream
 import pytest
@@ -385,10 +386,10 @@ def test_builds_held_back_are_launched_when_the_block_raises():
     assert launched == [1, 1]
 
 
-def _zarr_rollout(io=None, nsteps: int = 3):
+def _zarr_rollout(io=None, nsteps: int = 3, read: bool = True):
     """A toy deterministic rollout with compile=True into ``io`` (a fresh in-memory
     ZarrBackend by default), from seeded data; the io the workflow returned and the
-    stored arrays."""
+    stored arrays (none where not ``read``)."""
     import numpy as np
     from earth2studio.io import ZarrBackend
 
@@ -406,6 +407,8 @@ def _zarr_rollout(io=None, nsteps: int = 3):
         verbose=False,
         compile=True,
     )
+    if not read:  # a backend the caller reads once it is closed
+        return returned, {}
     names = [str(v) for v in model.output_coords(model.input_coords())["variable"]]
     return returned, {v: np.asarray(io.root[v][:]) for v in names}
 
@@ -442,6 +445,58 @@ def test_compile_true_overlaps_a_zarr_backends_writes_and_returns_it(logs, monke
     assert threads == []
     assert overlapped.keys() == synchronous.keys() and overlapped
     for name, value in synchronous.items():
+        np.testing.assert_array_equal(overlapped[name], value, err_msg=name)
+
+
+def test_compile_true_overlaps_an_async_zarr_backends_writes(
+    tmp_path, logs, monkeypatch
+):
+    """With compile=True an AsyncZarrBackend is written through OverlappedIO, by one
+    worker (an FCN ensemble on an H200: 5.46 s against 6.41 without it): the same
+    values as the same compiled call on the backend alone, the caller's backend
+    returned, each write called from the worker's thread."""
+    import threading
+
+    import numpy as np
+    import zarr
+    from earth2studio.io import AsyncZarrBackend
+
+    nsteps = 3
+    parallel = OrderedDict(
+        time=np.array([np.datetime64("2024-01-01")]),
+        lead_time=np.array([np.timedelta64(6 * i, "h") for i in range(nsteps + 1)]),
+    )
+    threads: list[str] = []
+    write = AsyncZarrBackend.write
+
+    def watched(self, *args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return write(self, *args, **kwargs)
+
+    monkeypatch.setattr(AsyncZarrBackend, "write", watched)
+
+    def stored(name: str) -> tuple[object, dict]:
+        io = AsyncZarrBackend(str(tmp_path / name), parallel, blocking=False)
+        returned, _ = _zarr_rollout(io, nsteps=nsteps, read=False)
+        io.close()
+        root = zarr.open_group(str(tmp_path / name), mode="r")
+        fields = {k: np.asarray(root[k][:]) for k in root.array_keys()}
+        return returned is io, fields
+
+    given, overlapped = stored("a.zarr")
+    assert given
+    assert len(threads) == nsteps + 1
+    assert all(n.startswith("OverlappedIO") for n in threads), threads
+    infos = [m for m in messages(logs, "INFO") if "writes overlap" in m]
+    assert len(infos) == 1 and "AsyncZarrBackend" in infos[0]
+    assert "(OverlappedIO, 1 worker)" in infos[0]
+    monkeypatch.setattr(run, "for_compiled_call", lambda io: None)
+    threads.clear()
+    _, direct = stored("b.zarr")
+    assert threads and not any(n.startswith("OverlappedIO") for n in threads)
+    assert overlapped.keys() == direct.keys()
+    assert any(v.ndim == 4 for v in direct.values())
+    for name, value in direct.items():
         np.testing.assert_array_equal(overlapped[name], value, err_msg=name)
 
 

@@ -428,13 +428,21 @@ def for_compiled_call(io: Any) -> OverlappedIO | None:
     """An :class:`OverlappedIO` around ``io`` for one ``compile=True`` workflow call
     of :mod:`earth2studio_compile.run`, where it is known to pay, else None.
 
-    Only a ``ZarrBackend`` of exactly that class that takes parallel writes (see
-    :func:`~earth2studio_compile.io.writers.parallel_writer`), in memory or on disk:
-    there compile=True + ``OverlappedIO`` ran 4.7-11.6 times faster than upstream's
-    eager call, where compile=True alone could not shorten it (the writes bound
-    the call; H100, docs/performance.md, 2026-11-27/28). Other backends are
-    left as they are: ``AsyncZarrBackend`` writes in the background already, the
-    rest were not measured, and a subclass may write otherwise.
+    Two backends, each of exactly that class:
+
+    - a ``ZarrBackend`` that takes parallel writes (see
+      :func:`~earth2studio_compile.io.writers.parallel_writer`), in memory or on
+      disk: there compile=True + ``OverlappedIO`` ran 4.7-11.6 times faster than
+      upstream's eager call, where compile=True alone could not shorten it (the
+      writes bound the call; H100, docs/performance.md, 2026-11-27/28);
+    - an ``AsyncZarrBackend``, written by one worker (it writes concurrently
+      itself): its writes still copy each variable from the device on the
+      caller's thread, which ``OverlappedIO`` moves off it. An FCN ensemble on
+      one (16 members x 20 steps, TF32, H200, 2026-11-30): compile=True 6.41 s
+      alone, 5.46 s through it; upstream's eager 6.87 s.
+
+    Other backends are left as they are: they were not measured, and a subclass
+    may write otherwise.
 
     Parameters
     ----------
@@ -448,8 +456,10 @@ def for_compiled_call(io: Any) -> OverlappedIO | None:
         the backend is the caller's) before the call returns; None to use ``io``
         as it is
     """
-    from earth2studio.io import ZarrBackend
+    from earth2studio.io import AsyncZarrBackend, ZarrBackend
 
+    if type(io) is AsyncZarrBackend:
+        return OverlappedIO(io)
     if type(io) is not ZarrBackend or parallel_writer(io)[0] is None:
         return None
     return OverlappedIO(io)

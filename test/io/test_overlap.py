@@ -325,10 +325,11 @@ def test_a_new_stores_chunk_directories_are_made_before_its_writes(
     assert stopped.is_set() and threads_left() == []
 
 
-def test_a_compiled_call_overlaps_only_a_plain_zarr_backend(tmp_path):
+def test_a_compiled_call_overlaps_only_the_zarr_backends_measured(tmp_path):
     """compile=True wraps what it was measured to speed up, a ZarrBackend in memory
-    or on disk; never a backend that writes in the background already, one not
-    measured, a subclass, one whose instance writes otherwise, nor a wrapper."""
+    or on disk and an AsyncZarrBackend (one worker: it writes concurrently itself);
+    never a backend not measured, a subclass, one whose instance writes otherwise,
+    nor a wrapper."""
     import os
 
     from earth2studio.io import AsyncZarrBackend, KVBackend, NetCDF4Backend, ZarrBackend
@@ -338,16 +339,23 @@ def test_a_compiled_call_overlaps_only_a_plain_zarr_backend(tmp_path):
     class Mine(ZarrBackend):
         pass
 
+    class MyAsync(AsyncZarrBackend):
+        pass
+
     for io in (ZarrBackend(), ZarrBackend(str(tmp_path / "a.zarr"))):
         wrapped = for_compiled_call(io)
         assert isinstance(wrapped, OverlappedIO) and wrapped.io is io
         assert wrapped.workers == min(8, os.cpu_count() or 1)  # the defaults
         assert wrapped.max_pending == 2
+    async_io = AsyncZarrBackend(str(tmp_path / "b.zarr"), OrderedDict())
+    wrapped = for_compiled_call(async_io)
+    assert isinstance(wrapped, OverlappedIO) and wrapped.io is async_io
+    assert (wrapped.workers, wrapped.max_pending) == (1, 2)
     patched = ZarrBackend()
     patched.write = lambda *args: None
     others = [
         KVBackend(),
-        AsyncZarrBackend(str(tmp_path / "b.zarr"), OrderedDict()),
+        MyAsync(str(tmp_path / "d.zarr"), OrderedDict()),
         NetCDF4Backend(str(tmp_path / "c.nc"), backend_kwargs={"mode": "w"}),
         Mine(),
         patched,

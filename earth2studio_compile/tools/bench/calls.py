@@ -63,8 +63,8 @@ IOS = (
 OVERLAPPED = {
     "overlapped": "zarr-disk",
     "overlapped-memory": "memory-zarr",
-    # Whether compile=True should wrap AsyncZarrBackend too (for_compiled_call
-    # leaves it as it is): its calls were level with upstream eager's, or behind.
+    # compile=True wraps AsyncZarrBackend itself (for_compiled_call): this row's
+    # eager+OvIO shows what of that call's gain is writing.
     "overlapped-async": "async-zarr",
 }
 #: IOs whose store is in memory: measured against the in-memory storage floor.

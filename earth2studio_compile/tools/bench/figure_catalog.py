@@ -169,6 +169,8 @@ _TWENTYSIXTH = "2026-11-29-h200-twentysixth/"
 _RUNS_TWENTYSIXTH = (_TWENTYSIXTH + "fcn-ens-5562bf9.json",)
 _THIRTYFIFTH = "2026-11-30-h200-thirtyfifth/"
 _RUNS_THIRTYFIFTH = (_THIRTYFIFTH + "fcn-ens-c7a5b5a.json",)
+_THIRTYSEVENTH = "2026-11-30-h200-thirtyseventh/"
+_RUNS_THIRTYSEVENTH = (_THIRTYSEVENTH + "fcn-ens-async-93137e7.json",)
 FIGURES: tuple[Figure, ...] = (
     Figure(
         "workflow",
@@ -455,6 +457,13 @@ FIGURES: tuple[Figure, ...] = (
         "ensembles-h200-thirtyfifth-first",
         PERF,
         _RUNS_THIRTYFIFTH,
+        workflow_first_steps,
+    ),
+    Figure("ensembles-h200-thirtyseventh", PERF, _RUNS_THIRTYSEVENTH, workflow),
+    Figure(
+        "ensembles-h200-thirtyseventh-first",
+        PERF,
+        _RUNS_THIRTYSEVENTH,
         workflow_first_steps,
     ),
     *MODEL_FIGURES,

@@ -44,6 +44,7 @@ _RUNS_TWENTYNINTH = (
     _TWENTYNINTH + "ace2-built-calls-c73fbe3.json",
 )
 _THIRTYTHIRD = "2026-11-30-h200-thirtythird/"
+_THIRTYSEVENTH = "2026-11-30-h200-thirtyseventh/"
 # The rollouts at c7a5b5a ran with the Dynamo first-call check (3ce0d02): the
 # thirty-fourth's bf16 rollout at 2183afa, without it, is kept in its README.
 _AURORA_BF16 = (_THIRTYFIFTH + "aurora-bf16-c7a5b5a.json",)
@@ -132,5 +133,17 @@ MODEL_FIGURES: tuple[Figure, ...] = (
         MODELS,
         (_TWENTYNINTH + "kernels-aurora-eager-bf16-c73fbe3.json",),
         kernels,
+    ),
+    Figure(
+        "models-aurora-tf32-kernels",
+        MODELS,
+        (_THIRTYSEVENTH + "kernels-aurora-tf32-93137e7.json",),
+        kernels,
+    ),
+    Figure(
+        "models-sfno-calls-h200",
+        MODELS,
+        (_THIRTYSEVENTH + "sfno-calls-93137e7.json",),
+        workflow,
     ),
 )
