@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from earth2studio_compile.patches import AURORA_SWIN_SHIFT, DLWP_ZENITH
-from earth2studio_compile.precision import tf32_enabled
+from earth2studio_compile.precision import tf32_under
 from earth2studio_compile.spec import ModelSpec
 
 __all__ = [
@@ -174,7 +174,9 @@ _STORMSCOPE = ModelSpec(
 )
 
 
-def sfno_inductor_options(device: torch.device) -> dict[str, bool]:
+def sfno_inductor_options(
+    device: torch.device, precision: str | None = None
+) -> dict[str, bool]:
     """Inductor options for SFNO's 1x1-convolution MLPs, measured on an H100.
 
     Inductor's channels-last layout for the 1x1 convolutions made the step slower
@@ -187,6 +189,12 @@ def sfno_inductor_options(device: torch.device) -> dict[str, bool]:
     ----------
     device : torch.device
         Device of the region's first input
+    precision : str | None, optional
+        The region's precision, by default None: PyTorch's TF32 flags as they
+        are. A region in a precision runs under the flags that precision pins,
+        whatever they are when it is resolved: a ``build(precision="tf32")``
+        under PyTorch's defaults chose other options than a forecast under TF32
+        flags, and missed its artifact and figures (H200, 2026-11-30)
 
     Returns
     -------
@@ -195,7 +203,7 @@ def sfno_inductor_options(device: torch.device) -> dict[str, bool]:
     """
     options = {"layout_optimization": False}
     # Read without raising: legacy getters raise for users of the per-backend flags.
-    matmul_tf32, conv_tf32 = tf32_enabled()
+    matmul_tf32, conv_tf32 = tf32_under(precision)
     if device.type == "cuda" and conv_tf32 == matmul_tf32:
         options["conv_1x1_as_mm"] = True
     return options

@@ -8,6 +8,7 @@ typo is a clear error at the call site rather than a failure minutes into a roll
 from __future__ import annotations
 
 import difflib
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -148,7 +149,27 @@ class CompileOptions:
                 _torch.validate_inductor_options(self.options, self.dynamic)
 
 
-TableOptions = Mapping[str, Any] | Callable[[torch.device], Mapping[str, Any]] | None
+TableOptions = (
+    Mapping[str, Any]
+    | Callable[[torch.device], Mapping[str, Any]]
+    | Callable[[torch.device, str | None], Mapping[str, Any]]
+    | None
+)
+
+
+def _table_options(
+    found: TableOptions, device: torch.device, precision: str | None
+) -> Mapping[str, Any] | None:
+    """The table's options for a region on ``device`` in ``precision``: a function
+    that takes the precision too is given it, one of the device alone (a user's
+    ``register_model`` entry) only the device."""
+    if not callable(found):
+        return found
+    try:
+        inspect.signature(found).bind(device, precision)
+    except (TypeError, ValueError):
+        return found(device)  # type: ignore[call-arg]
+    return found(device, precision)  # type: ignore[call-arg]
 
 
 class TableChoices(Protocol):
@@ -161,7 +182,8 @@ class TableChoices(Protocol):
 
     @property
     def inductor_options(self) -> TableOptions:
-        """Inductor options for the model, or a function of the device."""
+        """Inductor options for the model, or a function of the device (and of
+        the region's precision, where it takes two arguments)."""
         ...
 
 
@@ -231,6 +253,7 @@ class CompilePolicy:
         device: torch.device,
         table: TableChoices | None = None,
         without_cudagraphs: bool = False,
+        precision: str | None = None,
     ) -> CompilePolicy:
         """Resolve the policy for ``device``.
 
@@ -251,6 +274,11 @@ class CompilePolicy:
             default), ``triton.cudagraphs`` is turned off. For a region whose
             modules keep tensor state on themselves
             (:mod:`earth2studio_compile.module_state`); by default False
+        precision : str | None, optional
+            The region's precision, for a table function of the device and the
+            precision: the options of a region in ``"tf32"`` are those of the
+            TF32 flags its calls run under, not the flags of the moment; by
+            default None (PyTorch's flags as they are)
 
         Returns
         -------
@@ -273,8 +301,7 @@ class CompilePolicy:
             mode = WITHOUT_CUDAGRAPHS[mode]
         chosen: dict[str, Any] = {}
         if options.mode is None and not options.options and inductor:
-            found = table_options(device) if callable(table_options) else table_options
-            chosen = dict(found or {})
+            chosen = dict(_table_options(table_options, device, precision) or {})
         torch_options: dict[str, Any] | None = None
         torch_mode = mode
         if chosen:

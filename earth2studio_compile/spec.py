@@ -41,10 +41,11 @@ class ModelSpec:
         (``"reduce-overhead"``). False picks Inductor's default mode instead, for
         models where replaying graphs costs more than it saves (measured, see the
         note), by default True
-    inductor_options : Mapping | Callable[[torch.device], Mapping] | None, optional
-        Inductor options for this model (or a function of the device returning
-        them), used when the user chose neither ``mode`` nor ``options``, by
-        default None
+    inductor_options : Mapping | Callable[..., Mapping] | None, optional
+        Inductor options for this model, or a function returning them of the
+        device, or of the device and the region's precision (``"tf32"``, ...;
+        None: PyTorch's flags as they are), used when the user chose neither
+        ``mode`` nor ``options``, by default None
     pad_batch : bool, optional
         The core treats batch samples independently, so a smaller batch (an
         ensemble's last one) is padded to the compiled size instead of recompiling
@@ -94,7 +95,10 @@ class ModelSpec:
     opaque: tuple[str, ...] = ()
     cudagraphs: bool = True
     inductor_options: (
-        Mapping[str, Any] | Callable[[torch.device], Mapping[str, Any]] | None
+        Mapping[str, Any]
+        | Callable[[torch.device], Mapping[str, Any]]
+        | Callable[[torch.device, str | None], Mapping[str, Any]]
+        | None
     ) = field(default=None, compare=False)
     pad_batch: bool = False
     wrapped: tuple[str, ...] = ()

@@ -211,6 +211,49 @@ def test_sfno_mlps_run_as_matmuls_only_where_precision_is_kept(monkeypatch):
     assert "conv_1x1_as_mm" not in sfno_inductor_options(torch.device("cpu"))
 
 
+def test_sfno_options_of_a_precision_are_those_of_its_flags(monkeypatch):
+    """A region in a precision runs under the TF32 flags it pins, whatever the
+    flags when its policy is resolved: tf32 pins both on, fp32 both off, so the
+    1x1 convolutions run as matmuls in either; None reads the flags as they are."""
+    from earth2studio_compile.models import TORCH_HARMONICS_SFNO
+    from earth2studio_compile.options import CompileOptions, CompilePolicy
+
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    torch.set_float32_matmul_precision("highest")  # PyTorch's defaults
+    for precision in ("tf32", "fp32"):
+        assert sfno_inductor_options(cuda, precision)["conv_1x1_as_mm"] is True
+        policy = CompilePolicy.resolve(
+            CompileOptions(), cuda, TORCH_HARMONICS_SFNO, precision=precision
+        )
+        assert policy.options is not None and policy.options["conv_1x1_as_mm"]
+    assert "conv_1x1_as_mm" not in sfno_inductor_options(cuda, None)
+    assert "conv_1x1_as_mm" not in sfno_inductor_options(torch.device("cpu"), "tf32")
+
+
+def test_a_table_function_of_the_device_alone_still_serves():
+    """A user's register_model entry written for the device alone keeps working."""
+    from earth2studio_compile.models import ModelSpec
+    from earth2studio_compile.options import CompileOptions, CompilePolicy
+
+    seen: list[tuple] = []
+
+    def of_device(device):
+        seen.append((device,))
+        return {"epilogue_fusion": False}
+
+    def of_both(device, precision):
+        seen.append((device, precision))
+        return {"epilogue_fusion": False}
+
+    cpu = torch.device("cpu")
+    for function in (of_device, of_both):
+        table = ModelSpec(regions=("core",), inductor_options=function)
+        policy = CompilePolicy.resolve(CompileOptions(), cpu, table, precision="tf32")
+        assert policy.options == {"epilogue_fusion": False}
+    assert seen == [(cpu,), (cpu, "tf32")]
+
+
 def test_operator_handles_do_not_depend_on_session_history():
     # Handles are baked into the compiled graph (and Inductor's cache key): the same
     # model must get the same graph whatever sessions came before it.

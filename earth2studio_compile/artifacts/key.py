@@ -121,7 +121,11 @@ class RegionTarget:
             The target
         """
         policy = CompilePolicy.resolve(
-            options or CompileOptions(), device, table, without_cudagraphs
+            options or CompileOptions(),
+            device,
+            table,
+            without_cudagraphs,
+            precision=precision,
         )
         return cls(
             module=module,

@@ -158,3 +158,49 @@ def test_a_failed_judge_is_kept_and_a_damaged_record_is_not_read(tmp_path):
     assert payoff.recall(path) is None  # no figures: a failure is not a Payoff
     payoff.failure_path(path).write_text('{"reason": 3}')
     assert payoff.recall_failure(path) is None
+
+
+def test_a_tf32_builds_figures_are_those_a_forecast_under_tf32_flags_reads(
+    monkeypatch, tmp_path
+):
+    """SFNO on an H200 (docs/bench/2026-11-30-h200-thirtyseventh): a
+    build(precision="tf32") under PyTorch's default flags (TF32 convolutions, fp32
+    matmuls) kept its figures under another key than a forecast under TF32 flags
+    looked for, as the table's Inductor options followed the flags of the moment,
+    not the TF32 the region's precision runs under. Faked CUDA: keys only."""
+    from tiny_cores import TinyCore
+
+    from earth2studio_compile.artifacts.key import RegionTarget
+    from earth2studio_compile.models import TORCH_HARMONICS_SFNO
+    from earth2studio_compile.probe import signature
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "H200")
+    cuda = torch.device("cuda", 0)
+    inputs = signature((torch.empty(2, 4, device="meta"),), {})
+    core = TinyCore()
+
+    def figures_at(precision: str | None, matmul: bool, conv: bool):
+        torch.backends.cuda.matmul.allow_tf32 = matmul
+        torch.backends.cudnn.allow_tf32 = conv
+        target = RegionTarget.resolve(
+            core,
+            owner="SFNOPrognostic",
+            region="model",
+            device=cuda,
+            precision=precision,
+            table=TORCH_HARMONICS_SFNO,
+            opaque=True,
+        )
+        return target.policy.label, payoff.payoff_path(target, tmp_path, inputs)
+
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        built = figures_at("tf32", matmul=False, conv=True)
+        forecast = figures_at(None, matmul=True, conv=True)
+        # PyTorch's defaults compute other kernels (TF32 convolutions only).
+        defaults = figures_at(None, matmul=False, conv=True)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+    assert built == forecast
+    assert "conv_1x1_as_mm=True" in built[0]
+    assert defaults != forecast
