@@ -76,7 +76,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     # Tests of published-size models take minutes each: first, so that pytest-xdist's
-    # workers run them beside the short ones rather than after them all.
+    # workers run them beside the short ones rather than after them all. With
+    # `--dist loadgroup` (a test a unit) the first units go one to each worker, the
+    # next as workers run short; `--dist load` hands each worker a few consecutive
+    # tests at once, and gave one worker both published tests (H200, 2026-11-30:
+    # 314 + 185 s in a row, the suite 539 s).
     items.sort(key=lambda item: "published" not in item.keywords)
     if torch.cuda.is_available():
         return
