@@ -14,7 +14,7 @@
 #   StormCast's on one worker in a row: 539 s of the phase's 580).
 # calls sfno (the thirty-fifth's phase): whether a warm process now finds the
 #   figures tools.build kept (6cb73a5; the thirty-seventh's judged again in the
-#   background and held its exit 39 s): expected, the compiled rows' report
+#   background, the bench waiting 39 s for it): expected, the compiled rows' report
 #   "compiling would not pay ... (measured in an earlier process)" and
 #   background_wait_s near 0.
 # async: compile=True now writes an AsyncZarrBackend through OverlappedIO
