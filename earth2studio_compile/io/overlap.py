@@ -438,8 +438,8 @@ def for_compiled_call(io: Any) -> OverlappedIO | None:
     - an ``AsyncZarrBackend``, written by one worker (it writes concurrently
       itself): its writes still copy each variable from the device on the
       caller's thread, which ``OverlappedIO`` moves off it. An FCN ensemble on
-      one (16 members x 20 steps, TF32, H200, 2026-11-30): compile=True 6.41 s
-      alone, 5.46 s through it; upstream's eager 6.87 s.
+      one (8 members x 10 steps, batch 4, TF32, H200, 2026-11-30): compile=True
+      6.41 s alone, 5.46 s through it; upstream's eager 6.87 s.
 
     Other backends are left as they are: they were not measured, and a subclass
     may write otherwise.
