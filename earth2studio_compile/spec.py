@@ -7,12 +7,13 @@ The entries themselves are :mod:`earth2studio_compile.models`'s table.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from earth2studio_compile.options import TableOptions
 from earth2studio_compile.patches import MethodPatch, on_submodules
 
 __all__ = ["ModelSpec", "check_paths", "region_patches", "unused_arguments"]
@@ -94,12 +95,7 @@ class ModelSpec:
     exclude: tuple[str, ...] = ()
     opaque: tuple[str, ...] = ()
     cudagraphs: bool = True
-    inductor_options: (
-        Mapping[str, Any]
-        | Callable[[torch.device], Mapping[str, Any]]
-        | Callable[[torch.device, str | None], Mapping[str, Any]]
-        | None
-    ) = field(default=None, compare=False)
+    inductor_options: TableOptions = field(default=None, compare=False)
     pad_batch: bool = False
     wrapped: tuple[str, ...] = ()
     fp32_modules: tuple[str, ...] = ()
