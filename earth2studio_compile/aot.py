@@ -12,6 +12,7 @@ region. ``python -m earth2studio_compile.tools.build`` is its command line; a
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -230,8 +231,21 @@ def build(
             for path, _ in p.targets
         ]
     refused = p.spec.precisions_refused.get(chosen or "")
+    flags: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if refused is not None:
-        logger.warning(f"{name} does not run in {chosen}: {refused}.")
+        # Its regions run under the global flags, which key their artifacts and
+        # figures: a forecast that asked this precision sets them so (AIFS2ENS on an
+        # H200: a tf32 build under PyTorch's defaults was judged again by the call).
+        how = (
+            f"set for {chosen} while it builds"
+            if chosen in ("fp32", "tf32")
+            else "as they are"
+        )
+        logger.warning(
+            f"{name} does not run in {chosen}: {refused}. It is built under "
+            f"PyTorch's global precision flags, {how}."
+        )
+        flags = _precision.global_flags(chosen)
         chosen = None
     out: list[Built] = []
     todo: list[tuple[str, torch.nn.Module]] = []
@@ -247,7 +261,7 @@ def build(
             todo.append((path, module))
     # The table's method patches, as compile=True sets them: the artifact is built
     # from the code a session's calls run, and keyed by it.
-    with Patches(table_patches(model)):
+    with flags, Patches(table_patches(model)):
         x, coords = example_input(model, batch_size, device=device)
         calls = capture_calls(model, [m for _, m in todo], x, coords)
         owner = f"{type(model).__module__}.{type(model).__qualname__}"

@@ -50,6 +50,7 @@ __all__ = [
     "env_precision",
     "warn_bad_env",
     "KeepFp32",
+    "global_flags",
     "scope",
     "tf32_under",
     "snapshot",
@@ -177,6 +178,31 @@ def scope(precision: str | None, device: torch.device) -> Iterator[None]:
             # An enclosing autocast (the user's) would silently lower "fp32".
             with torch.autocast(device.type, enabled=False):
                 yield
+
+
+@contextlib.contextmanager
+def global_flags(precision: str | None) -> Iterator[None]:
+    """PyTorch's TF32 flags as a user who computes in ``precision`` sets them, for
+    a block that runs under the global flags; every flag is put back afterwards,
+    also when the block raises.
+
+    A region whose model refuses a precision runs under PyTorch's global flags,
+    and its artifacts and payoff figures are keyed by them: what
+    :func:`earth2studio_compile.build` asked for ``"tf32"`` of such a model is
+    built under TF32 flags, as a forecast in TF32 sets them (one line, before the
+    workflow), and ``"fp32"`` under IEEE fp32.
+
+    Parameters
+    ----------
+    precision : str | None
+        ``"fp32"`` or ``"tf32"``; ``"bf16"`` (an autocast, not a flag) and None
+        change nothing
+    """
+    if precision not in ("fp32", "tf32"):
+        yield
+        return
+    with _torch.fp32_math(cuda="tf32" if precision == "tf32" else "ieee", cpu="ieee"):
+        yield
 
 
 def tf32_enabled() -> tuple[bool, bool]:

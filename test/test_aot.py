@@ -260,3 +260,53 @@ def _a_later_one_step_call_runs_it_eagerly(model) -> None:
     [r] = session.report.regions
     assert r.status == "eager" and r.executor is None, r
     assert "compiling would not pay for itself in this call" in r.reason, r.reason
+
+
+def test_a_build_in_a_precision_its_model_refuses_runs_under_that_precisions_flags(
+    tmp_path, monkeypatch, logs
+):
+    """AIFS2ENS on an H200 (docs/bench/2026-11-30-h200-thirtyeighth): its regions
+    refuse "tf32" and run under PyTorch's global flags, which key their figures.
+    build(precision="tf32") judged the processor under PyTorch's defaults (fp32
+    matmuls), the forecast under TF32 flags looked for other keys, judged it again
+    in the background and held the bench 210 s. Now the build sets the flags the
+    precision names while it builds, and puts them back."""
+    import torch
+
+    from earth2studio_compile import aot, build, precision, register_model
+    from earth2studio_compile.models import MODEL_TABLE
+    from earth2studio_compile.tools.zoo.grid import Grid
+    from earth2studio_compile.tools.zoo.user import GridPrognostic
+
+    class Refusing(GridPrognostic):
+        pass
+
+    seen: list[tuple[str, tuple[bool, bool]]] = []
+
+    def found_or_built(label, target, *args, **kwargs):
+        seen.append((str(target.precision), precision.tf32_enabled()))
+        return aot.Built(label, None, "skipped", reason="not built in this test")
+
+    monkeypatch.setattr(aot, "_found_or_built", found_or_built)
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
+    register_model(
+        Refusing, regions=("model",), precisions_refused={"fp32": "no", "tf32": "no"}
+    )
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False  # PyTorch's default
+    before = precision.snapshot()
+    try:
+        model = Refusing(torch.nn.Conv2d(2, 2, 1).eval(), ["a", "b"], Grid(8, 16))
+        [result] = build(model, precision="tf32")
+        during_tf32 = seen.pop()
+        after = precision.snapshot()
+        build(model, precision="fp32")
+        during_fp32 = seen.pop()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
+        del MODEL_TABLE[f"{Refusing.__module__}.{Refusing.__qualname__}"]
+    assert result.status == "skipped", result
+    assert during_tf32 == ("None", (True, True))
+    assert during_fp32 == ("None", (False, False))
+    assert after == before
+    assert any("set for tf32 while it builds" in w for w in messages(logs, "WARNING"))
