@@ -171,6 +171,11 @@ _THIRTYFIFTH = "2026-11-30-h200-thirtyfifth/"
 _RUNS_THIRTYFIFTH = (_THIRTYFIFTH + "fcn-ens-c7a5b5a.json",)
 _THIRTYSEVENTH = "2026-11-30-h200-thirtyseventh/"
 _RUNS_THIRTYSEVENTH = (_THIRTYSEVENTH + "fcn-ens-async-93137e7.json",)
+_THIRTYEIGHTH = "2026-11-30-h200-thirtyeighth/"
+_RUNS_THIRTYEIGHTH = (
+    _THIRTYEIGHTH + "fcn-det-async-f91cbb4.json",
+    _THIRTYEIGHTH + "fcn-ens-async-f91cbb4.json",
+)
 FIGURES: tuple[Figure, ...] = (
     Figure(
         "workflow",
@@ -466,5 +471,6 @@ FIGURES: tuple[Figure, ...] = (
         _RUNS_THIRTYSEVENTH,
         workflow_first_steps,
     ),
+    Figure("async-h200-thirtyeighth", PERF, _RUNS_THIRTYEIGHTH, workflow),
     *MODEL_FIGURES,
 )

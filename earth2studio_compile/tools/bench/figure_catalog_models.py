@@ -45,6 +45,7 @@ _RUNS_TWENTYNINTH = (
 )
 _THIRTYTHIRD = "2026-11-30-h200-thirtythird/"
 _THIRTYSEVENTH = "2026-11-30-h200-thirtyseventh/"
+_THIRTYEIGHTH = "2026-11-30-h200-thirtyeighth/"
 # The rollouts at c7a5b5a ran with the Dynamo first-call check (3ce0d02): the
 # thirty-fourth's bf16 rollout at 2183afa, without it, is kept in its README.
 _AURORA_BF16 = (_THIRTYFIFTH + "aurora-bf16-c7a5b5a.json",)
@@ -144,6 +145,18 @@ MODEL_FIGURES: tuple[Figure, ...] = (
         "models-sfno-calls-h200",
         MODELS,
         (_THIRTYSEVENTH + "sfno-calls-93137e7.json",),
+        workflow,
+    ),
+    Figure(
+        "models-sfno-calls-h200-thirtyeighth",
+        MODELS,
+        (_THIRTYEIGHTH + "sfno-calls-f91cbb4.json",),
+        workflow,
+    ),
+    Figure(
+        "models-aifs2ens-calls-h200",
+        MODELS,
+        (_THIRTYEIGHTH + "aifs2ens-calls-f91cbb4.json",),
         workflow,
     ),
 )
