@@ -39,20 +39,22 @@ Every child is a fresh process (:mod:`.calls`); the parent rewrites the JSON
 whenever a child has finished a call, so a run cut short keeps what it measured, and
 ``--deadline`` stops starting rows that could not finish in time (:mod:`.deadline`).
 
-One process is one sample, and two processes of the same row differ by more than
-the gains measured (3.28 s and 4.95 s for one eager row on one H100), so
+One process is one sample, and two processes of the same row differ by more than the
+gains measured (3.28 s and 4.95 s for one eager row on one H100), so
 ``--fresh-repeats N`` runs each row's process N times (eager, cold, warm and the
 second-call one; ``--cold-repeats`` apart for the cold rows: the one that fills the
 caches waits for its background build, ~3x the others; the rest cancel theirs after
-the call) and every pair, ratio and table figure is the median of
-its samples (a second-call process's call k with the other processes' call k). It is
-not ``--repeats``: that counts calls inside one second-call process (3 by default),
-and tying the two would triple every fresh row's device time by default. Every row
-runs once before any repeat, then the repeats come in rounds, each round the rows in
-their first order (eager, cold, warm, second, per IO): drift across a run spreads
-over every row alike, and a deadline drops repeats, judged by the first sample of
-their kind, never a whole row. ``--no-floor`` leaves the floor process out;
-``--no-eager`` the eager ones (a compiled call alone, to profile it).
+the call; a warm row waits at most :data:`.calls.WARM_WAIT_S` for work its cache
+lacked, then cancels it, ``background_cut`` in its row) and every pair, ratio and
+table figure is the median of its samples (a second-call process's call k with the
+other processes' call k). It is not ``--repeats``: that counts calls inside one
+second-call process (3 by default), and tying the two would triple every fresh row's
+device time by default. Every row runs once before any repeat, then the repeats come
+in rounds, each round the rows in their first order (eager, cold, warm, second, per
+IO): drift across a run spreads over every row alike, and a deadline drops repeats,
+judged by the first sample of their kind, never a whole row. ``--no-floor`` leaves
+the floor process out; ``--no-eager`` the eager ones (a compiled call alone, to
+profile it).
 
 Precision: ``tf32`` (the default) sets PyTorch's global TF32 switches in every row,
 eager and compiled, the one line a user adds, so eager in the same precision is the

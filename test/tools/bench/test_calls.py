@@ -124,6 +124,28 @@ def test_a_cold_row_with_caches_of_its_own_cancels_its_build(tmp_path, slow_buil
     assert row["background_wait_s"] < 30
 
 
+def test_a_warm_row_cancels_background_work_its_cache_lacked(
+    tmp_path, slow_builds, monkeypatch
+):
+    """A warm row starts from a cache tools.build filled, so background work in its
+    process means the build missed something: AIFS2ENS on an H200 (thirty-eighth
+    session) judged its processor again there, and the row waited 210 s, until its
+    limit, leaving the device call no time for the rows after it. The wait is
+    capped at WARM_WAIT_S; the row says the work was cut."""
+    from earth2studio_compile.tools.bench import calls
+
+    monkeypatch.setattr(calls, "WARM_WAIT_S", 1.0)
+    spec = dict(slow_builds)
+    spec |= {"workflow": "deterministic", "steps": 2, "members": 1, "batch_size": 1}
+    spec |= {"io": "zarr-disk", "kind": "fresh", "run": "compiled", "way": "warm"}
+    (row,) = calls.run(spec, tmp_path / "out.json", tmp_path)
+    assert row["report"]["regions"][0]["status"] == "building"
+    assert row["background_cut"] is True
+    said = row["background"][-1]
+    assert "cancelled" in said, said
+    assert row["background_wait_s"] < 30
+
+
 def test_second_calls_cancel_the_builds_they_started(tmp_path, slow_builds):
     """Second calls on empty caches start background builds; the child cancels them
     after its last call (else they compile beside the next rows and write into
