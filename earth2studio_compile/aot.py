@@ -102,11 +102,15 @@ class Captured(NamedTuple):
     inference : bool
         Whether it ran in inference mode (Earth2Studio's models run their
         forward under ``torch.inference_mode``)
+    autocast : str | None
+        The 16-bit autocast it ran under (:func:`~earth2studio_compile.precision.
+        ambient_autocast`), None where none was on
     """
 
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     inference: bool
+    autocast: str | None = None
 
 
 def capture_calls(
@@ -135,6 +139,7 @@ def capture_calls(
     """
     seen: dict[int, tuple[tuple[Any, ...], dict[str, Any]]] = {}
     inference: dict[int, bool] = {}
+    autocast: dict[int, str | None] = {}
 
     def hook(m: torch.nn.Module, args: Any, kwargs: Any) -> None:
         if id(m) not in seen:
@@ -143,6 +148,8 @@ def capture_calls(
                 (tuple(args), dict(kwargs)),
             )
             inference[id(m)] = torch.is_inference_mode_enabled()
+            device = first_device(tuple(args), dict(kwargs), m)
+            autocast[id(m)] = _precision.ambient_autocast(device.type)
 
     handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in modules]
     try:
@@ -152,7 +159,9 @@ def capture_calls(
         for h in handles:
             h.remove()
     calls = {k: detached(v) for k, v in seen.items()}
-    return {k: Captured(a, kw, inference[k]) for k, (a, kw) in calls.items()}
+    return {
+        k: Captured(a, kw, inference[k], autocast[k]) for k, (a, kw) in calls.items()
+    }
 
 
 def build(
@@ -271,7 +280,7 @@ def build(
                 why = "not called by forward"
                 out.append(Built(label, None, "skipped", reason=why))
                 continue
-            args, kwargs, _ = calls[id(module)]
+            args, kwargs, _, autocast = calls[id(module)]
             target = RegionTarget.resolve(
                 module,
                 owner=owner,
@@ -283,6 +292,7 @@ def build(
                 fp32_modules=p.spec.fp32_modules,
                 unused_arguments=unused_arguments(p.spec, module),
                 patches=region_patches(p.spec, module),
+                autocast=autocast,
             )
             key, _ = target.aot_key(args, kwargs)
             try:
@@ -310,7 +320,7 @@ def _found_or_built(
 ) -> Built | None:
     """The region's artifact, found on disk or built, sealed against eager and
     timed; None where no artifact can serve it (``dynamo`` says why)."""
-    args, kwargs, inference = calls[id(target.module)]
+    args, kwargs, inference, _ = calls[id(target.module)]
     if not force:
         # Without CUDA graphs: the seal below runs it once as it is.
         found = load_runner(target, args, kwargs, cudagraphs=False)
@@ -416,7 +426,7 @@ def _time_speed(
     then runs in the next process, as before."""
     if not built.verified or built.path is None:
         return
-    args, kwargs, inference = calls[id(target.module)]
+    args, kwargs, inference, _ = calls[id(target.module)]
     try:
         runner: AotRunner | str | None = sealed
         if sealed is None or sealed.cudagraphs != wants_cudagraphs(target):
@@ -431,7 +441,8 @@ def _time_speed(
         module, chosen = target.module, target.precision
 
         def eager() -> Any:
-            return _precision.call(chosen, device, module, args, kwargs)
+            with _precision.autocast_of(target.autocast, device):
+                return _precision.call(chosen, device, module, args, kwargs)
 
         with torch.inference_mode(inference):
             for call in range(1, 20):
@@ -460,7 +471,7 @@ def _sealed(
     (:func:`~earth2studio_compile.artifacts.verified.seal_built`): the forecast's
     first call then skips its own eager call. Sets ``built.verified``; returns
     the runner it ran, loaded without CUDA graphs (None where none was loaded)."""
-    args, kwargs, _ = calls[id(target.module)]
+    args, kwargs, _, _ = calls[id(target.module)]
     why, loaded, wrong = verified.seal_built(
         target, args, kwargs, root=None, runner=runner
     )

@@ -41,6 +41,7 @@ from earth2studio_compile.executors import (
 )
 from earth2studio_compile.metrics import Laps, synchronize
 from earth2studio_compile.payoff_gate import PayoffGate
+from earth2studio_compile.precision import ambient_autocast
 from earth2studio_compile.report import describe
 from earth2studio_compile.spec import region_patches, unused_arguments
 from earth2studio_compile.staging import Call
@@ -403,6 +404,9 @@ def target_of(region: FirstCall, device: torch.device) -> Target:
         unused_arguments=unused_arguments(region.spec, region.module),
         patches=region_patches(region.spec, region.module),
         without_cudagraphs=region.report.no_cudagraphs is not None,
+        # Read where the call runs: an ahead thread's target has none, and finds
+        # no hint of a region its model's wrapper calls under autocast.
+        autocast=ambient_autocast(device.type),
         report=region.report,
         artifacts=region.artifacts,
     )

@@ -30,6 +30,7 @@ from earth2studio_compile.artifacts.build_process import lower_priority, run_job
 from earth2studio_compile.artifacts.judge import judge_lock
 from earth2studio_compile.artifacts.store import file_lock
 from earth2studio_compile.models import MODEL_TABLE
+from earth2studio_compile.precision import autocast_of
 from earth2studio_compile.session import CompileSession
 
 __all__ = ["Holder", "judge", "main"]
@@ -121,8 +122,14 @@ def _session(holder: Holder, payload: dict[str, Any], calls: int) -> Any:
         precision=target.precision,
     )
     args, kwargs = payload["args"], payload["kwargs"]
-    # The forecast's region took the Dynamo path: so does this one.
-    with background.in_process(), session, torch.inference_mode(payload["inference"]):
+    # The forecast's region took the Dynamo path: so does this one, under the
+    # autocast its model's wrapper called it in (AIFS's), which keys its figures.
+    with (
+        background.in_process(),
+        session,
+        torch.inference_mode(payload["inference"]),
+        autocast_of(target.autocast, target.device),
+    ):
         for _ in range(calls):
             holder.core(*args, **kwargs)
     [report] = session.report.regions

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from earth2studio_compile.anemoi_patches import AIFS_WINDOW_MASK
 from earth2studio_compile.patches import AURORA_SWIN_SHIFT, DLWP_ZENITH
 from earth2studio_compile.precision import tf32_under
 from earth2studio_compile.spec import ModelSpec
@@ -56,6 +57,7 @@ _AIFS = ModelSpec(
     # stay eager by choice: a subclass (the zoo's small grid) is still this model.
     covers=("model",),
     precisions_refused={"fp32": _AUTOCAST_OWN, "tf32": _AUTOCAST_OWN},
+    patches=(AIFS_WINDOW_MASK,),
     note="anemoi transformer processor; graph encoder/decoder stay eager "
     "(anemoi aliases forward and calls predict_step, bypassing outer __call__)",
 )

@@ -88,6 +88,9 @@ class MethodPatch:
     submodules : str, optional
         The class name of the model's submodules whose method it replaces, on each
         such submodule; by default ``""``: the model's own method
+    release : Callable[[], None] | None, optional
+        Called once the patch is removed, to let go of what its replacement keeps
+        beyond the session (a module-level cache), by default None
     """
 
     name: str
@@ -96,6 +99,7 @@ class MethodPatch:
     why: str = ""
     key: Callable[..., Hashable] | None = None
     submodules: str = ""
+    release: Callable[[], None] | None = None
 
 
 def on_submodules(
@@ -208,11 +212,15 @@ class Patches:
             self.installed.append((model, patch.name, bound))
 
     def restore(self) -> None:
-        """Remove what :meth:`install` set: no instance attribute is left."""
+        """Remove what :meth:`install` set: no instance attribute is left, and
+        each patch's ``release`` has run."""
         for model, name, bound in reversed(self.installed):
             if model.__dict__.get(name) is bound:
                 del model.__dict__[name]
         self.installed = []
+        for patch in {id(p): p for _, p in self.pending}.values():
+            if patch.release is not None:
+                patch.release()
 
 
 #: Results a keyed patch keeps per model and session (DLWP: two per initial time).

@@ -44,6 +44,8 @@ from earth2studio_compile._torch import tree_flatten, tree_map
 
 __all__ = [
     "ENV",
+    "ambient_autocast",
+    "autocast_of",
     "PRECISIONS",
     "THRESHOLDS",
     "check_precision",
@@ -203,6 +205,52 @@ def global_flags(precision: str | None) -> Iterator[None]:
         return
     with _torch.fp32_math(cuda="tf32" if precision == "tf32" else "ieee", cpu="ieee"):
         yield
+
+
+def ambient_autocast(device_type: str) -> str | None:
+    """The 16-bit autocast a caller has entered around this point, for
+    ``device_type``: what a model's own wrapper runs its network under (AIFS's:
+    bfloat16), which ``torch.export`` does not see from inside.
+
+    Parameters
+    ----------
+    device_type : str
+        ``"cuda"``, ``"cpu"``, ...
+
+    Returns
+    -------
+    str | None
+        ``"bfloat16"`` or ``"float16"``, None where no 16-bit autocast is on
+    """
+    if not torch.is_autocast_enabled(device_type):
+        return None
+    dtype = torch.get_autocast_dtype(device_type)
+    if dtype not in (torch.bfloat16, torch.float16):
+        return None
+    return str(dtype).removeprefix("torch.")
+
+
+def autocast_of(
+    autocast: str | None, device: torch.device
+) -> contextlib.AbstractContextManager[Any]:
+    """The autocast :func:`ambient_autocast` read, entered again: where a region
+    its callers run under autocast is exported, verified or timed outside them.
+
+    Parameters
+    ----------
+    autocast : str | None
+        ``"bfloat16"`` or ``"float16"``; None enters nothing
+    device : torch.device
+        Where the region computes
+
+    Returns
+    -------
+    contextlib.AbstractContextManager[Any]
+        The autocast, or a context that does nothing
+    """
+    if autocast is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=getattr(torch, autocast))
 
 
 def tf32_enabled() -> tuple[bool, bool]:

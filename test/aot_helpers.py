@@ -107,7 +107,7 @@ def built(tmp_path_factory):
         [result] = build(model, precision="fp32")
         x, coords = example_input(model)
         core = model.model
-        args, kwargs, _ = capture_calls(model, [core], x, coords)[id(core)]
+        args, kwargs, *_ = capture_calls(model, [core], x, coords)[id(core)]
     return SimpleNamespace(
         root=root,
         model=model,

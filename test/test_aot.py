@@ -310,3 +310,42 @@ def test_a_build_in_a_precision_its_model_refuses_runs_under_that_precisions_fla
     assert during_fp32 == ("None", (False, False))
     assert after == before
     assert any("set for tf32 while it builds" in w for w in messages(logs, "WARNING"))
+
+
+def test_a_region_its_model_runs_under_autocast_gets_an_artifact_that_runs_so(
+    tmp_path, monkeypatch
+):
+    """AIFS's wrappers run their network under a 16-bit autocast of their own, which
+    an export does not see from inside: the artifact of AIFS2ENS's processor, once
+    its window mask no longer kept it from one (anemoi_patches), computed in the
+    inputs' bf16 against fp32 weights and failed ("mat1 and mat2 must have the same
+    dtype", CPU, 2026-11-30). The region's target now carries the autocast its
+    callers run it under: the export enters it, the build verifies the artifact
+    under it, and a later process's first call runs the artifact."""
+    import torch
+
+    from earth2studio_compile import CompileSession, build, example_input, resident
+    from earth2studio_compile.tools.zoo.grid import Grid
+    from earth2studio_compile.tools.zoo.user import GridPrognostic, ToyCore
+
+    class Autocasting(GridPrognostic):
+        @torch.inference_mode()
+        def _forward(self, x: torch.Tensor) -> torch.Tensor:
+            shape = x.shape
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = self.model(x.reshape(-1, *shape[-3:]).to(torch.bfloat16))
+            return out.float().reshape(shape)
+
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_BACKGROUND", "off")
+    torch.manual_seed(0)
+    model = Autocasting(ToyCore(2).eval(), ["a", "b"], Grid(16, 32))
+    [result] = build(model)
+    assert result.status == "built" and result.verified, result
+    resident.release()
+    x, coords = example_input(model)
+    with CompileSession(model) as session:
+        with torch.no_grad():
+            model(x, coords)
+    [r] = session.report.regions
+    assert r.executor == "aot", session.report.summary()

@@ -52,6 +52,41 @@ def test_a_judge_whose_compile_fails_keeps_why(monkeypatch, tmp_path):
     assert "no backend here" in (payoff.recall_failure(figures) or ""), result
 
 
+def eager_backend(gm, example_inputs):
+    """A compiler that runs the graph as traced (module level: pickled)."""
+    return gm.forward
+
+
+def test_a_judge_calls_the_core_under_the_autocast_its_model_called_it_in(
+    monkeypatch, tmp_path
+):
+    """AIFS's wrapper calls its processor under bfloat16 autocast, with bf16
+    inputs: a judge that called the core without it computed bf16 inputs against
+    fp32 weights ("mat1 and mat2 must have the same dtype") and kept no figures,
+    and its session's target (read at its first call) had other keys than the
+    forecast's. Its calls now run under the target's autocast."""
+    import dataclasses
+
+    holder = f"{judge_process.Holder.__module__}.{judge_process.Holder.__qualname__}"
+    monkeypatch.setitem(MODEL_TABLE, holder, ModelSpec(regions=("core",)))
+    monkeypatch.setenv(background.ENV, "on")
+    figures = tmp_path / "aot" / "payoff" / "f.json"
+    session = {
+        "spec": ModelSpec(regions=("core",)),
+        "options": CompileOptions(backend=eager_backend),
+        "inference": True,
+    }
+    target = dataclasses.replace(tiny_target(TinyCore()), autocast="bfloat16")
+    x = torch.randn(4, 8, dtype=torch.bfloat16)
+    job = judge.prepare(target, (x,), {}, tmp_path, figures, session)
+    assert isinstance(job, judge.JudgeJob), job
+    payload = job._payload | {"calls_per_step": 1.0}
+    job.cancel()
+    result = judge_process.judge(payload)
+    assert payoff.recall_failure(figures) is None, result
+    assert result["ok"], result
+
+
 def test_a_first_process_runs_eagerly_and_its_judge_keeps_the_next_ones_figures(
     background_on, logs
 ):

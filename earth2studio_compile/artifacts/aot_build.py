@@ -43,21 +43,29 @@ from earth2studio_compile.precision import KeepFp32
 
 
 class _Scoped(torch.nn.Module):
-    """The core as exported: autocast inside the graph for bf16, outputs cast back.
+    """The core as exported: autocast inside the graph for bf16, outputs cast back;
+    the autocast its callers run it under (``autocast``) inside it too.
 
     ``torch.export`` does not capture an autocast entered around it; entered in
     ``forward`` it becomes part of the graph.
     """
 
-    def __init__(self, core: torch.nn.Module, precision: str | None) -> None:
+    def __init__(
+        self, core: torch.nn.Module, precision: str | None, autocast: str | None
+    ) -> None:
         super().__init__()
         self.core = core
         self.precision = precision
+        self.autocast = autocast
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        device = _precision._device_type(args)
+        if self.autocast is not None:
+            # As the callers run it: what it returns is what they get.
+            with _precision.autocast_of(self.autocast, torch.device(device)):
+                return _torch.call_module(self.core, args, kwargs)
         if self.precision != "bf16":
             return _torch.call_module(self.core, args, kwargs)
-        device = _precision._device_type(args)
         with torch.autocast(device, dtype=torch.bfloat16):
             out = _torch.call_module(self.core, args, kwargs)
         return _precision.restore_dtype(out, "bf16", args)
@@ -285,7 +293,10 @@ def build_region(
         _caches_emptied(),
     ):
         program = torch.export.export(
-            _Scoped(module, precision), tuple(args), kwargs, strict=False
+            _Scoped(module, precision, target.autocast),
+            tuple(args),
+            kwargs,
+            strict=False,
         )
     timings["export"] = time.perf_counter() - start
     signature = program.graph_signature

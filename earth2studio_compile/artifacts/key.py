@@ -66,6 +66,11 @@ class RegionTarget:
         The table's method patches for submodules the core holds
         (:func:`~earth2studio_compile.spec.region_patches`): its compiled calls
         run them, and a build in another process sets them on its copy
+    autocast : str | None
+        The 16-bit autocast its callers run it under (``"bfloat16"``: AIFS's
+        wrapper), read at its first call (:func:`~earth2studio_compile.precision.
+        ambient_autocast`): an export does not see it, so an artifact enters it in
+        its graph; None where none is on
     """
 
     module: torch.nn.Module
@@ -78,6 +83,7 @@ class RegionTarget:
     fp32_modules: tuple[str, ...] = ()
     unused_arguments: tuple[str, ...] = ()
     patches: tuple[MethodPatch, ...] = ()
+    autocast: str | None = None
 
     @classmethod
     def resolve(
@@ -95,6 +101,7 @@ class RegionTarget:
         unused_arguments: Sequence[str] = (),
         patches: Sequence[MethodPatch] = (),
         without_cudagraphs: bool = False,
+        autocast: str | None = None,
         **more: Any,
     ) -> T:
         """The target with its policy resolved for ``device``
@@ -103,7 +110,7 @@ class RegionTarget:
         Parameters
         ----------
         module, owner, region, device, precision, opaque, fp32_modules, \
-        unused_arguments, patches
+        unused_arguments, patches, autocast
             The fields of those names (see the class's Attributes)
         options : CompileOptions | None, optional
             The user's options, resolved with ``table`` into the ``policy``
@@ -138,6 +145,7 @@ class RegionTarget:
             fp32_modules=tuple(fp32_modules),
             unused_arguments=tuple(unused_arguments),
             patches=tuple(patches),
+            autocast=autocast,
             **more,
         )
 
@@ -153,7 +161,7 @@ class RegionTarget:
         policy = self.policy
         backend = policy.backend
         shown = sorted((str(k), repr(v)) for k, v in (policy.options or {}).items())
-        return {
+        factors = {
             "owner": self.owner,
             "region": self.region,
             # The user's options and what the policy resolved them to.
@@ -172,6 +180,11 @@ class RegionTarget:
                 f"fp32_modules={sorted(self.fp32_modules)}"
             ),
         }
+        if self.autocast is not None:
+            # Only where one is on: every other region keeps the keys it had.
+            factors["autocast"] = self.autocast
+            factors["aot"] += f"|autocast={self.autocast}"
+        return factors
 
     def resident_key(self) -> str:
         """Key of an executor kept in this process
@@ -206,7 +219,8 @@ class RegionTarget:
             # The fp32 modules and opaque operators change the traced graph: a
             # bundle of other settings would only miss Inductor's cache.
             f"{f['policy']}|precision={f['precision']}|fp32={f['fp32']}|"
-            f"opaque={f['opaque']}",
+            f"opaque={f['opaque']}"
+            + (f"|autocast={self.autocast}" if self.autocast else ""),
             self.device,
         )
 

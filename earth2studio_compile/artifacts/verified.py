@@ -257,7 +257,11 @@ def seal_built(
         sealed, held = _seal_held(runner, target.module)
         if held:
             return Sealed(None, runner)
-        with torch.no_grad(), precision.scope(target.precision, target.device):
+        with (
+            torch.no_grad(),
+            precision.scope(target.precision, target.device),
+            precision.autocast_of(target.autocast, target.device),
+        ):
             out = runner(*args, **kwargs)
             reason = _eager_agrees(
                 runner, target.module, args, kwargs, out, target.precision, sealed

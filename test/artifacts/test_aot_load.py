@@ -89,7 +89,7 @@ def test_a_fresh_process_loads_and_matches(built, tmp_path):
         model = zoo.build("fcn", size="small")
         core = model.model
         x, coords = example_input(model)
-        args, kwargs, _ = capture_calls(model, [core], x, coords)[id(core)]
+        args, kwargs, *_ = capture_calls(model, [core], x, coords)[id(core)]
         args = (torch.randn_like(args[0]),)
         start = time.perf_counter()
         target = RegionTarget.resolve(

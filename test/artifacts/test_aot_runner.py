@@ -147,7 +147,7 @@ def test_cuda_graph_runner_keeps_held_outputs(tmp_path):
     model = zoo.build("fcn", size="small").to(device)
     core = model.model
     x, coords = example_input(model)
-    args, kwargs, _ = capture_calls(model, [core], x, coords)[id(core)]
+    args, kwargs, *_ = capture_calls(model, [core], x, coords)[id(core)]
     owner = f"{type(model).__module__}.{type(model).__qualname__}"
     target = aot_target(core, owner, "fp32", device, mode="reduce-overhead")
     build_region(target, args, kwargs, root=tmp_path)

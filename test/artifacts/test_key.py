@@ -100,6 +100,7 @@ def test_each_setting_changes_every_key_it_is_part_of():
         ),
         "fp32_modules": (_target(fp32_modules=("Linear",)), everything),
         "opaque": (dataclasses.replace(base, opaque=True), {"bundle", "resident"}),
+        "autocast": (_target(autocast="bfloat16"), everything),
     }
     names = ("bundle", "aot", "resident")
     for setting, (target, expected) in changed.items():
@@ -159,3 +160,12 @@ def test_an_input_laid_out_otherwise_is_another_artifact():
     assert target.aot_key((x.clone(),), {})[0] == key
     assert target.aot_key((x[:1].expand(4, 8),), {})[0] == key  # cloned: contiguous
     assert target.aot_key((x.t().contiguous().t(),), {})[0] != key
+
+
+def test_a_region_called_without_autocast_keeps_the_keys_it_had():
+    """The autocast a model's wrapper calls its region in (AIFS's) is part of the
+    keys only where one is on: every other region's artifacts, bundles, hints and
+    figures stay where they were."""
+    fields = _target().aot_key(ARGS, {})[1]
+    assert "autocast" not in fields and "autocast" not in _target().factors()
+    assert "autocast=" not in fields["options"]

@@ -78,9 +78,9 @@ def test_a_fresh_aifs2ens_compiles_at_its_first_call(logs):
     checkpoint (``torch.utils.checkpoint`` around each chunk of layers), a side
     effect Dynamo refuses there for the backward's recompute. Regression: the
     processor fell back to eager with a WARNING; without grad the side effect is
-    allowed (``_torch.call_context``), the processor compiles at its first call
-    (one graph, no break; one recompile once the mask exists) and gives eager's
-    answer within the tolerance."""
+    allowed (``_torch.call_context``), and the table's patch (anemoi_patches)
+    makes the mask without it. The processor compiles at its first call (one
+    graph, no break) and gives eager's answer within the tolerance."""
     model = zoo.build("aifs2ens")
     compiled, session = held_rollout(model, nsteps=2, compile=True)
     compiled = [y.clone() for y in compiled]
@@ -124,6 +124,55 @@ def test_aifs2ens_asked_for_tf32_or_fp32_keeps_its_own_autocast(precision, logs)
     assert f"does not run in {precision}" in warning, warning
     for step in (1, 2):
         assert rel_l2(compiled[step], eager[step]) < REL_L2, f"step {step}"
+
+
+def test_the_window_mask_patch_is_upstreams_forward_bit_for_bit():
+    """The table's patch of anemoi's SDPA wrapper (anemoi_patches) replaces the
+    installed code it was written against, and returns what it returns, with a
+    window and without (the instance's own mask then, as upstream)."""
+    import torch
+    from anemoi.models.layers.attention import SDPAAttentionWrapper
+
+    from earth2studio_compile.anemoi_patches import AIFS_WINDOW_MASK
+    from earth2studio_compile.patches import source_digest
+
+    assert source_digest(SDPAAttentionWrapper.forward) == AIFS_WINDOW_MASK.source
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 48, 8) for _ in range(3))
+    for window in (3, None):
+        upstream, patched = SDPAAttentionWrapper(), SDPAAttentionWrapper()
+        if window is None:  # as after a call with a window
+            upstream.mask = patched.mask = torch.rand(48, 48) > 0.5
+        want = upstream(q, k, v, batch_size=2, window_size=window)
+        got = AIFS_WINDOW_MASK.replacement(patched, q, k, v, 2, window_size=window)
+        assert torch.equal(got, want), window
+
+
+def test_build_gives_the_aifs2ens_processor_an_artifact_a_later_call_runs(
+    tmp_path, monkeypatch
+):
+    """Regression (2026-11-30, CPU; H200 at its published size): build() refused
+    the processor an artifact, its window masks being tensors held beside its
+    weights, and every later process compiled it on the Dynamo path at its first
+    call (2.3 s on an H200: a 20-step call ran it eagerly). With the table's patch
+    and the wrapper's autocast carried into the export, it is built, verified
+    against eager, and a later process's first call runs it."""
+    import torch
+
+    from earth2studio_compile import CompileSession, build, example_input, resident
+
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_BACKGROUND", "off")
+    model = zoo.build("aifs2ens")
+    [result] = build(model)
+    assert result.status == "built" and result.verified, result
+    resident.release()
+    x, coords = example_input(model)
+    with CompileSession(model) as session:
+        with torch.no_grad():
+            model(x, coords)
+    [region] = session.report.regions
+    assert region.executor == "aot", session.report.summary()
 
 
 def test_the_noise_moves_aifs2ens_past_the_tolerance():
