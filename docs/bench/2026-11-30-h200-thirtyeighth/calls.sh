@@ -10,11 +10,14 @@
 #   bash docs/bench/2026-11-30-h200-thirtyfifth/calls.sh "$OUT" calls dlesym     # twice
 #   bash docs/bench/2026-11-30-h200-thirtyfifth/calls.sh "$OUT" calls fcn3
 #
-# calls aifs2ens (the thirty-fifth's phase): whether the warm process now finds
-#   the figures tools.build kept (4e22894: build() runs under the flags its
-#   refused precision names). Expected: the compiled rows' report "compiling would
-#   not pay for itself ... (measured in an earlier process)", background_wait_s
-#   near 0, and the second-call rows this session's call ran out of time for.
+# calls aifs2ens (the thirty-fifth's phase): since b301cc4 tools.build should
+#   build the processor an artifact (the window-mask patch, the wrapper's
+#   autocast carried into the export), under the flags its refused precision
+#   names (4e22894). Expected: build's line "built in ... verified against
+#   eager", the warm row's report "ran its ahead-of-time artifact", compile=True
+#   at or below eager's call, background_wait_s near 0, and the second-call rows
+#   this session's call ran out of time for. If the build says "judged", the
+#   warm row should still say "(measured in an earlier process)".
 # aurora-code: the published Aurora compiled in TF32 in its own process
 #   (background builds off, a fresh cache), 3 profiled steps, then the Inductor
 #   output code of its graphs that call an extern kernel (GEMMs, attention,
