@@ -1,8 +1,8 @@
 """Shared by the ahead-of-time tests (artifacts/test_aot_*.py,
 executors/test_executors_aot.py, test_aot.py, test_first_call.py,
-tools/test_build.py): the small FCN core built once, an artifact of another forward
-planted under its key, the calls they make, and a stand-in for the ahead-of-time
-executor.
+tools/test_build.py, tools/zoo/test_aifs.py): the small FCN core built once, an
+artifact of another forward planted under its key, the calls they make, a model
+built and run from its artifact, and a stand-in for the ahead-of-time executor.
 
 One real AOTInductor build per fixture (each 25-90 s on 2 cores): the fixtures are
 session-scoped, so the files share them (conftest.py makes them visible).
@@ -207,3 +207,20 @@ def conv_built(tmp_path_factory):
     core, x = ConvCore().eval(), torch.randn(2, 3, 8, 8)
     path = build_region(tiny_target(core), (x,), {}, root=root)
     return SimpleNamespace(root=root, core=core, args=(x,), path=path)
+
+
+def built_then_run_from_its_artifact(model: Any) -> None:
+    """``build()`` the model's one region into the test's cache (the test sets
+    ``EARTH2STUDIO_COMPILE_CACHE``, background builds off), check it was built and
+    verified, then run it as a later process's first call: from the artifact."""
+    from earth2studio_compile import CompileSession, build, example_input, resident
+
+    [result] = build(model)
+    assert result.status == "built" and result.verified, result
+    resident.release()  # no compiled code kept in this process
+    x, coords = example_input(model)
+    with CompileSession(model) as session:
+        with torch.no_grad():
+            model(x, coords)
+    [region] = session.report.regions
+    assert region.executor == "aot", session.report.summary()

@@ -323,8 +323,8 @@ def test_a_region_its_model_runs_under_autocast_gets_an_artifact_that_runs_so(
     callers run it under: the export enters it, the build verifies the artifact
     under it, and a later process's first call runs the artifact."""
     import torch
+    from aot_helpers import built_then_run_from_its_artifact
 
-    from earth2studio_compile import CompileSession, build, example_input, resident
     from earth2studio_compile.tools.zoo.grid import Grid
     from earth2studio_compile.tools.zoo.user import GridPrognostic, ToyCore
 
@@ -339,13 +339,6 @@ def test_a_region_its_model_runs_under_autocast_gets_an_artifact_that_runs_so(
     monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
     monkeypatch.setenv("EARTH2STUDIO_COMPILE_BACKGROUND", "off")
     torch.manual_seed(0)
-    model = Autocasting(ToyCore(2).eval(), ["a", "b"], Grid(16, 32))
-    [result] = build(model)
-    assert result.status == "built" and result.verified, result
-    resident.release()
-    x, coords = example_input(model)
-    with CompileSession(model) as session:
-        with torch.no_grad():
-            model(x, coords)
-    [r] = session.report.regions
-    assert r.executor == "aot", session.report.summary()
+    built_then_run_from_its_artifact(
+        Autocasting(ToyCore(2).eval(), ["a", "b"], Grid(16, 32))
+    )

@@ -157,22 +157,11 @@ def test_build_gives_the_aifs2ens_processor_an_artifact_a_later_call_runs(
     call (2.3 s on an H200: a 20-step call ran it eagerly). With the table's patch
     and the wrapper's autocast carried into the export, it is built, verified
     against eager, and a later process's first call runs it."""
-    import torch
-
-    from earth2studio_compile import CompileSession, build, example_input, resident
+    from aot_helpers import built_then_run_from_its_artifact
 
     monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
     monkeypatch.setenv("EARTH2STUDIO_COMPILE_BACKGROUND", "off")
-    model = zoo.build("aifs2ens")
-    [result] = build(model)
-    assert result.status == "built" and result.verified, result
-    resident.release()
-    x, coords = example_input(model)
-    with CompileSession(model) as session:
-        with torch.no_grad():
-            model(x, coords)
-    [region] = session.report.regions
-    assert region.executor == "aot", session.report.summary()
+    built_then_run_from_its_artifact(zoo.build("aifs2ens"))
 
 
 def test_the_noise_moves_aifs2ens_past_the_tolerance():
