@@ -12,6 +12,7 @@ and the first call after it ended finds the region compiled, or still pending.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from concurrent.futures import Executor as Pool
 from concurrent.futures import Future, wait
@@ -25,6 +26,7 @@ from earth2studio_compile.artifacts import hints
 from earth2studio_compile.executors import AotExecutor, Target
 from earth2studio_compile.first_call import FirstCall, RegionState, target_of
 from earth2studio_compile.metrics import Laps, timed
+from earth2studio_compile.precision import AUTOCASTS, autocast_of
 from earth2studio_compile.report import describe
 from earth2studio_compile.staging import Call
 
@@ -81,9 +83,17 @@ class FirstCallAhead(FirstCall):
             return None
         if self.spec.refused_on(weights[0].device) is not None:
             return None
-        target = target_of(self, weights[0].device)
-        path = hints.hint_path(target, self._root)
-        return target if path is not None and path.is_file() else None
+        base = target_of(self, weights[0].device)
+        # This thread has no autocast: a region its model's wrapper calls under one
+        # (AIFS's) left its hint under that autocast's keys.
+        for autocast in (None, *AUTOCASTS):
+            target = dataclasses.replace(base, autocast=autocast)
+            path = hints.hint_path(target, self._root)
+            if path is None:
+                return None
+            if path.is_file():
+                return target
+        return None
 
     def _first_ahead(self, target: Target) -> bool:
         device = target.device
@@ -101,8 +111,10 @@ class FirstCallAhead(FirstCall):
             return False
         self.report.device = device.type
         laps = Laps()
+        # Its eager check runs as the workflow's calls do, under their autocast.
+        autocast = autocast_of(target.autocast, device)
         try:
-            with on, torch.inference_mode(inference):
+            with on, torch.inference_mode(inference), autocast:
                 out = self._attempt(call, chosen, target, laps)
         except Exception as err:  # the workflow's first call tries again
             logger.debug(f"{self.report.label}: no first call ahead ({describe(err)})")

@@ -43,6 +43,7 @@ from earth2studio_compile import _torch
 from earth2studio_compile._torch import tree_flatten, tree_map
 
 __all__ = [
+    "AUTOCASTS",
     "ENV",
     "ambient_autocast",
     "autocast_of",
@@ -207,6 +208,10 @@ def global_flags(precision: str | None) -> Iterator[None]:
         yield
 
 
+#: The autocasts :func:`ambient_autocast` names.
+AUTOCASTS = ("bfloat16", "float16")
+
+
 def ambient_autocast(device_type: str) -> str | None:
     """The 16-bit autocast a caller has entered around this point, for
     ``device_type``: what a model's own wrapper runs its network under (AIFS's:
@@ -224,10 +229,8 @@ def ambient_autocast(device_type: str) -> str | None:
     """
     if not torch.is_autocast_enabled(device_type):
         return None
-    dtype = torch.get_autocast_dtype(device_type)
-    if dtype not in (torch.bfloat16, torch.float16):
-        return None
-    return str(dtype).removeprefix("torch.")
+    name = str(torch.get_autocast_dtype(device_type)).removeprefix("torch.")
+    return name if name in AUTOCASTS else None
 
 
 def autocast_of(

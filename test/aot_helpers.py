@@ -224,3 +224,22 @@ def built_then_run_from_its_artifact(model: Any) -> None:
             model(x, coords)
     [region] = session.report.regions
     assert region.executor == "aot", session.report.summary()
+
+
+def autocasting_model() -> Any:
+    """A user prognostic (the zoo's ``GridPrognostic``, a small conv core) whose
+    own forward runs its core under bfloat16 autocast on bf16 inputs, as AIFS's
+    wrappers run their networks."""
+    from earth2studio_compile.tools.zoo.grid import Grid
+    from earth2studio_compile.tools.zoo.user import GridPrognostic, ToyCore
+
+    class Autocasting(GridPrognostic):
+        @torch.inference_mode()
+        def _forward(self, x: torch.Tensor) -> torch.Tensor:
+            shape = x.shape
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = self.model(x.reshape(-1, *shape[-3:]).to(torch.bfloat16))
+            return out.float().reshape(shape)
+
+    torch.manual_seed(0)
+    return Autocasting(ToyCore(2).eval(), ["a", "b"], Grid(16, 32))

@@ -322,23 +322,8 @@ def test_a_region_its_model_runs_under_autocast_gets_an_artifact_that_runs_so(
     dtype", CPU, 2026-11-30). The region's target now carries the autocast its
     callers run it under: the export enters it, the build verifies the artifact
     under it, and a later process's first call runs the artifact."""
-    import torch
-    from aot_helpers import built_then_run_from_its_artifact
-
-    from earth2studio_compile.tools.zoo.grid import Grid
-    from earth2studio_compile.tools.zoo.user import GridPrognostic, ToyCore
-
-    class Autocasting(GridPrognostic):
-        @torch.inference_mode()
-        def _forward(self, x: torch.Tensor) -> torch.Tensor:
-            shape = x.shape
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                out = self.model(x.reshape(-1, *shape[-3:]).to(torch.bfloat16))
-            return out.float().reshape(shape)
+    from aot_helpers import autocasting_model, built_then_run_from_its_artifact
 
     monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
     monkeypatch.setenv("EARTH2STUDIO_COMPILE_BACKGROUND", "off")
-    torch.manual_seed(0)
-    built_then_run_from_its_artifact(
-        Autocasting(ToyCore(2).eval(), ["a", "b"], Grid(16, 32))
-    )
+    built_then_run_from_its_artifact(autocasting_model())

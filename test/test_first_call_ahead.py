@@ -288,3 +288,29 @@ def test_made_up_inputs_ahead_that_fail_verification_warn_nobody(
         ("first call ahead", "DEBUG")
     ]
     assert "ahead_wait" not in r.phases
+
+
+def test_a_region_its_model_calls_under_autocast_runs_its_first_call_ahead(
+    monkeypatch, tmp_path
+):
+    """Its hint is kept under the autocast its model's wrapper calls it in (AIFS's),
+    which the first call ahead's thread does not have: it found no hint, and the
+    artifact loaded on the workflow's own first call. It now looks under each
+    16-bit autocast, and checks the artifact against eager under the one found."""
+    from aot_helpers import autocasting_model, built_then_run_from_its_artifact
+
+    from earth2studio_compile import example_input, resident
+
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_BACKGROUND", "off")
+    model = autocasting_model()
+    built_then_run_from_its_artifact(model)
+    resident.release()
+    x, coords = example_input(model)
+    with CompileSession(model) as session:
+        session.ahead(wait=True)
+        with torch.no_grad():
+            model(x, coords)
+    [r] = session.report.regions
+    assert r.executor == "aot", session.report.summary()
+    assert "ahead_wait" in r.phases, r.phases
