@@ -6,8 +6,8 @@ An ahead-of-time artifact must not keep such a tensor (a model's own data, not
 made by its code as far as the export can tell): AIFS2ENS's processor was refused
 one, and every process compiled it on the Dynamo path at its first call (2.3 s on
 an H200 at the published size: a 20-step call ran it eagerly). The patch makes the
-mask as upstream does, through a cache of its own keyed by the mask's arguments:
-export then sees a tensor the code made, and the artifact computes it.
+mask as upstream does, in the traced graph (the artifact computes it) and, for
+eager calls, through a cache of its own keyed by the mask's arguments.
 """
 
 from __future__ import annotations
@@ -19,18 +19,13 @@ import torch
 
 from earth2studio_compile.patches import MethodPatch
 
-__all__ = ["AIFS_WINDOW_MASK", "sdpa_wrapper_forward", "window_mask"]
+__all__ = ["AIFS_WINDOW_MASK", "made_mask", "sdpa_wrapper_forward", "window_mask"]
 
 
-@functools.lru_cache(maxsize=2)
-def window_mask(seq_len: int, window_size: int, device: torch.device) -> torch.Tensor:
+def made_mask(seq_len: int, window_size: int, device: torch.device) -> torch.Tensor:
     """anemoi-models 0.11.2's ``SDPAAttentionWrapper.update_mask``, as a function:
     the sliding-window mask, True where two positions are at most ``window_size``
     apart.
-
-    Kept per arguments (two at most: one model's processor asks for one), where
-    upstream keeps one per attention layer; let go of when the session's patches
-    are removed (:data:`AIFS_WINDOW_MASK`'s ``release``).
 
     Parameters
     ----------
@@ -53,6 +48,30 @@ def window_mask(seq_len: int, window_size: int, device: torch.device) -> torch.T
         )
         <= window_size
     )
+
+
+@functools.lru_cache(maxsize=2)
+def window_mask(seq_len: int, window_size: int, device: torch.device) -> torch.Tensor:
+    """:func:`made_mask`, kept per arguments for eager calls (two at most: one
+    model's processor asks for one), where upstream keeps one per attention layer;
+    let go of when the session's patches are removed (:data:`AIFS_WINDOW_MASK`'s
+    ``release``).
+
+    Parameters
+    ----------
+    seq_len : int
+        Sequence length
+    window_size : int
+        Half the window
+    device : torch.device
+        Where it is made
+
+    Returns
+    -------
+    torch.Tensor
+        Boolean ``(seq_len, seq_len)``
+    """
+    return made_mask(seq_len, window_size, device)
 
 
 def sdpa_wrapper_forward(
@@ -98,7 +117,13 @@ def sdpa_wrapper_forward(
     """
     mask = self.mask
     if window_size is not None:
-        mask = window_mask(query.shape[-2], window_size, query.device)
+        n = query.shape[-2]
+        # Traced (Dynamo, export), made in the graph: a kept one would be baked
+        # into an artifact as a constant (1.6 GB at the published size).
+        if torch.compiler.is_compiling():
+            mask = made_mask(n, window_size, query.device)
+        else:
+            mask = window_mask(n, window_size, query.device)
     return self.attention(
         query, key, value, attn_mask=mask, is_causal=causal, dropout_p=dropout_p
     )

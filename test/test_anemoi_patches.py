@@ -82,3 +82,25 @@ def test_the_kept_mask_is_let_go_of_when_the_patches_are_removed():
         wrapper(q, q, q, 1, window_size=2)
         assert window_mask.cache_info().currsize == 1 and wrapper.mask is None
     assert window_mask.cache_info().currsize == 0
+
+
+def test_traced_the_mask_is_made_in_the_graph_not_kept():
+    """An eager call keeps the mask; an export after it would have found that real
+    tensor and baked it into the artifact (a 1.6 GB constant at AIFS's published
+    size): traced, the mask is made in the graph."""
+
+    class Holder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.wrapper = _Wrapper()
+
+        def forward(self, q: torch.Tensor) -> torch.Tensor:
+            return sdpa_wrapper_forward(self.wrapper, q, q, q, 1, window_size=2)
+
+    window_mask.cache_clear()
+    q = torch.randn(1, 1, 16, 4)
+    eager = Holder()(q)  # keeps the mask
+    assert window_mask.cache_info().currsize == 1
+    program = torch.export.export(Holder(), (q,), strict=False)
+    assert not program.constants, list(program.constants)
+    assert torch.equal(program.module()(q), eager)
