@@ -50,28 +50,10 @@ def made_mask(seq_len: int, window_size: int, device: torch.device) -> torch.Ten
     )
 
 
-@functools.lru_cache(maxsize=2)
-def window_mask(seq_len: int, window_size: int, device: torch.device) -> torch.Tensor:
-    """:func:`made_mask`, kept per arguments for eager calls (two at most: one
-    model's processor asks for one), where upstream keeps one per attention layer;
-    let go of when the session's patches are removed (:data:`AIFS_WINDOW_MASK`'s
-    ``release``).
-
-    Parameters
-    ----------
-    seq_len : int
-        Sequence length
-    window_size : int
-        Half the window
-    device : torch.device
-        Where it is made
-
-    Returns
-    -------
-    torch.Tensor
-        Boolean ``(seq_len, seq_len)``
-    """
-    return made_mask(seq_len, window_size, device)
+#: :func:`made_mask`, kept per arguments for eager calls (two at most: one model's
+#: processor asks for one), where upstream keeps one per attention layer; let go of
+#: when the session's patches are removed (:data:`AIFS_WINDOW_MASK`'s ``release``).
+window_mask = functools.lru_cache(maxsize=2)(made_mask)
 
 
 def sdpa_wrapper_forward(
