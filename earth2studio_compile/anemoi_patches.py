@@ -19,13 +19,31 @@ import torch
 
 from earth2studio_compile.patches import MethodPatch
 
-__all__ = ["AIFS_WINDOW_MASK", "made_mask", "sdpa_wrapper_forward", "window_mask"]
+__all__ = ["AIFS_WINDOW_MASK", "sdpa_wrapper_forward", "window_mask"]
 
 
-def made_mask(seq_len: int, window_size: int, device: torch.device) -> torch.Tensor:
-    """anemoi-models 0.11.2's ``SDPAAttentionWrapper.update_mask``, as a function:
-    the sliding-window mask, True where two positions are at most ``window_size``
-    apart.
+def _made_mask(seq_len: int, window_size: int, device: torch.device) -> torch.Tensor:
+    """anemoi-models 0.11.2's ``SDPAAttentionWrapper.update_mask``, as a function
+    (:func:`window_mask` says what it makes)."""
+    return (
+        torch.abs(
+            torch.arange(seq_len, device=device).unsqueeze(0)
+            - torch.arange(seq_len, device=device).unsqueeze(1)
+        )
+        <= window_size
+    )
+
+
+# Decorated, not wrapped by assignment: a background build pickles the patch, its
+# ``release`` with it, and pickle finds this cache by its name.
+@functools.lru_cache(maxsize=2)
+def window_mask(seq_len: int, window_size: int, device: torch.device) -> torch.Tensor:
+    """The sliding-window mask, True where two positions are at most
+    ``window_size`` apart, as anemoi-models 0.11.2's
+    ``SDPAAttentionWrapper.update_mask`` makes it; kept per arguments for eager
+    calls (two at most: one model's processor asks for one), where upstream keeps
+    one per attention layer, and let go of when the session's patches are removed
+    (:data:`AIFS_WINDOW_MASK`'s ``release``).
 
     Parameters
     ----------
@@ -41,19 +59,7 @@ def made_mask(seq_len: int, window_size: int, device: torch.device) -> torch.Ten
     torch.Tensor
         Boolean ``(seq_len, seq_len)``
     """
-    return (
-        torch.abs(
-            torch.arange(seq_len, device=device).unsqueeze(0)
-            - torch.arange(seq_len, device=device).unsqueeze(1)
-        )
-        <= window_size
-    )
-
-
-#: :func:`made_mask`, kept per arguments for eager calls (two at most: one model's
-#: processor asks for one), where upstream keeps one per attention layer; let go of
-#: when the session's patches are removed (:data:`AIFS_WINDOW_MASK`'s ``release``).
-window_mask = functools.lru_cache(maxsize=2)(made_mask)
+    return _made_mask(seq_len, window_size, device)
 
 
 def sdpa_wrapper_forward(
@@ -103,7 +109,7 @@ def sdpa_wrapper_forward(
         # Traced (Dynamo, export), made in the graph: a kept one would be baked
         # into an artifact as a constant (1.6 GB at the published size).
         if torch.compiler.is_compiling():
-            mask = made_mask(n, window_size, query.device)
+            mask = _made_mask(n, window_size, query.device)
         else:
             mask = window_mask(n, window_size, query.device)
     return self.attention(

@@ -104,3 +104,10 @@ def test_traced_the_mask_is_made_in_the_graph_not_kept():
     program = torch.export.export(Holder(), (q,), strict=False)
     assert not program.constants, list(program.constants)
     assert torch.equal(program.module()(q), eager)
+
+
+def test_the_patch_pickles_as_a_background_builds_payload_carries_it():
+    """A background build pickles the region's target, its patches with it."""
+    import pickle
+
+    assert pickle.loads(pickle.dumps(AIFS_WINDOW_MASK)) == AIFS_WINDOW_MASK
