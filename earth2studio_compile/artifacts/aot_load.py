@@ -35,7 +35,7 @@ from earth2studio_compile.artifacts.aot_runner import AotRunner
 from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.artifacts.store import META
 from earth2studio_compile.metrics import rel_l2
-from earth2studio_compile.precision import THRESHOLDS
+from earth2studio_compile.precision import THRESHOLDS, ambient_autocast
 
 
 def _differences(fields: Mapping[str, Any], directory: Path) -> str:
@@ -220,10 +220,8 @@ def _effective(precision: str | None, device: torch.device) -> str:
     """The region's precision, or bf16 where the caller's autocast to a 16-bit
     float type is on for ``device`` (AIFS's wrapper runs its network so: two
     correct calls differ by 4e-3 there, 2026-11-30, CPU)."""
-    if precision is None and torch.is_autocast_enabled(device.type):
-        dtype = torch.get_autocast_dtype(device.type)
-        if dtype in (torch.bfloat16, torch.float16):
-            return "bf16"
+    if precision is None and ambient_autocast(device.type) is not None:
+        return "bf16"
     return effective_precision(precision, device)
 
 
