@@ -41,6 +41,7 @@ from loguru import logger
 
 from earth2studio_compile import _torch
 from earth2studio_compile._torch import tree_flatten, tree_map
+from earth2studio_compile.staging import first_device
 
 __all__ = [
     "AUTOCASTS",
@@ -354,7 +355,8 @@ def restore_dtype(out: Any, precision: str | None, args: Any) -> Any:
     precision : str | None
         The precision the call ran in
     args : Any
-        The call's arguments, whose first floating tensor gives the dtype
+        The call's arguments, positional and keyword (a pytree), whose first
+        floating tensor gives the dtype
 
     Returns
     -------
@@ -412,7 +414,7 @@ def call(
     """
     with scope(precision, device):
         out = fn(*args, **kwargs)
-    return restore_dtype(out, precision, args)
+    return restore_dtype(out, precision, (args, kwargs))
 
 
 class KeepFp32:
@@ -443,7 +445,7 @@ class KeepFp32:
             # Installed only for bf16 sessions: inputs autocast lowered come back
             # to fp32 (also on meta tensors, for the opaque operators' shape runs).
             args, kwargs = tree_map(_to_fp32, (args, kwargs))
-            device = _device_type(args)
+            device = first_device(args, kwargs, self.module).type
             if device in ("cpu", "cuda") and torch.is_autocast_enabled(device):
                 with torch.autocast(device, enabled=False):
                     return forward(*args, **kwargs)
@@ -469,11 +471,3 @@ def _to_fp32(t: Any) -> Any:
     if isinstance(t, torch.Tensor) and t.dtype in (torch.bfloat16, torch.float16):
         return t.float()
     return t
-
-
-def _device_type(args: Any) -> str:
-    leaves, _ = tree_flatten(args)
-    for leaf in leaves:
-        if isinstance(leaf, torch.Tensor):
-            return leaf.device.type
-    return "cpu"

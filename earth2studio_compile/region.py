@@ -310,7 +310,7 @@ class CompiledRegion(FirstCallAhead, Fallback):
             self._built(executor)
         if r.recompiles != recompiles:
             self.probe.compiled_again(r.calls)
-        out = precision.restore_dtype(out, self.precision, call.args)
+        out = precision.restore_dtype(out, self.precision, (call.args, call.kwargs))
         out = staged.finish(out)
         if executor.cudagraphs:
             # CUDA-graph outputs are overwritten by the next replay.

@@ -17,7 +17,7 @@ from conftest import TIME, FailingBackend, eager_backend, messages
 from earth2studio_compile import CompileSession, register_model
 from earth2studio_compile.metrics import rel_l2
 from earth2studio_compile.models import MODEL_TABLE
-from earth2studio_compile.precision import ENV, THRESHOLDS, tf32_enabled
+from earth2studio_compile.precision import ENV, THRESHOLDS, KeepFp32, tf32_enabled
 from earth2studio_compile.tools import zoo
 
 
@@ -484,3 +484,53 @@ def test_a_first_call_on_bad_input_keeps_the_precision_and_raises_its_error():
         with torch.no_grad(), pytest.raises(RuntimeError, match="shapes"):
             model.net(torch.randn(2, 3))
     assert session.report.regions[0].precision == "bf16"
+
+
+def test_a_kept_fp32_submodule_reads_the_device_of_keyword_inputs():
+    """Regression: the fp32 wrapper found the device in positional tensors only;
+    called with keyword ones (as anemoi's layers are) it took the CPU's autocast
+    for theirs. Tensors on the meta device, which has no autocast, leave the
+    CPU's alone."""
+    seen = []
+
+    class Inner(torch.nn.Module):
+        def forward(self, x):
+            seen.append(torch.is_autocast_enabled("cpu"))
+            return x
+
+    inner = Inner()
+    kept = KeepFp32(inner)
+    kept.install()
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            inner(x=torch.empty(2, device="meta"))
+    finally:
+        kept.restore()
+    assert seen == [True]
+
+
+def test_a_bf16_region_called_by_keyword_returns_its_callers_dtype():
+    """Regression: a bf16 region cast its outputs back to the dtype of its first
+    positional tensor; called by keyword (anemoi's processor takes its inputs
+    so), it found none and returned bfloat16 where eager returns float32."""
+
+    class ByKeyword(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.net(input=x)
+
+    core = ByKeyword()
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        expected = core(x)
+    with CompileSession(
+        core, regions=("net",), backend=eager_backend, precision="bf16"
+    ) as session:
+        with torch.no_grad():
+            out = core(x)
+    assert session.report.regions[0].precision == "bf16", session.report.summary()
+    assert out.dtype == torch.float32
+    assert rel_l2(out, expected) < THRESHOLDS["bf16"]

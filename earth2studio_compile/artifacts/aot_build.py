@@ -40,6 +40,7 @@ from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.artifacts.refused import Refused, remember
 from earth2studio_compile.opaque import find_opaque
 from earth2studio_compile.precision import KeepFp32
+from earth2studio_compile.staging import first_device
 
 
 class _Scoped(torch.nn.Module):
@@ -59,7 +60,7 @@ class _Scoped(torch.nn.Module):
         self.autocast = autocast
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        device = _precision._device_type(args)
+        device = first_device(args, kwargs, self.core).type
         if self.autocast is not None:
             # As the callers run it: what it returns is what they get.
             with _precision.autocast_of(self.autocast, torch.device(device)):
@@ -68,7 +69,7 @@ class _Scoped(torch.nn.Module):
             return _torch.call_module(self.core, args, kwargs)
         with torch.autocast(device, dtype=torch.bfloat16):
             out = _torch.call_module(self.core, args, kwargs)
-        return _precision.restore_dtype(out, "bf16", args)
+        return _precision.restore_dtype(out, "bf16", (args, kwargs))
 
 
 def compile_flags(precision: str | None) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
@@ -147,3 +148,21 @@ def test_a_record_that_fails_leaves_a_whole_artifact_without_one(tmp_path, monke
     runner = load_runner(tiny_target(core), (x,), {}, root=tmp_path)
     assert isinstance(runner, AotRunner), runner
     assert rel_l2(runner(x), eager(core, (x,))) <= 1e-5
+
+
+def test_the_callers_autocast_is_entered_for_the_device_of_keyword_inputs(monkeypatch):
+    """Regression (2026-11-30, H200): anemoi's processor takes its tensors by
+    keyword; the exported wrapper read the device from positional ones only, so
+    on CUDA it entered the callers' bfloat16 autocast for the CPU, traced the
+    processor without it, and the build refused the artifact (float32 out where
+    eager gives bfloat16)."""
+    entered = []
+
+    def recorded(autocast, device):
+        entered.append((autocast, device.type))
+        return contextlib.nullcontext()
+
+    monkeypatch.setattr(aot_build._precision, "autocast_of", recorded)
+    scoped = aot_build._Scoped(torch.nn.Identity(), None, "bfloat16")
+    scoped(input=torch.empty(2, device="meta"))
+    assert entered == [("bfloat16", "meta")]
