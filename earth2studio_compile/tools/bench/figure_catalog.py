@@ -176,6 +176,8 @@ _RUNS_THIRTYEIGHTH = (
     _THIRTYEIGHTH + "fcn-det-async-f91cbb4.json",
     _THIRTYEIGHTH + "fcn-ens-async-f91cbb4.json",
 )
+_THIRTYNINTH = "2026-11-30-h200-thirtyninth/"
+_RUNS_THIRTYNINTH = (_THIRTYNINTH + "fcn-ens-floors-fb58d92.json",)
 FIGURES: tuple[Figure, ...] = (
     Figure(
         "workflow",
@@ -472,5 +474,9 @@ FIGURES: tuple[Figure, ...] = (
         workflow_first_steps,
     ),
     Figure("async-h200-thirtyeighth", PERF, _RUNS_THIRTYEIGHTH, workflow),
+    Figure("floors-h200-thirtyninth", PERF, _RUNS_THIRTYNINTH, workflow),
+    Figure(
+        "floors-h200-thirtyninth-first", PERF, _RUNS_THIRTYNINTH, workflow_first_steps
+    ),
     *MODEL_FIGURES,
 )

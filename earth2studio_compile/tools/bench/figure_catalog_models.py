@@ -46,6 +46,7 @@ _RUNS_TWENTYNINTH = (
 _THIRTYTHIRD = "2026-11-30-h200-thirtythird/"
 _THIRTYSEVENTH = "2026-11-30-h200-thirtyseventh/"
 _THIRTYEIGHTH = "2026-11-30-h200-thirtyeighth/"
+_THIRTYNINTH = "2026-11-30-h200-thirtyninth/"
 # The rollouts at c7a5b5a ran with the Dynamo first-call check (3ce0d02): the
 # thirty-fourth's bf16 rollout at 2183afa, without it, is kept in its README.
 _AURORA_BF16 = (_THIRTYFIFTH + "aurora-bf16-c7a5b5a.json",)
@@ -157,6 +158,12 @@ MODEL_FIGURES: tuple[Figure, ...] = (
         "models-aifs2ens-calls-h200",
         MODELS,
         (_THIRTYEIGHTH + "aifs2ens-calls-f91cbb4.json",),
+        workflow,
+    ),
+    Figure(
+        "models-aifs2ens-calls-h200-thirtyninth",
+        MODELS,
+        (_THIRTYNINTH + "aifs2ens-calls-9592db1.json",),
         workflow,
     ),
 )
