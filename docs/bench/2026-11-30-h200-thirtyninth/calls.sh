@@ -4,6 +4,7 @@
 # PYTHONPATH, the bench commit); carry [".whl", ".shim", ".whl-models"].
 #
 #   bash docs/bench/2026-11-30-h200-thirtyninth/calls.sh "$OUT" aurora-math    # ~500 s
+#   bash docs/bench/2026-11-30-h200-thirtyninth/calls.sh "$OUT" aifs-flash     # ~500 s
 #   bash docs/bench/2026-11-30-h200-thirtyfifth/calls.sh "$OUT" calls dlesym   # twice
 #   bash docs/bench/2026-11-30-h200-thirtyfifth/calls.sh "$OUT" calls fcn3
 #
@@ -15,6 +16,15 @@
 #   the compiled step's attention and GEMM families against the thirty-seventh's
 #   605.8 ms (attention 212.2), and the regions' TF32 error against fp32 eager
 #   (the WARNINGs of the log; level_agg's 1.9e-2 is known).
+# aifs-flash: AIFS2ENS with anemoi's default attention, flash-attn's sliding window,
+#   as its users run it: carry [".whl", ".shim", ".whl-models", ".whl-aifs2ens",
+#   ".whl-flash-attn"] (.ci/fetch-aifs-wheels.sh .whl-aifs2ens, then
+#   .ci/fetch-flash-attn-source.sh and .ci/build-flash-attn.sh here: ~8 minutes on
+#   2 cores). First the GPU test of the published network with it (the first run
+#   of the reduced wheel: head size 64, forward only, sm_90), then 20-step calls
+#   against upstream's eager on the same network, cold and as second calls (the
+#   flash-attn operator is Python: an artifact may be refused; the rows say).
+#   The five folders and the tree came to 62.7 of the 64 MiB a call carries.
 set -uo pipefail
 out="$1"
 phase="$2"
@@ -42,5 +52,22 @@ case "$phase" in
     echo "compiled (math attention) rc=$?"
     grep -v INFO "$out/kernels-aurora-tf32-compiled-math.log" | tail -16
     ;;
-  *) echo "phase: aurora-math" >&2; exit 2 ;;
+  aifs-flash)
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+      --upgrade --target /tmp/aifs2ens .whl-aifs2ens/*.whl
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+      --upgrade --target /tmp/aifs2ens .whl-flash-attn/*.whl
+    export PYTHONPATH="/tmp/aifs2ens:$PYTHONPATH"
+    timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider -rfEs \
+      test/tools/zoo/test_aifs.py -k flash >"$out/aifs-flash-gpu.log" 2>&1
+    echo "gpu test rc=$?"
+    tail -3 "$out/aifs-flash-gpu.log"
+    timeout 330 python3 -m earth2studio_compile.tools.bench workflow \
+      --jobs det:earth2studio_compile.tools.zoo.aifs:aifs2ens_flash --steps 20 \
+      --io memory-zarr --ways cold,second --repeats 1 --no-floor --timeout 300 \
+      --deadline 310 --json "$out/aifs2ens-flash-calls.json" \
+      >"$out/aifs2ens-flash-calls.log" 2>&1
+    sed -n '/Whole call/,/^$/p' "$out/aifs2ens-flash-calls.log"
+    ;;
+  *) echo "phase: aurora-math or aifs-flash" >&2; exit 2 ;;
 esac

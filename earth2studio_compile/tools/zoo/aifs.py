@@ -6,7 +6,10 @@ when they are imported: ``earthkit-regrid``, ``ecmwf-opendata`` and ``flash_attn
 flash-attn is a source package that needs CUDA to build; the network here runs
 anemoi's sliding-window attention on PyTorch's SDPA, so CI installs a stand-in that
 only passes the import (``.ci/stand-in-wheel.py``), with the rest, into a folder of
-their own (``.ci/run``). The other members of the family take other anemoi-models
+their own (``.ci/run``). anemoi's default, and what users of the published AIFS run,
+is flash-attn's attention: :func:`aifs2ens_flash` builds the network with it, for a
+GPU with the real package (``.ci/build-flash-attn.sh`` builds one for the zoo's
+GPU machine). The other members of the family take other anemoi-models
 versions (AIFS and AIFSENS 0.5.1, AIFS2 0.9.x), whose networks are laid out
 differently (a published AIFS2 checkpoint does not load into 0.11's classes): one
 version per environment, and this one is the newest.
@@ -133,9 +136,12 @@ def _graph(size: dict[str, Any]) -> Any:
     return graph
 
 
-def _config(size: dict[str, Any], variables: list[str], forcing: list[str]) -> dict:
+def _config(
+    size: dict[str, Any], variables: list[str], forcing: list[str], attention: str
+) -> dict:
     """anemoi-training's ``transformer_ens`` model configuration at ``size``, with
-    SDPA attention and the PyG graph attention (the Triton one needs CUDA)."""
+    the processor's ``attention`` and the PyG graph attention (the Triton one needs
+    CUDA)."""
     layers = "anemoi.models.layers."
     qk_norm = {"_target_": layers + "normalization.AutocastLayerNorm", "bias": False}
     kernels = {
@@ -163,7 +169,7 @@ def _config(size: dict[str, Any], variables: list[str], forcing: list[str]) -> d
         "num_chunks": size["chunks"],
         "window_size": size["window"],
         "dropout_p": 0.0,
-        "attention_implementation": "scaled_dot_product_attention",
+        "attention_implementation": attention,
         "qk_norm": True,
         "softcap": 0.0,
         "use_alibi_slopes": False,
@@ -238,7 +244,11 @@ def _nearest(points: np.ndarray, targets: np.ndarray) -> torch.Tensor:
     )
 
 
-def aifs2ens(size: str = "small", seed: int = 0) -> torch.nn.Module:
+def aifs2ens(
+    size: str = "small",
+    seed: int = 0,
+    attention: str = "scaled_dot_product_attention",
+) -> torch.nn.Module:
     """Earth2Studio AIFS2ENS around a random anemoi ensemble network.
 
     Parameters
@@ -252,6 +262,9 @@ def aifs2ens(size: str = "small", seed: int = 0) -> torch.nn.Module:
     seed : int, optional
         Weight seed (the invariants' and, through the wrapper, the ensemble
         noise's seed too), by default 0
+    attention : str, optional
+        The processor's ``attention_implementation``: PyTorch's SDPA, its window a
+        dense mask (by default), or ``"flash_attention"`` (:func:`aifs2ens_flash`)
 
     Returns
     -------
@@ -275,7 +288,7 @@ def aifs2ens(size: str = "small", seed: int = 0) -> torch.nn.Module:
     # The wrapper checks the network's variables, in order, against its own.
     assert AIFS2ENS._ckpt_var_to_e2s(names) == variables
     fixed = AIFS2ENS.VARIABLE_INVARIANTS + AIFS2ENS.VARIABLE_FORCINGS
-    config = _config(dims, variables, [_checkpoint_name(v) for v in fixed])
+    config = _config(dims, variables, [_checkpoint_name(v) for v in fixed], attention)
     indices = IndexCollection(
         OmegaConf.create(config), {name: i for i, name in enumerate(names)}
     )
@@ -309,3 +322,40 @@ def aifs2ens(size: str = "small", seed: int = 0) -> torch.nn.Module:
         ),
         seed=seed,
     ).eval()
+
+
+def aifs2ens_flash(size: str = "full", seed: int = 0) -> torch.nn.Module:
+    """:func:`aifs2ens` with anemoi's default attention, flash-attn's, whose kernel
+    skips the pairs outside the processor's window: what users of the published
+    AIFS run. Full size by default, so that the benchmark's ``det:MODULE:CALLABLE``
+    jobs build it (``det:earth2studio_compile.tools.zoo.aifs:aifs2ens_flash``).
+
+    Parameters
+    ----------
+    size : str, optional
+        As :func:`aifs2ens`'s, by default "full"
+    seed : int, optional
+        As :func:`aifs2ens`'s, by default 0
+
+    Returns
+    -------
+    torch.nn.Module
+        An ``earth2studio.models.px.AIFS2ENS``
+
+    Raises
+    ------
+    ImportError
+        flash-attn is missing, or is the stand-in CI installs: anemoi would build
+        the network and fail at its first call
+    """
+    import flash_attn
+
+    try:
+        import flash_attn_2_cuda  # noqa: F401
+    except ImportError as err:
+        raise ImportError(
+            f"aifs2ens_flash needs flash-attn's CUDA extension; flash_attn "
+            f"{flash_attn.__version__} has none ({err}). Install flash-attn, or on "
+            f"the zoo's GPU machine the wheel .ci/build-flash-attn.sh builds."
+        ) from err
+    return aifs2ens(size=size, seed=seed, attention="flash_attention")

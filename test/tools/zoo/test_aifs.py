@@ -195,3 +195,67 @@ def test_published_aifs2ens_on_the_gpu_matches_eager(
     record_property("summary", report.summary())
     assert_cuda_graphs(report, [_check_region(report, nsteps=2)], cudagraphs)
     assert not messages(logs, "WARNING"), messages(logs, "WARNING")
+
+
+def _has_flash_kernels() -> bool:
+    try:
+        import flash_attn_2_cuda  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_aifs2ens_takes_anemois_flash_attention_when_asked():
+    """The zoo's network runs SDPA by default; ``attention="flash_attention"``
+    (:func:`aifs2ens_flash`'s) builds anemoi's flash-attn wrapper instead, as
+    anemoi's default configuration and the published AIFS's users do."""
+    from anemoi.models.layers.attention import (
+        FlashAttentionWrapper,
+        SDPAAttentionWrapper,
+    )
+
+    from earth2studio_compile.tools.zoo.aifs import aifs2ens
+
+    for attention, wrapper in (
+        ("scaled_dot_product_attention", SDPAAttentionWrapper),
+        ("flash_attention", FlashAttentionWrapper),
+    ):
+        processor = aifs2ens(attention=attention).model.model.processor
+        kinds = {
+            type(m)
+            for m in processor.modules()
+            if "AttentionWrapper" in type(m).__name__
+        }
+        assert kinds == {wrapper}, (attention, kinds)
+
+
+@pytest.mark.skipif(_has_flash_kernels(), reason="flash-attn's kernels are installed")
+def test_aifs2ens_flash_names_what_it_needs_without_flash_attns_kernels():
+    """With CI's stand-in, anemoi builds the flash-attn network and would fail at
+    its first call: the zoo's builder raises at once, naming the wheel's recipe."""
+    from earth2studio_compile.tools.zoo.aifs import aifs2ens_flash
+
+    with pytest.raises(ImportError, match="build-flash-attn.sh"):
+        aifs2ens_flash(size="small")
+
+
+@pytest.mark.gpu
+@pytest.mark.published
+@pytest.mark.skipif(not _has_flash_kernels(), reason="needs flash-attn's kernels")
+def test_published_aifs2ens_with_flash_attention_on_the_gpu_matches_eager(
+    logs, strict_fp32, record_property
+):
+    """The published sizes with anemoi's default attention, flash-attn's sliding
+    window (the wheel of ``.ci/build-flash-attn.sh`` on the zoo's GPU machine): the
+    processor one graph through flash-attn's operator, no break, eager's answer."""
+    from earth2studio_compile.tools.zoo.aifs import aifs2ens_flash
+
+    model = aifs2ens_flash()
+    cudagraphs = plan(model).spec.cudagraphs
+    report, worst = compiled_workflow_matches_eager(
+        model, nsteps=2, tolerance=GPU_REL_L2, device="cuda"
+    )
+    record_property("rel_l2", worst)
+    record_property("summary", report.summary())
+    assert_cuda_graphs(report, [_check_region(report, nsteps=2)], cudagraphs)
+    assert not messages(logs, "WARNING"), messages(logs, "WARNING")
