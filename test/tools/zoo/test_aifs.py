@@ -186,7 +186,12 @@ def test_published_aifs2ens_on_the_gpu_matches_eager(
     steps: the processor one graph, no break, no skipped CUDA graph.
 
     Needs the wheels of ``.ci/fetch-aifs-wheels.sh`` there."""
-    model = zoo.build("aifs2ens", size="full")
+    _published_matches_eager(zoo.build("aifs2ens", size="full"), logs, record_property)
+
+
+def _published_matches_eager(model, logs, record_property) -> None:
+    """Two compiled steps of a published-size AIFS2ENS against eager's: the
+    processor one graph, no break, no skipped CUDA graph, no WARNING."""
     cudagraphs = plan(model).spec.cudagraphs
     report, worst = compiled_workflow_matches_eager(
         model, nsteps=2, tolerance=GPU_REL_L2, device="cuda"
@@ -250,12 +255,4 @@ def test_published_aifs2ens_with_flash_attention_on_the_gpu_matches_eager(
     processor one graph through flash-attn's operator, no break, eager's answer."""
     from earth2studio_compile.tools.zoo.aifs import aifs2ens_flash
 
-    model = aifs2ens_flash()
-    cudagraphs = plan(model).spec.cudagraphs
-    report, worst = compiled_workflow_matches_eager(
-        model, nsteps=2, tolerance=GPU_REL_L2, device="cuda"
-    )
-    record_property("rel_l2", worst)
-    record_property("summary", report.summary())
-    assert_cuda_graphs(report, [_check_region(report, nsteps=2)], cudagraphs)
-    assert not messages(logs, "WARNING"), messages(logs, "WARNING")
+    _published_matches_eager(aifs2ens_flash(), logs, record_property)
