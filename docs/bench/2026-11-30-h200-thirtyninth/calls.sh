@@ -4,7 +4,7 @@
 # PYTHONPATH, the bench commit); carry [".whl", ".shim", ".whl-models"].
 #
 #   bash docs/bench/2026-11-30-h200-thirtyninth/calls.sh "$OUT" aurora-math    # ~500 s
-#   bash docs/bench/2026-11-30-h200-thirtyninth/calls.sh "$OUT" aifs-flash     # ~500 s
+#   bash docs/bench/2026-11-30-h200-thirtyninth/calls.sh "$OUT" aifs-flash     # ~560 s (timeout 590)
 #   bash docs/bench/2026-11-30-h200-thirtyfifth/calls.sh "$OUT" calls dlesym   # twice
 #   bash docs/bench/2026-11-30-h200-thirtyfifth/calls.sh "$OUT" calls fcn3
 #
@@ -20,7 +20,9 @@
 #   as its users run it: carry [".whl", ".shim", ".whl-models", ".whl-aifs2ens",
 #   ".whl-flash-attn"] (.ci/fetch-aifs-wheels.sh .whl-aifs2ens, then
 #   .ci/fetch-flash-attn-source.sh and .ci/build-flash-attn.sh here: ~8 minutes on
-#   2 cores). First the GPU test of the published network with it (the first run
+#   2 cores). First the attention alone at the processor's size three ways
+#   (window_attention.py: SDPA's dense mask, flash-attn's window, FlexAttention's
+#   block mask compiled), then the GPU test of the published network with it (the first run
 #   of the reduced wheel: head size 64, forward only, sm_90), then 20-step calls
 #   against upstream's eager on the same network, cold and as second calls, the
 #   initial state prefetched (its draw at 721 x 1440 took 5.5 s of this session's
@@ -61,15 +63,19 @@ case "$phase" in
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
       --upgrade --target /tmp/aifs2ens .whl-flash-attn/*.whl
     export PYTHONPATH="/tmp/aifs2ens:$PYTHONPATH"
-    timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider -rfEs \
+    timeout 90 python3 docs/bench/2026-11-30-h200-thirtyninth/window_attention.py \
+      "$out/window-attention.json" >"$out/window-attention.log" 2>&1
+    echo "window attention rc=$?"
+    grep "ms  rel" "$out/window-attention.log"
+    timeout 150 python3 -m pytest -m gpu -q -p no:cacheprovider -rfEs \
       test/tools/zoo/test_aifs.py -k flash >"$out/aifs-flash-gpu.log" 2>&1
     echo "gpu test rc=$?"
     tail -3 "$out/aifs-flash-gpu.log"
-    timeout 330 python3 -m earth2studio_compile.tools.bench workflow \
+    timeout 320 python3 -m earth2studio_compile.tools.bench workflow \
       --jobs det:earth2studio_compile.tools.zoo.aifs:aifs2ens_flash --steps 20 \
       --io memory-zarr --ways cold,second --repeats 1 --source prefetched \
-      --no-floor --timeout 300 \
-      --deadline 310 --json "$out/aifs2ens-flash-calls.json" \
+      --no-floor --timeout 200 \
+      --deadline 290 --json "$out/aifs2ens-flash-calls.json" \
       >"$out/aifs2ens-flash-calls.log" 2>&1
     sed -n '/Whole call/,/^$/p' "$out/aifs2ens-flash-calls.log"
     ;;
