@@ -93,11 +93,7 @@ start=$(date +%s)
   NVCC_THREADS="${NVCC_THREADS:-1}" PATH="$venv/bin:$PATH" \
   "$venv/bin/pip" wheel -q --no-deps --no-build-isolation -w "$OLDPWD/$dest" .)
 echo "built in $(($(date +%s) - start)) s"
-# Without debug sections (Python's CFLAGS have -g), to travel within 64 MiB.
-"$venv/bin/python" -m wheel unpack -d "$work/unpacked" "$dest"/flash_attn-*.whl
-find "$work/unpacked" -name '*.so' -exec strip --strip-debug {} +
-rm "$dest"/flash_attn-*.whl
-"$venv/bin/python" -m wheel pack -d "$dest" "$work"/unpacked/flash_attn-*
+strip_wheel "$venv/bin/python" "$dest"/flash_attn-*.whl
 ls -la "$dest"
 check_carry "$dest"
 echo "carry [\".whl\", \".shim\", \".whl-aifs2ens\", \"$dest\"]"

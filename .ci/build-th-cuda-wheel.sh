@@ -59,12 +59,8 @@ start=$(date +%s)
   TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}" MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
   "$venv/bin/pip" wheel -q --no-deps --no-build-isolation -w "$OLDPWD/$dest" .)
 echo "built in $(($(date +%s) - start)) s"
-# Without their debug sections (Python's CFLAGS have -g): a quarter of the size,
-# which lets the wheel travel beside the base set within 64 MiB.
-"$venv/bin/python" -m wheel unpack -d "$work/unpacked" "$dest"/torch_harmonics-*.whl
-find "$work/unpacked" -name '*.so' -exec strip --strip-debug {} +
-rm "$dest"/torch_harmonics-*.whl
-"$venv/bin/python" -m wheel pack -d "$dest" "$work/unpacked"/torch_harmonics-0.9.2
+# A quarter of the size: the wheel travels beside the base set within 64 MiB.
+strip_wheel "$venv/bin/python" "$dest"/torch_harmonics-*.whl
 "$venv/bin/python" - "$dest" <<'EOF'
 import sys, zipfile
 from pathlib import Path

@@ -36,3 +36,15 @@ check_carry() { # fail if a call carrying .whl, .shim and $1 would pass 64 MiB
     return 1
   fi
 }
+
+strip_wheel() { # $2's shared objects without debug sections, repacked in place by $1
+  # (a python with the wheel package): Python's CFLAGS have -g, which makes a
+  # CUDA extension's wheel about four times the size, too large to travel.
+  local python=$1 wheel=$2 tmp
+  tmp=$(mktemp -d)
+  "$python" -m wheel unpack -d "$tmp" "$wheel" >/dev/null
+  find "$tmp" -name '*.so' -exec strip --strip-debug {} +
+  rm "$wheel"
+  "$python" -m wheel pack -d "$(dirname "$wheel")" "$tmp"/*
+  rm -rf "$tmp"
+}
