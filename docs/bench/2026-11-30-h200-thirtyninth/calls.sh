@@ -35,27 +35,21 @@ out="$1"
 phase="$2"
 case "$phase" in
   aurora-math)
-    EARTH2STUDIO_COMPILE_BACKGROUND=off timeout 150 python3 -m \
-      earth2studio_compile.tools.bench.kernels --models aurora --precision tf32 \
-      --runs eager --steps 3 --json "$out/kernels-aurora-tf32-eager.json" \
-      >"$out/kernels-aurora-tf32-eager.log" 2>&1
-    echo "eager rc=$?"
-    grep -v INFO "$out/kernels-aurora-tf32-eager.log" | tail -8
+    aurora_kernels() { # NAME LIMIT RUNS RUNNER...: bench.kernels's TF32 rows, 3 steps
+      local name=$1 limit=$2 runs=$3
+      shift 3
+      EARTH2STUDIO_COMPILE_BACKGROUND=off timeout "$limit" python3 "$@" \
+        --models aurora --precision tf32 --runs "$runs" --steps 3 \
+        --json "$out/kernels-aurora-tf32-$name.json" \
+        >"$out/kernels-aurora-tf32-$name.log" 2>&1
+      echo "$name rc=$?"
+      grep -v INFO "$out/kernels-aurora-tf32-$name.log" | tail -16
+    }
+    math=docs/bench/2026-11-30-h200-thirtyninth/sdpa_math.py
+    aurora_kernels eager 150 eager -m earth2studio_compile.tools.bench.kernels
     # A user can take the math path eagerly too: the baseline is the faster one.
-    EARTH2STUDIO_COMPILE_BACKGROUND=off timeout 150 python3 \
-      docs/bench/2026-11-30-h200-thirtyninth/sdpa_math.py --models aurora \
-      --precision tf32 --runs eager --steps 3 \
-      --json "$out/kernels-aurora-tf32-eager-math.json" \
-      >"$out/kernels-aurora-tf32-eager-math.log" 2>&1
-    echo "eager (math attention) rc=$?"
-    grep -v INFO "$out/kernels-aurora-tf32-eager-math.log" | tail -8
-    EARTH2STUDIO_COMPILE_BACKGROUND=off timeout 280 python3 \
-      docs/bench/2026-11-30-h200-thirtyninth/sdpa_math.py --models aurora \
-      --precision tf32 --runs compiled --steps 3 \
-      --json "$out/kernels-aurora-tf32-compiled-math.json" \
-      >"$out/kernels-aurora-tf32-compiled-math.log" 2>&1
-    echo "compiled (math attention) rc=$?"
-    grep -v INFO "$out/kernels-aurora-tf32-compiled-math.log" | tail -16
+    aurora_kernels eager-math 150 eager "$math"
+    aurora_kernels compiled-math 280 compiled "$math"
     ;;
   aifs-flash)
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
