@@ -26,6 +26,7 @@ __all__ = [
     "MODEL_TABLE",
     "ModelSpec",
     "TORCH_HARMONICS_SFNO",
+    "aurora_attention_backends",
     "lookup",
     "register_model",
     "sfno_inductor_options",
@@ -61,6 +62,41 @@ _AIFS = ModelSpec(
     note="anemoi transformer processor; graph encoder/decoder stay eager "
     "(anemoi aliases forward and calls predict_step, bypassing outer __call__)",
 )
+
+
+def aurora_attention_backends(
+    device: torch.device, precision: str | None = None
+) -> tuple[str, ...]:
+    """SDPA backends Aurora's compiled regions are traced with, measured on an H200.
+
+    With TF32 matmuls, PyTorch's eager SDPA picks its fp32 memory-efficient kernel
+    for Aurora's masked window attention, which runs on CUDA cores at ~11 TFLOP/s
+    (181 ms of a 732 ms step). Traced on SDPA's math path, Inductor computes it as
+    two TF32 batched matmuls around a fused softmax: the compiled step took 536 ms,
+    against 607 ms compiled with the fused kernel (H200, torch 2.11, 2026-11-30,
+    docs/bench/2026-11-30-h200-fortieth). Eager on the math path is slower (798
+    ms), so eager calls keep PyTorch's choice. With fp32 matmuls the math path
+    would be fp32 GEMMs on CUDA cores, and in bf16 eager has flash attention: both
+    keep PyTorch's choice (not measured).
+
+    Parameters
+    ----------
+    device : torch.device
+        Device of the region's first input
+    precision : str | None, optional
+        The region's precision, by default None: PyTorch's TF32 flags as they are
+
+    Returns
+    -------
+    tuple[str, ...]
+        ``("math",)`` on CUDA with TF32 matmuls, else empty
+    """
+    matmul_tf32, _ = tf32_under(precision)
+    if device.type == "cuda" and precision != "bf16" and matmul_tf32:
+        return ("math",)
+    return ()
+
+
 # Run on the CPU (zoo "aurora", small): the whole backbone compiled with two graph
 # breaks, at the lead-time embedding's data-dependent range check
 # (aurora/model/fourier.py: `if self.assert_range and not <tensor>`); its Swin stages,
@@ -99,6 +135,7 @@ _AURORA = ModelSpec(
     # 2026-11-30, docs/bench/2026-11-30-h200-thirtythird), and CUDA is no longer
     # refused.
     patches=(AURORA_SWIN_SHIFT,),
+    attention_backends=aurora_attention_backends,
     note="microsoft-aurora Swin3D backbone, one region per Swin stage, and the "
     "Perceiver's level aggregation and de-aggregation; the lead-time embedding "
     "(a data-dependent range check) and the rest of the Perceiver encoder/decoder "
@@ -373,7 +410,8 @@ def register_model(
         The spec; alternatively pass its fields as keyword arguments
     **fields : Any
         ``regions``, ``reason``, ``exclude``, ``opaque``, ``cudagraphs``,
-        ``inductor_options``, ``pad_batch``, ``note``
+        ``inductor_options``, ``attention_backends``, ``pad_batch``, ``note``
+        (:class:`~earth2studio_compile.spec.ModelSpec` has them all)
 
     Returns
     -------
@@ -451,6 +489,8 @@ def table_markdown() -> str:
             why += "; no CUDA graphs by default"
         if spec.inductor_options is not None:
             why += "; own Inductor options"
+        if spec.attention_backends is not None:
+            why += "; own SDPA backends for compiled code"
         if spec.pad_batch:
             why += "; smaller batches padded, not recompiled"
         if spec.fp32_modules:

@@ -7,6 +7,7 @@ typo is a clear error at the call site rather than a failure minutes into a roll
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import inspect
 from collections.abc import Callable, Mapping
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from earth2studio_compile import _torch
 
@@ -157,10 +159,55 @@ TableOptions = (
 )
 
 
-def _table_options(
-    found: TableOptions, device: torch.device, precision: str | None
-) -> Mapping[str, Any] | None:
-    """The table's options for a region on ``device`` in ``precision``: a function
+TableAttention = (
+    tuple[str, ...] | Callable[[torch.device, str | None], tuple[str, ...]] | None
+)
+
+#: Names :attr:`ModelSpec.attention_backends` takes (``SDPBackend``'s, lower case).
+ATTENTION_BACKENDS = tuple(
+    n.lower() for n in SDPBackend.__members__ if n not in ("ERROR", "OVERRIDEABLE")
+)
+
+
+def attention_backends(names: Any, parameter: str) -> tuple[str, ...]:
+    """``names`` checked as SDPA backend names (:data:`ATTENTION_BACKENDS`).
+
+    Parameters
+    ----------
+    names : Any
+        What a table entry or its function gave
+    parameter : str
+        Where it came from, for the message
+
+    Returns
+    -------
+    tuple[str, ...]
+        The names, lower case
+
+    Raises
+    ------
+    ValueError
+        A name is not a backend
+    """
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise ValueError(
+            f"{parameter} must be a tuple of SDPA backend names, got {names!r}. "
+            f"Use names from {ATTENTION_BACKENDS}, e.g. ('math',)."
+        )
+    found = tuple(n.lower() for n in names)
+    unknown = [n for n in found if n not in ATTENTION_BACKENDS]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], ATTENTION_BACKENDS, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(
+            f"{parameter} names {unknown[0]!r}, which is no SDPA backend.{hint} "
+            f"Use names from {ATTENTION_BACKENDS}."
+        )
+    return found
+
+
+def _table_options(found: Any, device: torch.device, precision: str | None) -> Any:
+    """The table's choice for a region on ``device`` in ``precision``: a function
     that takes the precision too is given it, one of the device alone (a user's
     ``register_model`` entry) only the device."""
     if not callable(found):
@@ -184,6 +231,12 @@ class TableChoices(Protocol):
     def inductor_options(self) -> TableOptions:
         """Inductor options for the model, or a function of the device (and of
         the region's precision, where it takes two arguments)."""
+        ...
+
+    @property
+    def attention_backends(self) -> TableAttention:
+        """SDPA backends the compiled code is traced with, or a function of the
+        device and the region's precision giving them; empty: PyTorch's choice."""
         ...
 
 
@@ -235,6 +288,10 @@ class CompilePolicy:
         options follow a ``+``
     cache_text : str
         Stable text of everything that changes compiled code, for cache keys
+    attention : tuple[str, ...]
+        SDPA backends (``torch.nn.attention.SDPBackend`` names, lower case) the
+        region's code is traced and lowered with (:meth:`tracing`); empty:
+        PyTorch's own choice at the time
     """
 
     backend: str | Callable[..., Any]
@@ -245,6 +302,7 @@ class CompilePolicy:
     cudagraphs: bool
     label: str
     cache_text: str
+    attention: tuple[str, ...] = ()
 
     @classmethod
     def resolve(
@@ -278,7 +336,8 @@ class CompilePolicy:
             The region's precision, for a table function of the device and the
             precision: the options of a region in ``"tf32"`` are those of the
             TF32 flags its calls run under, not the flags of the moment; by
-            default None (PyTorch's flags as they are)
+            default None (PyTorch's flags as they are). The table's attention
+            backends are resolved the same way, whatever the user chose
 
         Returns
         -------
@@ -337,6 +396,14 @@ class CompilePolicy:
             **chosen,
             **{k: v for k, v in extra.items() if k not in _torch.QUIET_AUTOTUNE_KEYS},
         }
+        attention: tuple[str, ...] = ()
+        if table is not None and table.attention_backends is not None:
+            attention = attention_backends(
+                _table_options(table.attention_backends, device, precision) or (),
+                "ModelSpec.attention_backends",
+            )
+        if attention:
+            shown["attention"] = "|".join(attention)
         if shown:
             label += "+" + ",".join(f"{k}={v}" for k, v in sorted(shown.items()))
         user = sorted((str(k), repr(v)) for k, v in (options.options or {}).items())
@@ -353,7 +420,26 @@ class CompilePolicy:
             cudagraphs=cudagraphs,
             label=label,
             cache_text=cache_text,
+            attention=attention,
         )
+
+    def tracing(self) -> contextlib.AbstractContextManager[Any]:
+        """The block the region's code is traced and lowered in (a compiled call
+        that may compile, an export and its AOTInductor compile): SDPA restricted
+        to :attr:`attention`, which the graph then keeps; PyTorch's backends are
+        put back afterwards, also on an exception. Process-wide while it lasts:
+        only for a block on the thread that runs the model.
+
+        Returns
+        -------
+        contextlib.AbstractContextManager[Any]
+            ``torch.nn.attention.sdpa_kernel`` of the backends, or a context that
+            does nothing where the table chose none
+        """
+        if not self.attention:
+            return contextlib.nullcontext()
+        members = SDPBackend.__members__
+        return sdpa_kernel([members[name.upper()] for name in self.attention])
 
     def torch_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :func:`torch.compile`.

@@ -13,7 +13,11 @@ from typing import Any
 
 import torch
 
-from earth2studio_compile.options import TableOptions
+from earth2studio_compile.options import (
+    TableAttention,
+    TableOptions,
+    attention_backends,
+)
 from earth2studio_compile.patches import MethodPatch, on_submodules
 
 __all__ = ["ModelSpec", "check_paths", "region_patches", "unused_arguments"]
@@ -47,6 +51,12 @@ class ModelSpec:
         device, or of the device and the region's precision (``"tf32"``, ...;
         None: PyTorch's flags as they are), used when the user chose neither
         ``mode`` nor ``options``, by default None
+    attention_backends : tuple[str, ...] | Callable | None, optional
+        The SDPA backends (``torch.nn.attention.SDPBackend`` names: ``"math"``,
+        ...) the regions' compiled code is traced and lowered with, or a function
+        of the device and the region's precision giving them (empty: PyTorch's
+        choice); eager calls keep the user's. A choice the graph keeps, so it is
+        part of the compiled code's cache keys, by default None
     pad_batch : bool, optional
         The core treats batch samples independently, so a smaller batch (an
         ensemble's last one) is padded to the compiled size instead of recompiling
@@ -96,6 +106,7 @@ class ModelSpec:
     opaque: tuple[str, ...] = ()
     cudagraphs: bool = True
     inductor_options: TableOptions = field(default=None, compare=False)
+    attention_backends: TableAttention = field(default=None, compare=False)
     pad_batch: bool = False
     wrapped: tuple[str, ...] = ()
     fp32_modules: tuple[str, ...] = ()
@@ -124,6 +135,14 @@ class ModelSpec:
                 f"patches must hold MethodPatch objects, got {self.patches!r}"
             )
         object.__setattr__(self, "patches", tuple(self.patches))
+        if self.attention_backends is not None and not callable(
+            self.attention_backends
+        ):
+            object.__setattr__(
+                self,
+                "attention_backends",
+                attention_backends(self.attention_backends, "attention_backends"),
+            )
         if not self.regions and not self.wrapped and not self.reason:
             raise ValueError(
                 "A ModelSpec without regions needs a reason saying why the model "

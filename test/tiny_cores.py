@@ -203,3 +203,17 @@ LINEAR_PATCH = MethodPatch(
     source=source_digest(torch.nn.Linear.forward),
     submodules="Linear",
 )
+
+
+class SdpaCore(torch.nn.Module):
+    """Attention through ``F.scaled_dot_product_attention`` with a mask, whose
+    backend PyTorch chooses where it is traced (Aurora's windows, small)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = self.lin(x)
+        mask = torch.zeros(8, 8)
+        return torch.nn.functional.scaled_dot_product_attention(q, x, x, attn_mask=mask)

@@ -292,6 +292,7 @@ def build_region(
         torch.no_grad(),
         _fp32_kept(module, precision, target.fp32_modules),
         _caches_emptied(),
+        policy.tracing(),
     ):
         program = torch.export.export(
             _Scoped(module, precision, target.autocast),
@@ -329,7 +330,11 @@ def build_region(
         )
     with store.staged(directory) as tmp:
         start = time.perf_counter()
-        with _precision.scope(compile_flags(precision), target.device):
+        # The exported graph keeps SDPA whole: its backend is chosen here.
+        with (
+            _precision.scope(compile_flags(precision), target.device),
+            policy.tracing(),
+        ):
             _torch.aoti_compile(
                 program,
                 str(tmp / PACKAGE),

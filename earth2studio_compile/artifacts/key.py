@@ -184,6 +184,9 @@ class RegionTarget:
             # Only where one is on: every other region keeps the keys it had.
             factors["autocast"] = self.autocast
             factors["aot"] += f"|autocast={self.autocast}"
+        if policy.attention:
+            # The backend SDPA lowers to is chosen at the compile, not the export.
+            factors["aot"] += f"|attention={','.join(policy.attention)}"
         return factors
 
     def resident_key(self) -> str:

@@ -38,6 +38,8 @@ class DynamoExecutor:
         self.not_compiled: str | None = None
         self.keepable = False
         self.measured = Measured()
+        # Kept past detach(): a later session's calls may compile again.
+        self.tracing = target.policy.tracing
         self.compiled, self.backend = _torch.compile_region(
             target.module, target.report.label, **target.policy.torch_kwargs()
         )
@@ -77,7 +79,10 @@ class DynamoExecutor:
         laps.lap("reference_copy")
         (hits, misses), skips = _torch.fx_cache_counts(), _torch.cudagraph_skips()
         self._mark_step()
-        with _torch.call_context(recompile_limit(), self.source is not None):
+        with (
+            _torch.call_context(recompile_limit(), self.source is not None),
+            self.tracing(),
+        ):
             out = self.compiled(*args, **kwargs)
         # The compiled call is Dynamo's frame: what the backend and the first run
         # of compiled code did not take is Dynamo's (tracing, guards, bytecode;
@@ -168,7 +173,7 @@ class DynamoExecutor:
         graphs, skips = self.backend.graphs, _torch.cudagraph_skips()
         start = time.perf_counter()
         self._mark_step()
-        with _torch.call_context(recompile_limit(), False):
+        with _torch.call_context(recompile_limit(), False), self.tracing():
             out = self.compiled(*args, **kwargs)
         new = self.backend.graphs - graphs
         seconds = time.perf_counter() - start if new else None

@@ -11,6 +11,7 @@ from aot_helpers import eager, load, tiny_target
 from tiny_cores import (
     HeldTensorCore,
     MaskedCore,
+    SdpaCore,
     WindowMaskedCore,
     window_mask,
     window_masks,
@@ -20,7 +21,9 @@ from earth2studio_compile.artifacts import aot_build, refused
 from earth2studio_compile.artifacts.aot_build import build_region
 from earth2studio_compile.artifacts.aot_load import load_runner, verify
 from earth2studio_compile.artifacts.aot_runner import AotRunner
+from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.metrics import rel_l2
+from earth2studio_compile.spec import ModelSpec
 
 
 def test_build_writes_an_artifact_that_matches_eager(built):
@@ -166,3 +169,47 @@ def test_the_callers_autocast_is_entered_for_the_device_of_keyword_inputs(monkey
     scoped = aot_build._Scoped(torch.nn.Identity(), None, "bfloat16")
     scoped(input=torch.empty(2, device="meta"))
     assert entered == [("bfloat16", "meta")]
+
+
+def test_an_artifact_is_exported_and_compiled_on_the_tables_backend(
+    tmp_path, monkeypatch
+):
+    """The exported graph keeps SDPA whole, AOTInductor's compile picks its
+    backend: both under the table's."""
+    seen = []
+
+    def flags():
+        return (
+            torch.backends.cuda.flash_sdp_enabled(),
+            torch.backends.cuda.math_sdp_enabled(),
+        )
+
+    export = torch.export.export
+
+    def exporting(*args, **kwargs):
+        seen.append(("export", flags()))
+        return export(*args, **kwargs)
+
+    class Stop(Exception):
+        pass
+
+    def compiling(*args, **kwargs):
+        seen.append(("compile", flags()))
+        raise Stop
+
+    monkeypatch.setattr(aot_build.torch.export, "export", exporting)
+    monkeypatch.setattr(aot_build._torch, "aoti_compile", compiling)
+    core = SdpaCore()
+    table = ModelSpec(regions=("core",), attention_backends=("math",))
+    target = RegionTarget.resolve(
+        core,
+        owner="tiny_cores.SdpaCore",
+        region="core",
+        device=torch.device("cpu"),
+        precision=None,
+        table=table,
+    )
+    with pytest.raises(Stop):
+        build_region(target, (torch.randn(2, 4, 8, 16),), {}, root=tmp_path)
+    assert seen == [("export", (False, True)), ("compile", (False, True))]
+    assert flags() == (True, True)

@@ -1,0 +1,120 @@
+"""A table entry's SDPA backends: compiled code traced with them, eager left alone."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from aot_helpers import tiny_target
+from tiny_cores import SdpaCore
+from torch._dynamo.backends.common import aot_autograd
+
+from earth2studio_compile import MODEL_TABLE, CompileSession, ModelSpec, register_model
+from earth2studio_compile.models import aurora_attention_backends
+from earth2studio_compile.options import CompileOptions, CompilePolicy
+
+CPU = torch.device("cpu")
+# What SDPA lowers to on the CPU when PyTorch chooses (its fused kernel).
+FUSED = "aten._scaled_dot_product_flash_attention_for_cpu.default"
+
+
+class Holder(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = SdpaCore()
+
+
+@pytest.fixture
+def on_math():
+    key = f"{Holder.__module__}.{Holder.__qualname__}"
+    register_model(Holder, regions=("net",), attention_backends=("math",))
+    yield
+    MODEL_TABLE.pop(key, None)
+
+
+def traced_ops(model: torch.nn.Module, x: torch.Tensor) -> list[set[str]]:
+    """The ATen ops of each graph a session compiles for ``model.net``."""
+    graphs: list[set[str]] = []
+
+    def record(gm, example_inputs):
+        graphs.append(
+            {str(n.target) for n in gm.graph.nodes if n.op == "call_function"}
+        )
+        return gm
+
+    with CompileSession(model, backend=aot_autograd(fw_compiler=record)):
+        with torch.no_grad():
+            model.net(x)
+            model.net(x)
+    return graphs
+
+
+def test_a_region_is_traced_on_the_tables_backend_and_the_flags_come_back(on_math):
+    x = torch.randn(2, 4, 8, 16)
+    graphs = traced_ops(Holder(), x)
+    assert len(graphs) == 1
+    assert FUSED not in graphs[0] and "aten.bmm.default" in graphs[0]
+    # Outside the compiled calls, PyTorch's own choice again.
+    assert torch.backends.cuda.flash_sdp_enabled()
+    assert torch.backends.cuda.mem_efficient_sdp_enabled()
+
+
+def test_without_an_entry_the_region_keeps_pytorchs_choice():
+    graphs = traced_ops(Holder(), torch.randn(2, 4, 8, 16))
+    assert len(graphs) == 1 and FUSED in graphs[0]
+
+
+def test_the_backends_are_in_the_label_and_every_key():
+    plain = ModelSpec(regions=("core",))
+    math = ModelSpec(regions=("core",), attention_backends=("MATH",))
+    assert math.attention_backends == ("math",)
+    a = CompilePolicy.resolve(CompileOptions(), CPU, plain)
+    b = CompilePolicy.resolve(CompileOptions(), CPU, math)
+    assert b.attention == ("math",) and a.attention == ()
+    assert b.label == "inductor/default+attention=math"
+    assert a.cache_text != b.cache_text
+    # The on-disk artifact's factor too, which is built from its own fields.
+    core = SdpaCore()
+    targets = [
+        dataclasses.replace(tiny_target(core), policy=policy) for policy in (a, b)
+    ]
+    fa, fb = (t.factors() for t in targets)
+    assert fa["aot"] != fb["aot"] and "attention=math" in fb["aot"]
+
+
+def test_a_function_of_device_and_precision_is_asked_at_resolve():
+    asked = []
+
+    def backends(device, precision):
+        asked.append((device.type, precision))
+        return ("math",) if precision == "tf32" else ()
+
+    table = ModelSpec(regions=("core",), attention_backends=backends)
+    tf32 = CompilePolicy.resolve(CompileOptions(), CPU, table, precision="tf32")
+    fp32 = CompilePolicy.resolve(CompileOptions(), CPU, table, precision="fp32")
+    assert (tf32.attention, fp32.attention) == (("math",), ())
+    assert asked == [("cpu", "tf32"), ("cpu", "fp32")]
+
+
+@pytest.mark.parametrize("names", [("maths",), "math"])
+def test_a_name_that_is_no_backend_is_a_clear_error(names):
+    with pytest.raises(ValueError, match="attention_backends") as err:
+        ModelSpec(regions=("core",), attention_backends=names)
+    assert "math" in str(err.value)
+
+
+def test_a_table_function_giving_no_backend_is_a_clear_error():
+    table = ModelSpec(regions=("core",), attention_backends=lambda d, p: ("fast",))
+    with pytest.raises(ValueError, match="ModelSpec.attention_backends names 'fast'"):
+        CompilePolicy.resolve(CompileOptions(), CPU, table)
+
+
+def test_aurora_takes_the_math_path_only_on_cuda_with_tf32_matmuls():
+    cuda = torch.device("cuda")
+    assert aurora_attention_backends(cuda, "tf32") == ("math",)
+    assert aurora_attention_backends(cuda, "fp32") == ()
+    assert aurora_attention_backends(cuda, "bf16") == ()
+    assert aurora_attention_backends(CPU, "tf32") == ()
+    spec = MODEL_TABLE["earth2studio.models.px.aurora.Aurora"]
+    assert spec.attention_backends is aurora_attention_backends
