@@ -2,17 +2,77 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Mapping
+import inspect
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
 
 from earth2studio_compile._imports import quiet_imports
 
+# What the C++ wrapper's int-array declarations are keyed on, held on each wrapper.
+_WRITERS = "_earth2studio_compile_writers"
+
+
+def _int_array_var(
+    self: Any,
+    int_array: str,
+    writeline: Callable[..., None],
+    known_statically: bool = False,
+    graph: Any = None,
+) -> str:
+    """``CppWrapperCpu.codegen_int_array_var``, its cache keyed on a writer that
+    stays alive.
+
+    PyTorch keys the cache on ``id(writeline)`` (2.11) or on the id of the
+    object it is bound to (2.14): a writer made for one call site (an
+    ``IndentedBuffer`` for a custom op's arguments) is freed, the next one gets
+    its address, and the cache hands it a variable declared in the freed one,
+    so the C++ does not compile (``'int_array_20' was not declared``: AIFS's
+    processor with flash-attn's op, H200, torch 2.11, 2026-11-30; pytorch
+    PRs #193621, #193628). Holding every writer keyed on until the wrapper goes
+    keeps the ids distinct; the declarations are PyTorch's own.
+    """
+    owner = getattr(writeline, "__self__", writeline)
+    writers = self.__dict__.setdefault(_WRITERS, {})
+    writers[id(owner)] = owner
+    key = (int_array, id(owner), known_statically, id(graph) if graph else None)
+    cache = self.codegen_int_array_var_cache
+    if key not in cache:
+        cache[key] = self._codegen_int_array_var_impl(
+            int_array, writeline, known_statically
+        )
+    return str(cache[key])
+
+
+@contextlib.contextmanager
+def _int_arrays_declared() -> Iterator[None]:
+    """:func:`_int_array_var` in place of PyTorch's for the block, where the C++
+    wrapper has the method and cache it replaces (else nothing changes)."""
+    from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
+
+    original = CppWrapperCpu.__dict__.get("codegen_int_array_var")
+    fits = (
+        original is not None
+        and hasattr(CppWrapperCpu, "_codegen_int_array_var_impl")
+        and list(inspect.signature(original).parameters)
+        == ["self", "int_array", "writeline", "known_statically", "graph"]
+    )
+    if not fits:
+        yield
+        return
+    CppWrapperCpu.codegen_int_array_var = _int_array_var  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        CppWrapperCpu.codegen_int_array_var = original  # type: ignore[method-assign]
+
 
 def aoti_compile(program: Any, path: str, configs: Mapping[str, Any]) -> str:
-    """``torch._inductor.aoti_compile_and_package`` of an exported program.
+    """``torch._inductor.aoti_compile_and_package`` of an exported program, its
+    C++ wrapper's int-array declarations kept (:func:`_int_array_var`).
 
     Parameters
     ----------
@@ -30,9 +90,10 @@ def aoti_compile(program: Any, path: str, configs: Mapping[str, Any]) -> str:
     """
     from torch._inductor import aoti_compile_and_package
 
-    return aoti_compile_and_package(
-        program, package_path=path, inductor_configs=dict(configs)
-    )
+    with _int_arrays_declared():
+        return aoti_compile_and_package(
+            program, package_path=path, inductor_configs=dict(configs)
+        )
 
 
 def aoti_loader(path: str, device: torch.device) -> Any:

@@ -47,6 +47,7 @@ _THIRTYTHIRD = "2026-11-30-h200-thirtythird/"
 _THIRTYSEVENTH = "2026-11-30-h200-thirtyseventh/"
 _THIRTYEIGHTH = "2026-11-30-h200-thirtyeighth/"
 _THIRTYNINTH = "2026-11-30-h200-thirtyninth/"
+_FORTIETH = "2026-11-30-h200-fortieth/"
 # The rollouts at c7a5b5a ran with the Dynamo first-call check (3ce0d02): the
 # thirty-fourth's bf16 rollout at 2183afa, without it, is kept in its README.
 _AURORA_BF16 = (_THIRTYFIFTH + "aurora-bf16-c7a5b5a.json",)
@@ -164,6 +165,30 @@ MODEL_FIGURES: tuple[Figure, ...] = (
         "models-aifs2ens-calls-h200-thirtyninth",
         MODELS,
         (_THIRTYNINTH + "aifs2ens-calls-9592db1.json",),
+        workflow,
+    ),
+    Figure(
+        "models-aurora-sdpa-default-h200",
+        MODELS,
+        (_FORTIETH + "kernels-aurora-tf32-eager-c765023.json",),
+        kernels,
+    ),
+    Figure(
+        "models-aurora-sdpa-math-h200",
+        MODELS,
+        tuple(
+            _FORTIETH + f"kernels-aurora-tf32-{run}-math-c765023.json"
+            for run in ("eager", "compiled")
+        ),
+        kernels,
+    ),
+    Figure(
+        "models-aifs2ens-flash-calls-h200",
+        MODELS,
+        tuple(
+            _FORTIETH + f"aifs2ens-flash-{name}-e215f86.json"
+            for name in ("calls", "second")
+        ),
         workflow,
     ),
 )
