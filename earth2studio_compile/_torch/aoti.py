@@ -67,7 +67,7 @@ def _int_arrays_declared() -> Iterator[None]:
     try:
         yield
     finally:
-        CppWrapperCpu.codegen_int_array_var = original  # type: ignore[method-assign]
+        CppWrapperCpu.codegen_int_array_var = original  # type: ignore[method-assign,assignment]
 
 
 def aoti_compile(program: Any, path: str, configs: Mapping[str, Any]) -> str:
