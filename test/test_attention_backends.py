@@ -11,7 +11,6 @@ from tiny_cores import SdpaCore
 from torch._dynamo.backends.common import aot_autograd
 
 from earth2studio_compile import MODEL_TABLE, CompileSession, ModelSpec, register_model
-from earth2studio_compile.models import aurora_attention_backends
 from earth2studio_compile.options import CompileOptions, CompilePolicy
 
 CPU = torch.device("cpu")
@@ -108,13 +107,3 @@ def test_a_table_function_giving_no_backend_is_a_clear_error():
     table = ModelSpec(regions=("core",), attention_backends=lambda d, p: ("fast",))
     with pytest.raises(ValueError, match="ModelSpec.attention_backends names 'fast'"):
         CompilePolicy.resolve(CompileOptions(), CPU, table)
-
-
-def test_aurora_takes_the_math_path_only_on_cuda_with_tf32_matmuls():
-    cuda = torch.device("cuda")
-    assert aurora_attention_backends(cuda, "tf32") == ("math",)
-    assert aurora_attention_backends(cuda, "fp32") == ()
-    assert aurora_attention_backends(cuda, "bf16") == ()
-    assert aurora_attention_backends(CPU, "tf32") == ()
-    spec = MODEL_TABLE["earth2studio.models.px.aurora.Aurora"]
-    assert spec.attention_backends is aurora_attention_backends
