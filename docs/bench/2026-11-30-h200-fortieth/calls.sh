@@ -19,7 +19,11 @@
 #   ("'int_array_20' was not declared", PyTorch's int-array cache keyed on freed
 #   writers); the adaptor's fix (_torch.aoti._int_array_var) is tested on the CPU
 #   only. First `tools.build` of the published network, then 20-step calls from
-#   the cache it left and as second calls, against upstream's eager.
+#   the cache it left and as second calls, against upstream's eager. Both
+#   commands tried on the CPU at the small size (a factory returning
+#   aifs2ens_flash(size="small"), flash-attn 2.8.3.post2's Python layer over a CPU
+#   stand-in of its kernel module): built and verified (4.3e-3), both calls ran
+#   the artifact.
 set -uo pipefail
 out="$1"
 phase="$2"
