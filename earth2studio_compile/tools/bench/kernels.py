@@ -77,7 +77,9 @@ def profile_steps(
     cores', compiled or eager alike; ``options`` are Inductor's (compiled only).
     Compiled, a region whose artifact is building in the background runs eagerly
     meanwhile: the profile waits for the builds and for the switch to them, and
-    ``statuses`` says what the regions ran as. ``top`` lists the :data:`TOP`
+    ``statuses`` says what the regions ran as, ``modes`` what they were compiled
+    with (their policies' labels: the table's options and SDPA backends, e.g.
+    ``inductor/reduce-overhead+attention=math``). ``top`` lists the :data:`TOP`
     kernels that took the most device time, ms per step.
     """
     from torch.profiler import ProfilerActivity, profile
@@ -123,6 +125,7 @@ def profile_steps(
     out["top"] = [[name, ms / steps] for name, ms in kernels.most_common(TOP)]
     if session is not None:
         out["statuses"] = sorted({r.status for r in session.report.regions})
+        out["modes"] = sorted({r.mode for r in session.report.regions if r.mode})
     return out
 
 
@@ -210,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
                 args.json.write_text(json.dumps(payload, indent=2))
     print(table(rows))
     for row in rows:
-        print(f"\n{row['model']} {row['run']}: {', '.join(row.get('statuses', []))}")
+        ran = ", ".join(row.get("statuses", []) + row.get("modes", []))
+        print(f"\n{row['model']} {row['run']}: {ran}")
         for name, ms in row["top"]:
             print(f"  {ms:9.2f} ms  {_family(name):9s} {name[:110]}")
     return 0

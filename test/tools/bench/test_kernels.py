@@ -84,4 +84,5 @@ def test_a_compiled_profile_waits_for_its_builds_and_says_what_ran(
     row = kernels.profile_steps(model, torch.device("cpu"), 1, compiled=True)
     assert waited
     assert row["statuses"] and "building" not in row["statuses"], row["statuses"]
+    assert row["modes"] == ["inductor/default"], row["modes"]
     assert row["top"] == []  # device kernels only: none on the CPU
