@@ -26,23 +26,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dest="${1:-.whl-flash-attn}"
 srcdir=.src-flash-attn
-torch_version="${TORCH_VERSION:-2.11.0}"
-python="${PYTHON312:-python3.12}"
-# A pyenv shim may exist and fail (its version not selected): then pyenv's own.
-"$python" -c "" 2>/dev/null || python="$HOME/.pyenv/versions/3.12.1/bin/python3.12"
 . .ci/carry.sh
-command -v nvcc >/dev/null || { echo "error: no nvcc on this machine" >&2; exit 1; }
-# torch looks for the toolkit beside `which nvcc` (here /usr/local/bin: no headers).
-[ -d /usr/local/cuda/include ] && export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+cuda_toolkit
 ls "$srcdir"/flash_attn-*.tar.gz >/dev/null 2>&1 || bash .ci/fetch-flash-attn-source.sh "$srcdir"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 venv="${VENV:-$work/venv}"
-if [ ! -x "$venv/bin/python" ]; then
-  "$python" -m venv "$venv"
-  "$venv/bin/pip" install -q "torch==$torch_version" numpy setuptools wheel ninja \
-    packaging psutil einops
-fi
+torch_venv "$venv" numpy setuptools wheel ninja packaging psutil einops
 tar -xzf "$srcdir"/flash_attn-*.tar.gz -C "$work"
 src=$(echo "$work"/flash_attn-*/)
 python3 - "$src" <<'EOF'

@@ -24,20 +24,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dest="${1:-.whl-thcuda}"
 src=.whl-thsrc
-torch_version="${TORCH_VERSION:-2.11.0}"
-python="${PYTHON312:-$(command -v python3.12 || echo "$HOME/.pyenv/versions/3.12.1/bin/python3.12")}"
 . .ci/carry.sh
-command -v nvcc >/dev/null || { echo "error: no nvcc on this machine" >&2; exit 1; }
-# torch looks for the toolkit beside `which nvcc` (here /usr/local/bin: no headers).
-[ -d /usr/local/cuda/include ] && export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+cuda_toolkit
 [ -f "$src/torch-harmonics-0.9.2.tar.gz" ] || bash .ci/fetch-th-cuda-source.sh "" "$src"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-venv="${VENV:-$work/venv}" # VENV: one made before, with that torch, to reuse
-if [ ! -x "$venv/bin/python" ]; then
-  "$python" -m venv "$venv"
-  "$venv/bin/pip" install -q "torch==$torch_version" numpy setuptools wheel ninja
-fi
+venv="${VENV:-$work/venv}"
+torch_venv "$venv" numpy setuptools wheel ninja
 "$venv/bin/pip" install -q --no-index --no-deps "$src"/*.whl # setuptools-scm
 tar xzf "$src/torch-harmonics-0.9.2.tar.gz" -C "$work"
 tree="$work/torch-harmonics-0.9.2"

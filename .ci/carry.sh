@@ -1,6 +1,6 @@
-# What the GPU machine's wheel folders share (sourced by .ci/fetch-*-wheels.sh, run
-# from the repository root): pinned versions, the folder kept out of git, and the
-# 64 MiB a call may carry.
+# What the GPU machine's wheel folders share (sourced by .ci/fetch-*-wheels.sh and
+# .ci/build-*.sh, run from the repository root): pinned versions, the folder kept
+# out of git, the 64 MiB a call may carry, and the CUDA builds' toolkit and torch.
 
 pin() { # the version constraints.txt pins (the CPU tests' too), else the default
   local found
@@ -47,4 +47,22 @@ strip_wheel() { # $2's shared objects without debug sections, repacked in place 
   rm "$wheel"
   "$python" -m wheel pack -d "$(dirname "$wheel")" "$tmp"/*
   rm -rf "$tmp"
+}
+
+cuda_toolkit() { # fail without nvcc; point torch at the toolkit's headers
+  command -v nvcc >/dev/null || { echo "error: no nvcc on this machine" >&2; return 1; }
+  # torch looks for the toolkit beside `which nvcc` (here /usr/local/bin: no headers).
+  if [ -d /usr/local/cuda/include ]; then export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"; fi
+}
+
+torch_venv() { # $1: a Python 3.12 virtual environment with PyPI's torch
+  # ${TORCH_VERSION:-2.11.0} (the GPU machine's build) and the packages $2...,
+  # made unless $VENV names one made before, to reuse. Python: $PYTHON312, else
+  # python3.12, else pyenv's 3.12.1 (a pyenv shim may exist and fail).
+  local venv=$1 python="${PYTHON312:-python3.12}"
+  shift
+  [ -x "$venv/bin/python" ] && return 0
+  "$python" -c "" 2>/dev/null || python="$HOME/.pyenv/versions/3.12.1/bin/python3.12"
+  "$python" -m venv "$venv"
+  "$venv/bin/pip" install -q "torch==${TORCH_VERSION:-2.11.0}" "$@"
 }
