@@ -63,8 +63,6 @@ _AIFS = ModelSpec(
     note="anemoi transformer processor; graph encoder/decoder stay eager "
     "(anemoi aliases forward and calls predict_step, bypassing outer __call__)",
 )
-
-
 # Run on the CPU (zoo "aurora", small): the whole backbone compiled with two graph
 # breaks, at the lead-time embedding's data-dependent range check
 # (aurora/model/fourier.py: `if self.assert_range and not <tensor>`); its Swin stages,

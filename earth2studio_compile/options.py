@@ -206,7 +206,7 @@ def attention_backends(names: Any, parameter: str) -> tuple[str, ...]:
     return found
 
 
-def _table_options(found: Any, device: torch.device, precision: str | None) -> Any:
+def _table_choice(found: Any, device: torch.device, precision: str | None) -> Any:
     """The table's choice for a region on ``device`` in ``precision``: a function
     that takes the precision too is given it, one of the device alone (a user's
     ``register_model`` entry) only the device."""
@@ -360,7 +360,7 @@ class CompilePolicy:
             mode = WITHOUT_CUDAGRAPHS[mode]
         chosen: dict[str, Any] = {}
         if options.mode is None and not options.options and inductor:
-            chosen = dict(_table_options(table_options, device, precision) or {})
+            chosen = dict(_table_choice(table_options, device, precision) or {})
         torch_options: dict[str, Any] | None = None
         torch_mode = mode
         if chosen:
@@ -399,7 +399,7 @@ class CompilePolicy:
         attention: tuple[str, ...] = ()
         if table is not None and table.attention_backends is not None:
             attention = attention_backends(
-                _table_options(table.attention_backends, device, precision) or (),
+                _table_choice(table.attention_backends, device, precision) or (),
                 "ModelSpec.attention_backends",
             )
         if attention:
