@@ -48,10 +48,13 @@ _THIRTYSEVENTH = "2026-11-30-h200-thirtyseventh/"
 _THIRTYEIGHTH = "2026-11-30-h200-thirtyeighth/"
 _THIRTYNINTH = "2026-11-30-h200-thirtyninth/"
 _FORTIETH = "2026-11-30-h200-fortieth/"
+_FORTYFIRST = "2026-11-30-h200-fortyfirst/"
 # The rollouts at c7a5b5a ran with the Dynamo first-call check (3ce0d02): the
 # thirty-fourth's bf16 rollout at 2183afa, without it, is kept in its README.
 _AURORA_BF16 = (_THIRTYFIFTH + "aurora-bf16-c7a5b5a.json",)
 _AURORA_TF32 = (_THIRTYFIFTH + "aurora-tf32-c7a5b5a.json",)
+# The first TF32 rollout with the table's SDPA math path in the compiled regions.
+_AURORA_TF32_MATH = (_FORTYFIRST + "aurora-tf32-1b652ea.json",)
 _AURORA_THIRTYTHIRD = (
     _THIRTYTHIRD + "aurora-cold-0efea4c.json",
     _THIRTYTHIRD + "aurora-calls-0efea4c.json",
@@ -103,7 +106,7 @@ MODEL_FIGURES: tuple[Figure, ...] = (
         (
             *_AURORA_THIRTYTHIRD,
             *_AURORA_BF16,
-            *_AURORA_TF32,
+            *_AURORA_TF32_MATH,
             _NINTH + "stormcast-aot-b3a8d58.json",
             _TWENTYSIXTH + "fcn-ens-5562bf9.json",
             _TWENTYFOURTH + "dlwp-ens-all-a3ecc5f.json",
@@ -189,6 +192,29 @@ MODEL_FIGURES: tuple[Figure, ...] = (
             _FORTIETH + f"aifs2ens-flash-{name}-e215f86.json"
             for name in ("calls", "second")
         ),
+        workflow,
+    ),
+    Figure(
+        "models-aurora-sdpa-table-h200",
+        MODELS,
+        tuple(
+            _FORTYFIRST + f"kernels-aurora-tf32-{run}-table-1b652ea.json"
+            for run in ("eager", "compiled")
+        ),
+        kernels,
+    ),
+    Figure("models-aurora-tf32-math", MODELS, _AURORA_TF32_MATH, rollouts(forecast=20)),
+    Figure("models-aurora-tf32-math-stages", MODELS, _AURORA_TF32_MATH, region_probes),
+    Figure(
+        "models-aifs2ens-flash-built-h200",
+        MODELS,
+        (_FORTYFIRST + "aifs2ens-flash-calls-1b652ea.json",),
+        workflow,
+    ),
+    Figure(
+        "models-fcn3-calls-h200",
+        MODELS,
+        (_FORTYFIRST + "fcn3-calls-1b652ea.json",),
         workflow,
     ),
 )

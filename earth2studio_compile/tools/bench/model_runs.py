@@ -65,11 +65,11 @@ CPU_TESTS: dict[str, str] = {
 # its JUnit record under docs/bench/ and the test's name.
 GPU_TESTS: dict[str, tuple[str, str]] = {
     "Aurora": (
-        "2026-11-30-h200-thirtyfourth/gpu-suite-2183afa.xml",
+        "2026-11-30-h200-fortyfirst/gpu-suite-1b652ea.xml",
         "test_published_aurora_on_the_gpu_matches_eager",
     ),
     "StormCast": (
-        "2026-11-30-h200-thirtyfourth/gpu-suite-2183afa.xml",
+        "2026-11-30-h200-fortyfirst/gpu-suite-1b652ea.xml",
         "test_published_stormcast_on_the_gpu_matches_eager",
     ),
     "ACE2ERA5": (
