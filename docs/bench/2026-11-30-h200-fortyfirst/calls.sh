@@ -6,6 +6,7 @@
 #   bash docs/bench/2026-11-30-h200-fortyfirst/calls.sh "$OUT" fcn3-build       # ~550 s
 #   bash docs/bench/2026-11-30-h200-fortyfirst/calls.sh "$OUT" fcn3-calls       # ~300 s
 #   bash docs/bench/2026-11-30-h200-fortyfirst/calls.sh "$OUT" aurora-autotune  # ~500 s
+#   bash docs/bench/2026-11-30-h200-fortyfirst/calls.sh "$OUT" swin-attention   # ~120 s
 #
 # fcn3-build, fcn3-calls (issue 33, "never slower" for FCN3): carry [".whl",
 #   ".shim", ".whl-fcn3", ".whl-thcuda"] (not .whl-models: 64 MiB; the prefix's
@@ -23,6 +24,16 @@
 #   choice; CUDA graphs kept. Read: GEMM ms against 350.34, the fp32 FFMA and
 #   sm80 s1688 kernels (small batched matmuls) gone or not, the cold compile's
 #   length (the process's wall), and the step against 532.41 ms (1b652ea).
+# swin-attention (issue 33, the same 1.35x): one attention call of each of
+#   Aurora's Swin stages, eager SDPA, compiled on the math path (the table's
+#   choice) and compiled through FlexAttention (swin_attention.py here; tried on
+#   the CPU at 1% of the windows: all three within 5e-7 of fp32). If flex beats
+#   the math path by tens of ms a step (the compiled step's attention-shaped
+#   cutlass GEMMs 46 ms and fused softmax 26 ms), a "flex" attention choice
+#   (a TorchFunctionMode routing SDPA in traced code) is worth building: the
+#   Dynamo path traced it without a break on torch 2.11 (CPU); non-strict
+#   export of a score_mod that reads the mask failed ("fake tensor in the
+#   exported program constant's list"), so artifacts would need another way.
 set -uo pipefail
 out="$1"
 phase="$2"
@@ -62,5 +73,9 @@ case "$phase" in
     echo "rc=$?"
     grep -v INFO "$out/kernels-aurora-tf32-compiled-autotune.log" | tail -16
     ;;
-  *) echo "phase: fcn3-build, fcn3-calls or aurora-autotune" >&2; exit 2 ;;
+  swin-attention)
+    timeout 300 python3 docs/bench/2026-11-30-h200-fortyfirst/swin_attention.py \
+      "$out/swin-attention.json" 2>&1 | grep -v Warning | tail -24
+    ;;
+  *) echo "phase: fcn3-build, fcn3-calls, aurora-autotune or swin-attention" >&2; exit 2 ;;
 esac
