@@ -31,9 +31,13 @@
 #   the math path by tens of ms a step (the compiled step's attention-shaped
 #   cutlass GEMMs 46 ms and fused softmax 26 ms), a "flex" attention choice
 #   (a TorchFunctionMode routing SDPA in traced code) is worth building: the
-#   Dynamo path traced it without a break on torch 2.11 (CPU); non-strict
-#   export of a score_mod that reads the mask failed ("fake tensor in the
-#   exported program constant's list"), so artifacts would need another way.
+#   Dynamo path traced it without a break on torch 2.11 (CPU, 6e-7 from eager).
+#   Artifacts would need more: non-strict export of a score_mod that reads the
+#   mask from its closure fails ("fake tensor in the exported program
+#   constant's list", pytorch #169975's kind); calling the flex_attention HOP
+#   with the mask as its score_mod buffer and a block mask made before the
+#   export exports right, but AOTInductor's compile of it then fails
+#   ("Attempting to use FunctionalTensor on its own", pytorch #140400).
 set -uo pipefail
 out="$1"
 phase="$2"
