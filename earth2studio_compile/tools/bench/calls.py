@@ -81,6 +81,12 @@ NOISE = 0.05
 #: H200 (thirty-eighth session): a judge held its warm row 210 s, until the row's
 #: limit, and the device call had no time left for the rows after it.
 WARM_WAIT_S = 60.0
+#: Seconds a child keeps before its limit (``spec["stop_by"]``, the parent's
+#: wall clock) to cancel the background builds it waits for and write its rows.
+#: FCN3 on an H200 (forty-first session): a cold row waited for its 17 regions'
+#: builds until the parent stopped it, and its measured call then stood beside a
+#: row saying "timed out".
+STOP_MARGIN_S = 15.0
 
 
 def set_precision(precision: str) -> None:
@@ -207,6 +213,21 @@ def _report(compiled: bool) -> dict[str, Any] | None:
         for r in report.regions
     ]
     return {"summary": report.summary(), "regions": regions}
+
+
+def wait_cap(cap: float | None, stop_by: float | None) -> float | None:
+    """Seconds to wait for background builds: ``cap``, or less where the child
+    must stop by ``stop_by`` (``time.time()``), keeping :data:`STOP_MARGIN_S`.
+
+    Returns
+    -------
+    float | None
+        The wait, at least 0; None (no bound) only where both are None
+    """
+    if stop_by is None:
+        return cap
+    left = max(0.0, stop_by - time.time() - STOP_MARGIN_S)
+    return left if cap is None else min(cap, left)
 
 
 def background_builds(
@@ -439,6 +460,7 @@ def run(spec: dict[str, Any], out: Path, tmp: Path) -> list[dict[str, Any]]:
             save()
             cancel = spec.get("build") == "cancel"
             cap = WARM_WAIT_S if spec.get("way") == "warm" else None
+            cap = wait_cap(cap, spec.get("stop_by"))
             rows[-1].update(background_builds(cap, cancel=cancel))
     elif spec["kind"] == "floor":
         rows.append({"run": "floor", **floor(spec, model, device, tmp)})

@@ -43,7 +43,9 @@ One process is one sample, and two processes of the same row differ by more than
 gains measured (3.28 s and 4.95 s for one eager row on one H100), so
 ``--fresh-repeats N`` runs each row's process N times (eager, cold, warm and the
 second-call one; ``--cold-repeats`` apart for the cold rows: the one that fills the
-caches waits for its background build, ~3x the others; the rest cancel theirs after
+caches waits for its background build, ~3x the others, until
+:data:`.calls.STOP_MARGIN_S` before its limit, then cancels it (``background_cut``,
+"builds cut" in its status); the rest cancel theirs after
 the call; a warm row waits at most :data:`.calls.WARM_WAIT_S` for work its cache
 lacked, then cancels it, ``background_cut`` in its row) and every pair, ratio and
 table figure is the median of its samples (a second-call process's call k with the
@@ -249,7 +251,13 @@ def run_child(
     warm = local.exists() and any(local.rglob("*"))
     out = caches / f"out-{time.monotonic_ns()}.json"
     start = time.perf_counter()
-    spec = {**spec, "launched": time.time(), "workdir": str(workdir)}
+    launched = time.time()
+    spec = {
+        **spec,
+        "launched": launched,
+        "stop_by": launched + timeout,
+        "workdir": str(workdir),
+    }
     with open(caches / "child.log", "a") as log:
         log_start = log.tell()
         proc = subprocess.Popen(
@@ -319,7 +327,7 @@ def _failure(lines: list[str]) -> str:
 
 
 def _base(spec: dict[str, Any], warm: bool) -> dict[str, Any]:
-    row = {k: v for k, v in spec.items() if k not in ("launched", "workdir")}
+    row = {k: v for k, v in spec.items() if k not in ("launched", "stop_by", "workdir")}
     if spec.get("run") != "eager" and spec["kind"] != "floor":
         row["cache"] = "warm" if warm else "cold"
     else:

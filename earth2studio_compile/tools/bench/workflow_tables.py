@@ -217,6 +217,8 @@ def _line(
         for j in (groups.get(i, [i]) if c else [])
         for x in (rows[j].get("report") or {}).get("regions", [])
     }
+    if c and any(rows[j].get("background_cut") for j in groups.get(i, [i])):
+        statuses.add("builds cut")
     proc = "/".join(_f(median_of(x, "process_s"), ".1f") for x in (e, c))
     rates = [x.get("member_steps_per_s") for x in (e, o, c)]
     return head + [

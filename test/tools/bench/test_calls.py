@@ -146,6 +146,39 @@ def test_a_warm_row_cancels_background_work_its_cache_lacked(
     assert row["background_wait_s"] < 30
 
 
+def test_a_cold_row_waits_for_its_builds_only_until_its_limit(tmp_path, slow_builds):
+    """A cold row that fills the caches waits for its background builds, but not
+    past the parent's limit: FCN3 on an H200 (forty-first session) waited for 17
+    regions' builds until the parent stopped it, and its measured call then stood
+    beside a row saying the process timed out. It cancels them STOP_MARGIN_S
+    before ``stop_by`` and says the work was cut."""
+    import time
+
+    from earth2studio_compile.tools.bench import calls
+
+    spec = dict(slow_builds)
+    spec |= {"workflow": "deterministic", "steps": 2, "members": 1, "batch_size": 1}
+    spec |= {"io": "zarr-disk", "kind": "fresh", "run": "compiled", "way": "cold"}
+    spec |= {"build": "wait", "stop_by": time.time() + calls.STOP_MARGIN_S + 60}
+    (row,) = calls.run(spec, tmp_path / "out.json", tmp_path)
+    assert row["report"]["regions"][0]["status"] == "building"
+    assert row["background_cut"] is True
+    assert "cancelled" in row["background"][-1], row["background"]
+    assert row["background_wait_s"] < 70
+
+
+def test_the_wait_for_builds_keeps_a_margin_before_the_limit():
+    import time
+
+    from earth2studio_compile.tools.bench.calls import STOP_MARGIN_S, wait_cap
+
+    now = time.time()
+    assert wait_cap(None, None) is None and wait_cap(5.0, None) == 5.0
+    assert wait_cap(None, now + STOP_MARGIN_S + 10) == pytest.approx(10, abs=1)
+    assert wait_cap(3.0, now + STOP_MARGIN_S + 10) == 3.0
+    assert wait_cap(None, now) == 0.0
+
+
 def test_second_calls_cancel_the_builds_they_started(tmp_path, slow_builds):
     """Second calls on empty caches start background builds; the child cancels them
     after its last call (else they compile beside the next rows and write into

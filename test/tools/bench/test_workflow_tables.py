@@ -193,3 +193,21 @@ def test_first_step_table_names_where_each_process_first_step_went():
     assert lines[1][4:-1] == ["1.30", "0.10", "0.30", *["0.10"] * 5, "0.40", "0.25"]
     assert lines[1][-1] == "0.10/0.05"  # each write, the initial state's first
     assert lines[0][-3:] == ["0.10", "-", "-"]
+
+
+def test_a_compiled_row_whose_builds_were_cut_says_so():
+    """A row's process that cancelled its background builds at its limit (FCN3's
+    cold row, forty-first session) shows it in the status column, beside what the
+    regions ran."""
+    from earth2studio_compile.tools.bench.workflow_tables import derive, tables
+
+    rows = _rows()
+    rows[4] |= {"background_cut": True}
+    rows[4] |= {"report": {"regions": [{"status": "building"}]}}
+    derive(rows)
+    whole = tables(rows).split("Per step")[0]
+    lines = [line.split() for line in whole.splitlines() if "dlwp-ens" in line]
+    plain = next(x for x in lines if x[2] == "memory-zarr")
+    assert "building,builds" in plain and "cut" in plain, plain
+    ovio = next(x for x in lines if x[2] == "overlapped-memory" and x[3] == "fresh")
+    assert "cut" not in ovio
