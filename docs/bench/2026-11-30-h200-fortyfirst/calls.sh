@@ -7,6 +7,7 @@
 #   bash docs/bench/2026-11-30-h200-fortyfirst/calls.sh "$OUT" fcn3-calls       # ~300 s
 #   bash docs/bench/2026-11-30-h200-fortyfirst/calls.sh "$OUT" aurora-autotune  # ~500 s
 #   bash docs/bench/2026-11-30-h200-fortyfirst/calls.sh "$OUT" swin-attention   # ~120 s
+#   bash docs/bench/2026-11-30-h200-fortyfirst/calls.sh "$OUT" aurora-decompose # ~330 s
 #
 # fcn3-build, fcn3-calls (issue 33, "never slower" for FCN3): carry [".whl",
 #   ".shim", ".whl-fcn3", ".whl-thcuda"] (not .whl-models: 64 MiB; the prefix's
@@ -24,6 +25,12 @@
 #   choice; CUDA graphs kept. Read: GEMM ms against 350.34, the fp32 FFMA and
 #   sm80 s1688 kernels (small batched matmuls) gone or not, the cold compile's
 #   length (the process's wall), and the step against 532.41 ms (1b652ea).
+# aurora-decompose (issue 33): the compiled row with Inductor's decompose_mm_pass
+#   (post_grad_fusion_options), which turns batched matmuls with a first dimension
+#   of 10240 or more and two of m, n, k under 32 into fused multiply-sums: the
+#   Perceiver's latent-level attention (4 latent levels against 13 pressure
+#   levels, one small matmul per patch and head) is that shape. Read: the fp32
+#   FFMA GEMMs (17.50 + 9.15 ms at 1b652ea) gone or not, and the step.
 # swin-attention (issue 33, the same 1.35x): one attention call of each of
 #   Aurora's Swin stages, eager SDPA, compiled on the math path (the table's
 #   choice) and compiled through FlexAttention (swin_attention.py here; tried on
@@ -77,9 +84,19 @@ case "$phase" in
     echo "rc=$?"
     grep -v INFO "$out/kernels-aurora-tf32-compiled-autotune.log" | tail -16
     ;;
+  aurora-decompose)
+    EARTH2STUDIO_COMPILE_BACKGROUND=off timeout 400 python3 -m \
+      earth2studio_compile.tools.bench.kernels --models aurora --precision tf32 \
+      --runs compiled --steps 3 \
+      --options '{"post_grad_fusion_options": {"decompose_mm_pass": {}}, "triton.cudagraphs": true}' \
+      --json "$out/kernels-aurora-tf32-compiled-decompose.json" \
+      >"$out/kernels-aurora-tf32-compiled-decompose.log" 2>&1
+    echo "rc=$?"
+    grep -v INFO "$out/kernels-aurora-tf32-compiled-decompose.log" | tail -16
+    ;;
   swin-attention)
     timeout 300 python3 docs/bench/2026-11-30-h200-fortyfirst/swin_attention.py \
       "$out/swin-attention.json" 2>&1 | grep -v Warning | tail -24
     ;;
-  *) echo "phase: fcn3-build, fcn3-calls, aurora-autotune or swin-attention" >&2; exit 2 ;;
+  *) echo "phase: fcn3-build, fcn3-calls, aurora-autotune, aurora-decompose or swin-attention" >&2; exit 2 ;;
 esac
