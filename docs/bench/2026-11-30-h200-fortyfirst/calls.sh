@@ -53,6 +53,17 @@ fcn3_wheels() {
     --upgrade --target /tmp/fcn3 .whl-fcn3/*.whl .whl-thcuda/*.whl
   export PYTHONPATH="/tmp/fcn3:$PYTHONPATH"
 }
+# Aurora's compiled TF32 row with Inductor OPTIONS (beside the table's SDPA
+# choice), background builds off: aurora_compiled NAME LIMIT OPTIONS
+aurora_compiled() {
+  EARTH2STUDIO_COMPILE_BACKGROUND=off timeout "$2" python3 -m \
+    earth2studio_compile.tools.bench.kernels --models aurora --precision tf32 \
+    --runs compiled --steps 3 --options "$3" \
+    --json "$out/kernels-aurora-tf32-compiled-$1.json" \
+    >"$out/kernels-aurora-tf32-compiled-$1.log" 2>&1
+  echo "rc=$?"
+  grep -v INFO "$out/kernels-aurora-tf32-compiled-$1.log" | tail -16
+}
 case "$phase" in
   fcn3-build)
     fcn3_wheels
@@ -75,24 +86,11 @@ case "$phase" in
     sed -n '/Whole call/,/^$/p' "$out/fcn3-calls.log"
     ;;
   aurora-autotune)
-    EARTH2STUDIO_COMPILE_BACKGROUND=off timeout 560 python3 -m \
-      earth2studio_compile.tools.bench.kernels --models aurora --precision tf32 \
-      --runs compiled --steps 3 \
-      --options '{"max_autotune_gemm": true, "triton.cudagraphs": true}' \
-      --json "$out/kernels-aurora-tf32-compiled-autotune.json" \
-      >"$out/kernels-aurora-tf32-compiled-autotune.log" 2>&1
-    echo "rc=$?"
-    grep -v INFO "$out/kernels-aurora-tf32-compiled-autotune.log" | tail -16
+    aurora_compiled autotune 560 '{"max_autotune_gemm": true, "triton.cudagraphs": true}'
     ;;
   aurora-decompose)
-    EARTH2STUDIO_COMPILE_BACKGROUND=off timeout 400 python3 -m \
-      earth2studio_compile.tools.bench.kernels --models aurora --precision tf32 \
-      --runs compiled --steps 3 \
-      --options '{"post_grad_fusion_options": {"decompose_mm_pass": {}}, "triton.cudagraphs": true}' \
-      --json "$out/kernels-aurora-tf32-compiled-decompose.json" \
-      >"$out/kernels-aurora-tf32-compiled-decompose.log" 2>&1
-    echo "rc=$?"
-    grep -v INFO "$out/kernels-aurora-tf32-compiled-decompose.log" | tail -16
+    aurora_compiled decompose 400 \
+      '{"post_grad_fusion_options": {"decompose_mm_pass": {}}, "triton.cudagraphs": true}'
     ;;
   swin-attention)
     timeout 300 python3 docs/bench/2026-11-30-h200-fortyfirst/swin_attention.py \

@@ -14,9 +14,9 @@ of 2 x 6 x 12 = 144 tokens, heads of 64; stage 1: 1800 windows x 8 heads, stage
   routed to FlexAttention by a ``TorchFunctionMode`` (the mask read by a
   ``score_mod``), one fused kernel that never writes the scores.
 
-Prints and writes, per stage, mask and way, the median ms of a call (CUDA
-events), its TFLOP/s (4 N^2 d a window and head) and its relative L2 against
-fp32 eager with TF32 off.
+Prints and writes, per stage, mask and way, the median ms of a call
+(``torch.utils.benchmark``, which synchronizes CUDA), its TFLOP/s (4 N^2 d a
+window and head) and its relative L2 against fp32 eager with TF32 off.
 
     python3 docs/bench/2026-11-30-h200-fortyfirst/swin_attention.py OUT.json
     python3 .../swin_attention.py OUT.json --device cpu --scale 0.02   # a dry run
@@ -26,9 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -36,6 +33,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import flex_attention
 from torch.overrides import TorchFunctionMode
+from torch.utils.benchmark import Timer
 
 STAGES = {"stage 1": (1800, 8), "stage 2": (450, 16), "stage 3": (128, 32)}
 TOKENS, DIM = 144, 64
@@ -64,23 +62,6 @@ def _attend(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any
 ) -> torch.Tensor:
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-
-
-def _timed(fn: Callable[[], torch.Tensor], device: torch.device, n: int) -> list[float]:
-    times = []
-    for _ in range(n):
-        if device.type == "cuda":
-            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t) * 1e3)
-    return times
 
 
 def _shifted_mask(
@@ -154,13 +135,14 @@ def main() -> None:
                         with torch.inference_mode():
                             out = fn()  # the first call compiles
                             err = (out.float() - reference).norm() / reference.norm()
-                            times = _timed(fn, device, args.repeats)
+                            timer = Timer(stmt="fn()", globals={"fn": fn})
+                            times = timer.timeit(args.repeats)
                     # A way that fails is a finding, not the end of the run.
                     except Exception as exc:
                         row["error"] = f"{type(exc).__name__}: {exc}"[:400]
                         print(f"{stage} masked={masked} {name} failed: {row['error']}")
                     else:
-                        median = statistics.median(times)
+                        median = times.median * 1e3
                         row.update(
                             median_ms=median,
                             tflops=flop / median / 1e9,
