@@ -10,7 +10,9 @@
 # in a Python 3.12 virtual environment of its own, for sm_90 (H100, H200), with
 # DISCO's CUDA kernels and without those of torch-harmonics' attention (FCN3 does not
 # use it; they would double the build). The source comes from
-# .ci/fetch-th-cuda-source.sh's folder (made first if missing).
+# .ci/fetch-th-cuda-source.sh's folder (made first if missing: from the git
+# repository TH_REPO names where GitHub cannot be reached, e.g. a local mirror of
+# NVIDIA/torch-harmonics).
 #
 #   bash .ci/build-th-cuda-wheel.sh [DEST]        # default .whl-thcuda
 #
@@ -23,10 +25,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest="${1:-.whl-thcuda}"
+case "$dest" in
+  /* | ../*)
+    echo "error: DEST '$dest' must be a folder in this checkout (it travels as a" \
+      "carry folder), e.g. .whl-thcuda" >&2
+    exit 2
+    ;;
+esac
 src=.whl-thsrc
 . .ci/carry.sh
 cuda_toolkit
-[ -f "$src/torch-harmonics-0.9.2.tar.gz" ] || bash .ci/fetch-th-cuda-source.sh "" "$src"
+[ -f "$src/torch-harmonics-0.9.2.tar.gz" ] || bash .ci/fetch-th-cuda-source.sh "${TH_REPO:-}" "$src"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 venv="${VENV:-$work/venv}"
