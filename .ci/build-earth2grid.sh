@@ -13,9 +13,12 @@
 # and nvcc then takes minutes on 2 cores for a kernel nothing there can run.
 # physicsnemo calls that kernel only on a CUDA machine with `enable_healpixpad`; a
 # wheel built here lacks it, so a GPU machine builds its own (TORCH_CUDA_ARCH_LIST,
-# MAX_JOBS as for any torch extension).
+# MAX_JOBS as for any torch extension), or this machine builds it for the GPU
+# machine with EARTH2GRID_CUDA=1 in a venv of the GPU machine's torch (nvcc; carry.sh's
+# torch_venv, as .ci/build-th-cuda-wheel.sh does), which saves that machine's time.
 #
 #   bash .ci/build-earth2grid.sh OUTDIR
+#   EARTH2GRID_CUDA=1 TORCH_CUDA_ARCH_LIST=9.0 PATH=VENV/bin:$PATH bash .ci/build-earth2grid.sh OUTDIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="$(realpath -m "${1:?usage: build-earth2grid.sh OUTDIR}")"
@@ -29,7 +32,23 @@ grep -qxF "$guard" "$src/setup.py" || {
   echo "error: $tarball's setup.py has no line '$guard' to patch" >&2
   exit 1
 }
-sed -i "s/^$guard\$/if CUDAExtension is not None and torch.cuda.is_available():/" \
-  "$src/setup.py"
+if [ "${EARTH2GRID_CUDA:-0}" = 1 ]; then
+  . .ci/carry.sh
+  cuda_toolkit
+  # torch's CUDA headers include cuSPARSE's, which a toolkit without that library
+  # lacks; PyPI's torch brings them in its nvidia-* wheels.
+  inc=$(python - <<'EOF'
+import os
+import nvidia
+
+dirs = (os.path.join(p, d, "include") for p in nvidia.__path__ for d in os.listdir(p))
+print(os.pathsep.join(d for d in dirs if os.path.isdir(d)))
+EOF
+  )
+  export CPATH="$inc${CPATH:+:$CPATH}"
+else
+  sed -i "s/^$guard\$/if CUDAExtension is not None and torch.cuda.is_available():/" \
+    "$src/setup.py"
+fi
 mkdir -p "$out"
 python -m pip wheel -q --no-build-isolation --no-deps --no-index -w "$out" "$src"
