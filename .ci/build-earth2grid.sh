@@ -14,30 +14,35 @@
 # physicsnemo calls that kernel only on a CUDA machine with `enable_healpixpad`; a
 # wheel built here lacks it, so a GPU machine builds its own (TORCH_CUDA_ARCH_LIST,
 # MAX_JOBS as for any torch extension), or this machine builds it for the GPU
-# machine with EARTH2GRID_CUDA=1 in a venv of the GPU machine's torch (nvcc; carry.sh's
-# torch_venv, as .ci/build-th-cuda-wheel.sh does), which saves that machine's time.
+# machine with EARTH2GRID_CUDA=1, in a venv of the GPU machine's torch (nvcc;
+# carry.sh's torch_venv, made here unless VENV names one made before, as
+# .ci/build-th-cuda-wheel.sh does), which saves that machine's time.
 #
 #   bash .ci/build-earth2grid.sh OUTDIR
-#   EARTH2GRID_CUDA=1 TORCH_CUDA_ARCH_LIST=9.0 PATH=VENV/bin:$PATH bash .ci/build-earth2grid.sh OUTDIR
+#   EARTH2GRID_CUDA=1 TORCH_CUDA_ARCH_LIST=9.0 [VENV=DIR] bash .ci/build-earth2grid.sh OUTDIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="$(realpath -m "${1:?usage: build-earth2grid.sh OUTDIR}")"
 tarball=third_party/earth2grid-11dcf1b.tar.gz
-src="$(mktemp -d)"
-trap 'rm -rf "$src"' EXIT
-tar -xzf "$tarball" -C "$src"
-src="$src/earth2grid-11dcf1b"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+tar -xzf "$tarball" -C "$work"
+src="$work/earth2grid-11dcf1b"
 guard='if CUDAExtension is not None:'
 grep -qxF "$guard" "$src/setup.py" || {
   echo "error: $tarball's setup.py has no line '$guard' to patch" >&2
   exit 1
 }
+python=python
 if [ "${EARTH2GRID_CUDA:-0}" = 1 ]; then
   . .ci/carry.sh
   cuda_toolkit
+  venv="${VENV:-$work/venv}"
+  torch_venv "$venv" numpy setuptools wheel ninja
+  python="$venv/bin/python"
   # torch's CUDA headers include cuSPARSE's, which a toolkit without that library
   # lacks; PyPI's torch brings them in its nvidia-* wheels.
-  inc=$(python - <<'EOF'
+  inc=$("$python" - <<'EOF'
 import os
 import nvidia
 
@@ -51,4 +56,4 @@ else
     "$src/setup.py"
 fi
 mkdir -p "$out"
-python -m pip wheel -q --no-build-isolation --no-deps --no-index -w "$out" "$src"
+"$python" -m pip wheel -q --no-build-isolation --no-deps --no-index -w "$out" "$src"
