@@ -38,6 +38,7 @@ from earth2studio_compile.cache import (
     use_local_cache,
 )
 from earth2studio_compile.metrics import synchronize
+from earth2studio_compile.opaque import find_opaque
 from earth2studio_compile.options import CompileOptions
 from earth2studio_compile.patches import Patches
 from earth2studio_compile.planning import plan, table_patches
@@ -262,7 +263,10 @@ def build(
     dynamo: dict[str, str] = {}
     for path, module in p.targets:
         label = f"{name}.{path}"
-        if p.spec.opaque:
+        # Per region, as a forecast's first call decides (hooks.Hooks): FCN3's
+        # resampling sits in its two decoders only, and its other regions took the
+        # Dynamo path here but built in the background during the user's call.
+        if find_opaque(module, p.spec.opaque):
             dynamo[label] = "opaque submodules need the Dynamo path"
         elif module.__dict__.get(MODULE_SLOT) is not None:
             out.append(Built(label, None, "skipped", reason="compiled in a session"))
@@ -294,6 +298,9 @@ def build(
                 patches=region_patches(p.spec, module),
                 autocast=autocast,
             )
+            if target.no_artifact is not None:
+                dynamo[label] = target.no_artifact
+                continue
             key, _ = target.aot_key(args, kwargs)
             try:
                 # One build of a key at a time, as background builds take it: two
