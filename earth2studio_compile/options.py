@@ -163,14 +163,22 @@ TableAttention = (
     tuple[str, ...] | Callable[[torch.device, str | None], tuple[str, ...]] | None
 )
 
-#: Names :attr:`ModelSpec.attention_backends` takes (``SDPBackend``'s, lower case).
-ATTENTION_BACKENDS = tuple(
-    n.lower() for n in SDPBackend.__members__ if n not in ("ERROR", "OVERRIDEABLE")
+#: The attention choice that routes SDPA calls to FlexAttention in traced code
+#: (:class:`~earth2studio_compile._torch.flex.FlexSDPA`); the backends beside it
+#: serve the calls it passes on.
+FLEX = "flex"
+
+#: Names :attr:`ModelSpec.attention_backends` takes: ``SDPBackend``'s, lower case,
+#: and :data:`FLEX`.
+ATTENTION_BACKENDS = (
+    *(n.lower() for n in SDPBackend.__members__ if n not in ("ERROR", "OVERRIDEABLE")),
+    FLEX,
 )
 
 
 def attention_backends(names: Any, parameter: str) -> tuple[str, ...]:
-    """``names`` checked as SDPA backend names (:data:`ATTENTION_BACKENDS`).
+    """``names`` checked as SDPA backend names or :data:`FLEX`
+    (:data:`ATTENTION_BACKENDS`).
 
     Parameters
     ----------
@@ -200,7 +208,8 @@ def attention_backends(names: Any, parameter: str) -> tuple[str, ...]:
         close = difflib.get_close_matches(unknown[0], ATTENTION_BACKENDS, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ValueError(
-            f"{parameter} names {unknown[0]!r}, which is no SDPA backend.{hint} "
+            f"{parameter} names {unknown[0]!r}, which is neither an SDPA backend nor "
+            f"{FLEX!r}.{hint} "
             f"Use names from {ATTENTION_BACKENDS}."
         )
     return found
@@ -290,8 +299,9 @@ class CompilePolicy:
         Stable text of everything that changes compiled code, for cache keys
     attention : tuple[str, ...]
         SDPA backends (``torch.nn.attention.SDPBackend`` names, lower case) the
-        region's code is traced and lowered with (:meth:`tracing`); empty:
-        PyTorch's own choice at the time
+        region's code is traced and lowered with (:meth:`tracing`), and
+        :data:`FLEX` where SDPA calls become FlexAttention; empty: PyTorch's own
+        choice at the time
     """
 
     backend: str | Callable[..., Any]
@@ -428,18 +438,26 @@ class CompilePolicy:
         that may compile, an export and its AOTInductor compile): SDPA restricted
         to :attr:`attention`, which the graph then keeps; PyTorch's backends are
         put back afterwards, also on an exception. Process-wide while it lasts:
-        only for a block on the thread that runs the model.
+        only for a block on the thread that runs the model. With :data:`FLEX`,
+        the SDPA calls FlexAttention serves become FlexAttention in the traced
+        graph (:class:`~earth2studio_compile._torch.flex.FlexSDPA`, this thread
+        only); the other backends named serve the rest.
 
         Returns
         -------
         contextlib.AbstractContextManager[Any]
-            ``torch.nn.attention.sdpa_kernel`` of the backends, or a context that
-            does nothing where the table chose none
+            ``torch.nn.attention.sdpa_kernel`` of the backends, with FlexAttention's
+            routing where chosen, or a context that does nothing where the table
+            chose none
         """
-        if not self.attention:
-            return contextlib.nullcontext()
+        stack = contextlib.ExitStack()
         members = SDPBackend.__members__
-        return sdpa_kernel([members[name.upper()] for name in self.attention])
+        backends = [members[n.upper()] for n in self.attention if n != FLEX]
+        if backends:
+            stack.enter_context(sdpa_kernel(backends))
+        if FLEX in self.attention:
+            stack.enter_context(_torch.FlexSDPA())
+        return stack
 
     def torch_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :func:`torch.compile`.

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 from aot_helpers import tiny_target
-from tiny_cores import SdpaCore
+from tiny_cores import SdpaCore, WindowAttentionCore
 from torch._dynamo.backends.common import aot_autograd
 
 from earth2studio_compile import MODEL_TABLE, CompileSession, ModelSpec, register_model
@@ -107,3 +107,68 @@ def test_a_table_function_giving_no_backend_is_a_clear_error():
     table = ModelSpec(regions=("core",), attention_backends=lambda d, p: ("fast",))
     with pytest.raises(ValueError, match="ModelSpec.attention_backends names 'fast'"):
         CompilePolicy.resolve(CompileOptions(), CPU, table)
+
+
+class WindowHolder(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = WindowAttentionCore()
+
+
+@pytest.fixture
+def on_flex():
+    key = f"{WindowHolder.__module__}.{WindowHolder.__qualname__}"
+    register_model(WindowHolder, regions=("net",), attention_backends=("flex", "math"))
+    yield
+    MODEL_TABLE.pop(key, None)
+
+
+def test_the_flex_choice_traces_flexattention_and_matches_eager(on_flex):
+    model = WindowHolder().eval()
+    x = torch.randn(3, 24, 32)
+    with torch.no_grad():
+        expected = model.net(x)
+    graphs = traced_ops(model, x)
+    assert len(graphs) == 1 and any("flex_attention" in op for op in graphs[0])
+    with CompileSession(model) as session, torch.no_grad():
+        out = model.net(x)
+    [region] = session.report.regions
+    assert region.status == "compiled", region
+    assert region.mode.endswith("+attention=flex|math"), region
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    assert torch._C._len_torch_function_stack() == 0
+
+
+def test_a_region_with_the_flex_choice_gets_no_artifact(monkeypatch, tmp_path):
+    """AOTInductor cannot compile FlexAttention (pytorch/pytorch#140400): the
+    executors that serve artifacts decline the region, so it takes the Dynamo
+    path without a build being tried."""
+    from earth2studio_compile.artifacts import background
+    from earth2studio_compile.executors import (
+        AotExecutor,
+        BackgroundExecutor,
+        Target,
+    )
+    from earth2studio_compile.report import RegionReport
+
+    monkeypatch.setenv(background.ENV, "on")
+    target = Target.resolve(
+        WindowAttentionCore(),
+        owner=f"{WindowHolder.__module__}.WindowHolder",
+        region="net",
+        device=CPU,
+        precision=None,
+        table=ModelSpec(regions=("net",), attention_backends=("flex",)),
+        report=RegionReport("WindowHolder", "net"),
+        artifacts=tmp_path / "artifacts",
+    )
+    assert target.no_artifact is not None and "FlexAttention" in target.no_artifact
+    for executor in (AotExecutor, BackgroundExecutor):
+        assert executor.build(target) == target.no_artifact
+    # Without the choice, both would serve it.
+    plain = dataclasses.replace(
+        target, policy=CompilePolicy.resolve(CompileOptions(), CPU, None)
+    )
+    assert plain.no_artifact is None
+    assert isinstance(AotExecutor.build(plain), AotExecutor)
+    assert isinstance(BackgroundExecutor.build(plain), BackgroundExecutor)

@@ -217,3 +217,22 @@ class SdpaCore(torch.nn.Module):
         q = self.lin(x)
         mask = torch.zeros(8, 8)
         return torch.nn.functional.scaled_dot_product_attention(q, x, x, attn_mask=mask)
+
+
+class WindowAttentionCore(torch.nn.Module):
+    """Masked window attention as Aurora's Swin stages run it, small: 3 windows of
+    24 tokens, 2 heads of 16, an additive mask per window (0 or -100)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = torch.nn.Linear(32, 96)
+        gen = torch.Generator().manual_seed(0)
+        mask = (torch.rand(3, 1, 24, 24, generator=gen) > 0.7).float() * -100.0
+        self.register_buffer("mask", mask)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).reshape(3, 24, 3, 2, 16).permute(2, 0, 3, 1, 4)
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=self.mask
+        )
+        return out.transpose(1, 2).reshape(3, 24, 32)

@@ -19,6 +19,7 @@ behind them, one concern each:
 - ``caches``: Inductor's local cache directory and FX-graph cache counts
 - ``cudagraphs``: CUDA graph trees' steps and skips
 - ``precision_flags``: the fp32 precision flags, read and stored values
+- ``flex``: SDPA calls as FlexAttention in traced code (:class:`FlexSDPA`)
 - ``fp32_scope``: :func:`fp32_math`, a block with fp32 math forced and put back
 - ``aoti``: AOTInductor's compile and package loader
 - ``convolutions``: an artifact's convolutions, recorded and replayed to warm cuDNN
@@ -47,6 +48,7 @@ from earth2studio_compile._torch.dynamo import (
     known_backends,
     recompile_limit,
 )
+from earth2studio_compile._torch.flex import FlexSDPA
 from earth2studio_compile._torch.fp32_scope import fp32_math
 from earth2studio_compile._torch.inductor import (
     QUIET_AUTOTUNE_KEYS,
@@ -100,6 +102,7 @@ __all__ = [
     "MODULE_SLOT",
     "QUIET_AUTOTUNE_KEYS",
     "CountingBackend",
+    "FlexSDPA",
     "aoti_compile",
     "aoti_loader",
     "call_context",

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from earth2studio_compile._torch.flex import NO_ARTIFACT as FLEX_NO_ARTIFACT
 from earth2studio_compile.artifacts.aot_key import (
     AOT_FORMAT,
     argument_texts,
@@ -29,7 +30,12 @@ from earth2studio_compile.artifacts.aot_key import (
     source_hash,
 )
 from earth2studio_compile.cache import artifact_key, key_fields
-from earth2studio_compile.options import CompileOptions, CompilePolicy, TableChoices
+from earth2studio_compile.options import (
+    FLEX,
+    CompileOptions,
+    CompilePolicy,
+    TableChoices,
+)
 from earth2studio_compile.patches import MethodPatch
 
 T = TypeVar("T", bound="RegionTarget")
@@ -148,6 +154,16 @@ class RegionTarget:
             autocast=autocast,
             **more,
         )
+
+    @property
+    def no_artifact(self) -> str | None:
+        """Why no ahead-of-time artifact can serve the region (its compiled code
+        takes the Dynamo path), or None."""
+        if self.opaque:
+            return "opaque submodules (Python operators) need the Dynamo path"
+        if FLEX in self.policy.attention:
+            return FLEX_NO_ARTIFACT
+        return None
 
     @property
     def label(self) -> str:

@@ -132,8 +132,8 @@ class AotExecutor:
         """
         if target.artifacts is None:
             return "the compile cache is off"
-        if target.opaque:
-            return "opaque submodules (Python operators) need the Dynamo path"
+        if target.no_artifact is not None:
+            return target.no_artifact
         return _torch.missing("aoti_loader") or cls(target, made_up)
 
     def first_call(

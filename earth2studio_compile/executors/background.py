@@ -93,8 +93,8 @@ class BackgroundExecutor:
             return f"background builds are off on {device} ({background.ENV})"
         if target.artifacts is None:
             return "the compile cache is off"
-        if target.opaque:
-            return "opaque submodules (Python operators) need the Dynamo path"
+        if target.no_artifact is not None:
+            return target.no_artifact
         reason = _torch.missing("aoti_compile") or _torch.missing("aoti_loader")
         return reason if reason is not None else cls(target)
 

@@ -86,3 +86,32 @@ def test_a_compiled_profile_waits_for_its_builds_and_says_what_ran(
     assert row["statuses"] and "building" not in row["statuses"], row["statuses"]
     assert row["modes"] == ["inductor/default"], row["modes"]
     assert row["top"] == []  # device kernels only: none on the CPU
+
+
+def test_attention_replaces_the_tables_choice_for_compiled_runs_only(monkeypatch):
+    """``--attention flex,math``: the compiled run's regions are traced with that
+    choice (their label says it), the eager run is told none, and the model table
+    is as it was afterwards."""
+    from earth2studio_compile.models import lookup
+    from earth2studio_compile.tools import zoo
+    from earth2studio_compile.tools.bench import kernels
+
+    seen = []
+
+    def profile(model, device, steps, compiled, precision, options):
+        seen.append((compiled, lookup(model)[1].attention_backends))
+        return {"wall_ms": 1.0, "top": []}
+
+    monkeypatch.setattr(kernels, "profile_steps", profile)
+    monkeypatch.setattr(kernels, "table", lambda rows: "")
+    before = lookup(zoo.build("fcn", size="small"))[1]
+    argv = ["--models", "fcn", "--small", "--device", "cpu", "--steps", "1"]
+    assert main([*argv, "--attention", "flex,MATH"]) == 0
+    assert seen == [(False, before.attention_backends), (True, ("flex", "math"))]
+    assert lookup(zoo.build("fcn", size="small"))[1] is before
+
+
+def test_an_attention_choice_that_is_none_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        main(["--attention", "flex,flexible"])
+    assert "'flexible'" in capsys.readouterr().err

@@ -1,0 +1,109 @@
+"""SDPA calls as FlexAttention in traced code (earth2studio_compile._torch.flex):
+the calls it serves give SDPA's answer, every other call stays SDPA's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from earth2studio_compile._torch import FlexSDPA
+
+# Windows of 2 x 3 x 4 tokens and heads of 16: Aurora's attention, small.
+WINDOWS, HEADS, TOKENS, DIM = 3, 2, 24, 16
+
+
+def attend(q, k, v, mask=None, **kwargs):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **kwargs)
+
+
+def traced(fn, *args, **kwargs) -> tuple[torch.Tensor, bool]:
+    """``fn`` compiled under FlexSDPA on the eager-running aot backend (the
+    FlexAttention operator computed by its reference), and whether its graph
+    holds FlexAttention."""
+    seen: list[bool] = []
+
+    def backend(gm, example_inputs):
+        seen.append("flex_attention" in str(gm.graph))
+        return torch._dynamo.backends.common.aot_autograd(fw_compiler=lambda g, _: g)(
+            gm, example_inputs
+        )
+
+    torch._dynamo.reset()
+    with FlexSDPA(), torch.no_grad():
+        out = torch.compile(fn, backend=backend, dynamic=False)(*args, **kwargs)
+    return out, any(seen)
+
+
+def qkv(heads: int = HEADS, tokens: int = TOKENS, dim: int = DIM):
+    gen = torch.Generator().manual_seed(0)
+    shape = (WINDOWS, heads, tokens, dim)
+    return tuple(torch.randn(shape, generator=gen) for _ in range(3))
+
+
+def shifted(*shape: int) -> torch.Tensor:
+    """An additive mask as Swin's: 0 within a sub-region, -100 across."""
+    gen = torch.Generator().manual_seed(1)
+    return (torch.rand(shape, generator=gen) > 0.7).float() * -100.0
+
+
+@pytest.mark.parametrize(
+    "mask, kwargs",
+    [
+        (None, {}),
+        (shifted(WINDOWS, 1, TOKENS, TOKENS), {}),  # Aurora's: one per window
+        (shifted(1, HEADS, TOKENS, TOKENS), {}),  # one per head
+        (shifted(TOKENS, TOKENS), {"scale": 0.5}),
+        (torch.rand(TOKENS, TOKENS) > 0.3, {}),  # boolean: True attends
+    ],
+    ids=["none", "per-window", "per-head", "2-d-scaled", "boolean"],
+)
+def test_a_call_it_serves_gives_sdpas_answer(mask, kwargs):
+    q, k, v = qkv()
+    if mask is not None and mask.dtype == torch.bool:
+        mask[:, 0] = True  # no row without a key: SDPA's answer there is NaN
+    expected = attend(q, k, v, mask, **kwargs)
+    out, flex = traced(attend, q, k, v, mask, **kwargs)
+    assert flex
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def bf16(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return tuple(t.bfloat16() for t in tensors)
+
+
+@pytest.mark.parametrize(
+    "inputs, kwargs",
+    [
+        (qkv(tokens=8), {}),  # fewer tokens than a tensor core tile
+        (qkv(dim=24), {}),  # a head that is no power of two
+        (qkv(), {"is_causal": True}),
+        ((*bf16(*qkv()), shifted(WINDOWS, 1, TOKENS, TOKENS)), {}),  # fp32 mask
+    ],
+    ids=["few-tokens", "head-24", "causal", "mask-dtype"],
+)
+def test_a_call_it_cannot_serve_stays_sdpa(inputs, kwargs):
+    expected = attend(*inputs, **kwargs)
+    out, flex = traced(attend, *inputs, **kwargs)
+    assert not flex
+    torch.testing.assert_close(out, expected)
+
+
+def test_a_mask_that_does_not_broadcast_is_sdpas_error_as_without_it():
+    mask = shifted(2, 1, TOKENS, TOKENS)
+    with pytest.raises(RuntimeError, match="broadcast|size|shape"):
+        attend(*qkv(), mask)
+    # Dynamo's error around SDPA's: the call was handed on, not made FlexAttention.
+    with pytest.raises(Exception, match="broadcast"):
+        traced(attend, *qkv(), mask)
+
+
+def test_inductor_compiles_it_to_sdpas_answer_and_the_mode_ends_with_its_block():
+    q, k, v = qkv()
+    mask = shifted(WINDOWS, 1, TOKENS, TOKENS)
+    torch._dynamo.reset()
+    compiled = torch.compile(attend, dynamic=False)
+    with FlexSDPA(), torch.no_grad():
+        out = compiled(q, k, v, mask)
+    torch.testing.assert_close(out, attend(q, k, v, mask), rtol=1e-5, atol=1e-5)
+    assert torch._C._len_torch_function_stack() == 0
