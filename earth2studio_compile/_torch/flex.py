@@ -34,6 +34,26 @@ NO_ARTIFACT = (
 MIN_TOKENS = 16
 
 
+@torch.library.custom_op("earth2studio_compile::fixed_copy", mutates_args=())
+def fixed_copy(x: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy of ``x`` that Inductor cannot fuse: an external kernel's
+    output, so its layout is fixed when FlexAttention's kernel reads it.
+
+    A mask a traced region computes (Aurora's, repeated over the batch) reached
+    FlexAttention's lowering as a buffer of flexible layout, which Inductor's
+    template cannot index: "convert FlexibleLayout to FixedLayout first" on an
+    H200, "All the buffers in the score and mask subgraph should be in
+    kernel_group.args.input_buffers" on the CPU (torch 2.11; pytorch/pytorch
+    #139836's kind). One copy of the mask a call (Aurora's largest: 149 MB).
+    """
+    return x.clone(memory_format=torch.contiguous_format)
+
+
+@fixed_copy.register_fake
+def _fixed_copy_fake(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
 class FlexSDPA(TorchFunctionMode):
     """While active, ``F.scaled_dot_product_attention`` calls that FlexAttention
     computes as SDPA defines them run through
@@ -80,7 +100,8 @@ def _as_flex(
     kwargs: dict[str, Any] = {"scale": scale, "enable_gqa": enable_gqa}
     if attn_mask is None:
         return flex_attention(query, key, value, **kwargs)
-    mask = attn_mask.reshape((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape))
+    mask = fixed_copy(attn_mask)
+    mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
     # A broadcast dimension reads index 0, as SDPA broadcasts the mask.
     full = [dim > 1 for dim in mask.shape]
 

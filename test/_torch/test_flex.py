@@ -107,3 +107,24 @@ def test_inductor_compiles_it_to_sdpas_answer_and_the_mode_ends_with_its_block()
         out = compiled(q, k, v, mask)
     torch.testing.assert_close(out, attend(q, k, v, mask), rtol=1e-5, atol=1e-5)
     assert torch._C._len_torch_function_stack() == 0
+
+
+def test_a_mask_the_traced_code_computes_compiles_to_sdpas_answer():
+    """Regression: Aurora's mask, repeated over the batch inside the region,
+    reached FlexAttention's lowering as a buffer of flexible layout, and Inductor
+    failed ("convert FlexibleLayout to FixedLayout first" on an H200, "All the
+    buffers in the score and mask subgraph should be in kernel_group.args.
+    input_buffers" here): every Swin stage fell back to eager (2026-12-01)."""
+    base = shifted(WINDOWS, TOKENS, TOKENS)
+
+    def repeated(q, k, v, base):
+        times = q.shape[0] // base.shape[0]
+        mask = base.unsqueeze(1).unsqueeze(0).repeat(times, 1, 1, 1, 1)
+        return attend(q, k, v, mask.reshape(-1, 1, TOKENS, TOKENS))
+
+    q, k, v = (torch.cat([t, t]) for t in qkv())  # two samples of three windows
+    torch._dynamo.reset()
+    compiled = torch.compile(repeated, dynamic=False)
+    with FlexSDPA(), torch.no_grad():
+        out = compiled(q, k, v, base)
+    torch.testing.assert_close(out, repeated(q, k, v, base), rtol=1e-5, atol=1e-5)
