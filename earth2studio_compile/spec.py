@@ -55,8 +55,11 @@ class ModelSpec:
         The SDPA backends (``torch.nn.attention.SDPBackend`` names: ``"math"``,
         ...) the regions' compiled code is traced and lowered with, or a function
         of the device and the region's precision giving them (empty: PyTorch's
-        choice); eager calls keep the user's. A choice the graph keeps, so it is
-        part of the compiled code's cache keys, by default None
+        choice); eager calls keep the user's. ``"flex"`` makes the SDPA calls
+        FlexAttention can serve FlexAttention in the traced graph (the other names
+        serve the rest); such regions compile on the Dynamo path only, with no
+        ahead-of-time artifact. A choice the graph keeps, so it is part of the
+        compiled code's cache keys, by default None
     pad_batch : bool, optional
         The core treats batch samples independently, so a smaller batch (an
         ensemble's last one) is padded to the compiled size instead of recompiling

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from earth2studio_compile.tools.bench.attention import HELP, parse_attention
 from earth2studio_compile.tools.bench.e2e import IO_BACKENDS
 from earth2studio_compile.tools.bench.measure import AUTO
 
@@ -130,6 +131,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="with --ensemble: seconds from the start after which no row starts, nor "
         "one that an earlier row of its kind says cannot finish in the time left "
         "(marked skipped; the JSON holds every row that finished)",
+    )
+    p.add_argument(
+        "--attention", type=parse_attention, default=None, help=f"the {HELP}"
     )
     p.add_argument("--json", type=Path, default=None, help="write every figure here")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG figure here")

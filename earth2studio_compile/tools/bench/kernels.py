@@ -23,21 +23,22 @@ Examples
 from __future__ import annotations
 
 import argparse
-import contextlib
-import dataclasses
 import json
 import re
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from earth2studio_compile.metrics import synchronize
-from earth2studio_compile.options import attention_backends
+from earth2studio_compile.tools.bench.attention import (
+    HELP,
+    attention_choice,
+    parse_attention,
+)
 from earth2studio_compile.tools.bench.runs import initial_state
 from earth2studio_compile.tools.bench.text import format_table
 
@@ -133,36 +134,6 @@ def profile_steps(
     return out
 
 
-def _attention(text: str) -> tuple[str, ...]:
-    try:
-        return attention_backends(text.split(","), "--attention")
-    except ValueError as err:  # argparse shows its message, not the type's name
-        raise argparse.ArgumentTypeError(str(err)) from err
-
-
-@contextlib.contextmanager
-def attention_choice(model: Any, names: tuple[str, ...] | None) -> Iterator[None]:
-    """The model's table entry with ``names`` as its attention choice while the
-    block runs (None: the entry's own), put back after, also on an exception."""
-    from earth2studio_compile.models import MODEL_TABLE, lookup
-
-    if names is None:
-        yield
-        return
-    found = lookup(model)
-    if found is None:
-        raise ValueError(
-            f"--attention: {type(model).__name__} has no model table entry to "
-            "change; drop --attention for it"
-        )
-    key, spec = found
-    MODEL_TABLE[key] = dataclasses.replace(spec, attention_backends=names)
-    try:
-        yield
-    finally:
-        MODEL_TABLE[key] = spec
-
-
 def table(rows: list[dict[str, Any]]) -> str:
     """Plain-text table of :func:`profile_steps` results."""
     families = [f"{f}_ms" for f, _ in FAMILIES]
@@ -211,10 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--attention",
-        type=_attention,
+        type=parse_attention,
         default=None,
-        help="the compiled runs' attention choice instead of the model table's, "
-        "comma-separated SDPA backends and 'flex' (e.g. flex,math)",
+        help=f"the {HELP}",
     )
     p.add_argument(
         "--runs",

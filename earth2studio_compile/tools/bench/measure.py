@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from earth2studio_compile.metrics import rel_l2, synchronize, worst_rel_l2
+from earth2studio_compile.tools.bench.attention import attention_choice
 from earth2studio_compile.tools.bench.e2e import measure_e2e
 from earth2studio_compile.tools.bench.runs import initial_state, timed_deterministic
 
@@ -271,7 +272,11 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     chosen = spec.get("precision")
     if kwargs is not None and chosen:
         kwargs["precision"] = chosen
-    with eager_precision(model, chosen if kwargs is None else None):
+    attention = spec.get("attention") if kwargs is not None else None
+    with (
+        eager_precision(model, chosen if kwargs is None else None),
+        attention_choice(model, tuple(attention) if attention else None),
+    ):
         rollout = time_rollout(model, x, coords, spec["steps"], kwargs)
     result: dict[str, Any] = {
         **spec,

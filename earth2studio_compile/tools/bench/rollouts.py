@@ -119,6 +119,9 @@ def run_rollouts(args: Any, run_one: Runner, build_one: Runner) -> int:
                 "e2e_steps": 0 if cache == "warm" else args.e2e_steps,
                 "reference": str(Path(tmp) / f"{model.replace(':', '_')}.pt"),
                 "precision": chosen,
+                "attention": list(args.attention)
+                if args.attention and mode != EAGER
+                else None,
                 # The first eager run of a model is the reference the others meet.
                 "save_reference": mode == EAGER
                 and not any(r["model"] == model for r in results),

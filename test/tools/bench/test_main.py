@@ -308,3 +308,54 @@ def test_a_rollout_row_names_its_worst_variable(tmp_path, monkeypatch):
     name, worst = row["rel_l2_first_worst"]
     assert name == "u10m" and worst == pytest.approx(0.01 / 1.01, rel=1e-6)
     assert row["rel_l2_first"] < worst
+
+
+def test_a_compiled_rollout_row_runs_under_the_attention_it_was_given(
+    tmp_path, monkeypatch
+):
+    """``--attention``: a compiled row's model runs under that choice, the eager
+    row under the table's, and the table is as it was after each."""
+    from loguru import logger
+
+    from earth2studio_compile.models import lookup
+    from earth2studio_compile.tools import zoo
+    from earth2studio_compile.tools.bench import measure
+
+    monkeypatch.setattr(logger, "remove", lambda *a, **k: None)
+    monkeypatch.setattr(logger, "add", lambda *a, **k: 0)
+    seen = []
+
+    def rollout(model, *args, **kwargs):
+        seen.append(lookup(model)[1].attention_backends)
+        raise RuntimeError("timed elsewhere")
+
+    monkeypatch.setattr(measure, "time_rollout", rollout)
+    before = lookup(zoo.build("fcn", size="small"))[1]
+    spec = {"model": "fcn", "size": "small", "device": "cpu", "steps": 2}
+    spec |= {"reference": str(tmp_path / "ref.pt"), "attention": ["flex", "math"]}
+    for mode in (measure.EAGER, measure.AUTO):
+        with pytest.raises(RuntimeError, match="timed elsewhere"):
+            measure.measure({**spec, "mode": mode})
+        assert lookup(zoo.build("fcn", size="small"))[1] is before
+    assert seen == [before.attention_backends, ("flex", "math")]
+    args = cli._parse(["--attention", "FLEX,math", "--device", "cpu"])
+    assert args.attention == ("flex", "math")
+
+
+def test_only_the_compiled_rows_are_given_the_attention_choice(monkeypatch):
+    from earth2studio_compile.tools.bench.rollouts import run_rollouts
+
+    specs = []
+
+    def run_one(spec, timeout, workdir):
+        specs.append(spec)
+        return {**spec, "error": "not run (test)"}
+
+    args = cli._parse(["--models", "fcn", "--small", "--device", "cpu"])
+    args.attention = ("flex", "math")
+    args.warm = False
+    run_rollouts(args, run_one, run_one)
+    assert [(s["mode"], s["attention"]) for s in specs] == [
+        ("eager", None),
+        *((mode, ["flex", "math"]) for mode in args.mode_list),
+    ]
