@@ -7,10 +7,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from earth2studio_compile.options import attention_backends
+from earth2studio_compile.tools.bench.tables import markdown
 
 HELP = (
     "compiled runs' attention choice instead of the model table's: comma-separated "
@@ -53,3 +54,34 @@ def attention_choice(model: Any, names: tuple[str, ...] | None) -> Iterator[None
         yield
     finally:
         MODEL_TABLE[key] = spec
+
+
+def attention_calls(datas: Sequence[Mapping[str, Any]]) -> str:
+    """Figure renderer: one attention call per stage, mask and way (the rows of
+    ``docs/bench/2026-11-30-h200-fortyfirst/swin_attention.py``), with each way's
+    speed against eager SDPA's on the same call."""
+    found = [r for d in datas for r in d["rows"] if "median_ms" in r]
+    eager = {
+        (r["stage"], r["masked"]): r["median_ms"] for r in found if r["way"] == "sdpa"
+    }
+    rows = [
+        [
+            r["stage"],
+            "yes" if r["masked"] else "no",
+            f"{r['windows']} x {r['heads']}",
+            r["way"],
+            f"{r['median_ms']:.3f}",
+            f"{r['tflops']:.1f}",
+            f"{eager[(r['stage'], r['masked'])] / r['median_ms']:.2f}x",
+            f"{r['rel_l2']:.1e}",
+        ]
+        for r in found
+    ]
+    header = ["stage", "masked", "windows x heads", "way", "ms a call", "TFLOP/s"]
+    header += ["vs eager SDPA", "rel. L2 vs fp32"]
+    note = (
+        "\n\nOne call, median of `torch.utils.benchmark` runs (which synchronize "
+        "CUDA); fp32 tensors with TF32 matmuls, windows of 144 tokens, heads of 64; "
+        "rel. L2 against fp32 eager with TF32 off."
+    )
+    return markdown(header, rows) + note

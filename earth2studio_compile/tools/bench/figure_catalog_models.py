@@ -5,6 +5,7 @@ its JSON and a :class:`~.figure_block.Figure` here, and a block to docs/models.m
 
 from __future__ import annotations
 
+from earth2studio_compile.tools.bench.attention import attention_calls
 from earth2studio_compile.tools.bench.figure_block import Figure
 from earth2studio_compile.tools.bench.model_runs import model_runs
 from earth2studio_compile.tools.bench.tables import (
@@ -49,6 +50,7 @@ _THIRTYEIGHTH = "2026-11-30-h200-thirtyeighth/"
 _THIRTYNINTH = "2026-11-30-h200-thirtyninth/"
 _FORTIETH = "2026-11-30-h200-fortieth/"
 _FORTYFIRST = "2026-11-30-h200-fortyfirst/"
+_FORTYSECOND = "2026-12-01-h200-fortysecond/"
 # The rollouts at c7a5b5a ran with the Dynamo first-call check (3ce0d02): the
 # thirty-fourth's bf16 rollout at 2183afa, without it, is kept in its README.
 _AURORA_BF16 = (_THIRTYFIFTH + "aurora-bf16-c7a5b5a.json",)
@@ -216,5 +218,28 @@ MODEL_FIGURES: tuple[Figure, ...] = (
         MODELS,
         (_FORTYFIRST + "fcn3-calls-1b652ea.json",),
         workflow,
+    ),
+    Figure(
+        "models-fcn3-warm-second-h200",
+        MODELS,
+        (_FORTYSECOND + "fcn3-calls-d275766.json",),
+        workflow,
+    ),
+    Figure(
+        "models-aurora-swin-attention-h200",
+        MODELS,
+        (_FORTYSECOND + "swin-attention-d275766.json",),
+        attention_calls,
+    ),
+    Figure(
+        "models-aurora-flex-h200",
+        MODELS,
+        (
+            _FORTYFIRST + "kernels-aurora-tf32-eager-table-1b652ea.json",
+            _FORTYFIRST + "kernels-aurora-tf32-compiled-table-1b652ea.json",
+            _FORTYSECOND + "kernels-aurora-tf32-compiled-decompose-d275766.json",
+            _FORTYSECOND + "kernels-aurora-tf32-compiled-flex-5c89ec5.json",
+        ),
+        kernels,
     ),
 )

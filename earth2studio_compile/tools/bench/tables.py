@@ -292,6 +292,12 @@ def loop_calls(datas: Sequence[Mapping[str, Any]]) -> str:
     return markdown(header, rows) + note
 
 
+def _attention_text(row: Mapping[str, Any]) -> str:
+    """A kernels row's attention choice, escaped: a bar would end its cell."""
+    names = row.get("attention")
+    return ", attention=" + "\\|".join(names) if names else ""
+
+
 def kernels(datas: Sequence[Mapping[str, Any]]) -> str:
     """``tools.bench.kernels``: ms per step by kernel family, from the profiler."""
     keys: tuple[str, ...] = ("wall", "device", "host", "fft", "gemm", "conv")
@@ -303,7 +309,8 @@ def kernels(datas: Sequence[Mapping[str, Any]]) -> str:
         [
             r["model"] + (f" {r['precision']}" if r.get("precision") else ""),
             r["run"]
-            + "".join(f", {k}={v}" for k, v in (r.get("options") or {}).items()),
+            + "".join(f", {k}={v}" for k, v in (r.get("options") or {}).items())
+            + _attention_text(r),
             *(f"{r[f'{k}_ms']:.2f}" for k in keys),
         ]
         for r in found
