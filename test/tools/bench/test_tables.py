@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 def _cells(line: str) -> list[str]:
     return [c.strip() for c in line.strip("|").split("|")]
@@ -54,6 +56,20 @@ def test_the_kernel_table_names_a_compiled_rows_inductor_options():
         "compiled",
         "compiled, layout_optimization=False",
     ]
+
+
+def test_the_kernel_table_names_an_attention_choice_within_its_cell():
+    """Regression: ``flex|math``'s bar ended the cell, shifting every figure of
+    the row one column to the right (docs/models.md, 2026-12-01)."""
+    from earth2studio_compile.tools.bench.tables import kernels
+
+    families = ("attention", "fft", "gemm", "conv", "triton", "copy", "other")
+    row = {"model": "aurora", "run": "compiled", "wall_ms": 3.0, "device_ms": 2.0}
+    row |= {"host_ms": 1.0} | {f"{f}_ms": 0.25 for f in families}
+    lines = kernels([{"rows": [row | {"attention": ["flex", "math"]}]}]).splitlines()
+    cells = [c.strip() for c in re.split(r"(?<!\\)\|", lines[2].strip("|"))]
+    assert len(cells) == len(_cells(lines[0]))
+    assert cells[1] == "compiled, attention=flex\\|math" and cells[2] == "3.00"
 
 
 def test_a_loop_call_is_compared_with_the_eager_call_before_it():
