@@ -5,6 +5,7 @@
 #
 #   bash docs/bench/2026-12-01-h200-fortysecond/calls.sh "$OUT" aurora-flex  # ~300 s
 #   bash docs/bench/2026-12-01-h200-fortysecond/calls.sh "$OUT" gpu          # ~360 s
+#   bash docs/bench/2026-12-01-h200-fortysecond/calls.sh "$OUT" flex-rollout # ~400 s, next
 #
 # aurora-flex (issue 33, Aurora's TF32 backbone at 1.35x): the compiled row of
 #   the forty-first's aurora-table call (532.41 ms a step at 1b652ea, attention on
@@ -19,6 +20,11 @@
 # gpu: the GPU-marked suite at this commit (FlexAttention's routing and the
 #   build's per-region opaque test are CPU tests; this is the zero-wrong-answers
 #   check of the tree as a whole).
+# flex-rollout (next session; issue 33's measure of the backbone): the forty-first's
+#   Aurora TF32 rollout (call 4 there: the six Swin stages 1.35x a call on the
+#   math path) with --attention flex,math for its compiled row: each region's
+#   probe (compiled calls alternating with eager ones) and the relative L2 after
+#   step 1 against fp32 eager.
 set -uo pipefail
 out="$1"
 phase="$2"
@@ -38,5 +44,13 @@ case "$phase" in
       >"$out/gpu-suite.log" 2>&1
     tail -6 "$out/gpu-suite.log"
     ;;
-  *) echo "phase: aurora-flex or gpu" >&2; exit 2 ;;
+  flex-rollout)
+    timeout 560 python3 -m earth2studio_compile.tools.bench --models aurora \
+      --precision tf32 --no-warm --steps 11 --e2e-steps 0 --timeout 400 \
+      --attention flex,math --json "$out/aurora-tf32-flex-rollout.json" \
+      >"$out/aurora-tf32-flex-rollout.log" 2>&1
+    echo "rc=$?"
+    grep -v INFO "$out/aurora-tf32-flex-rollout.log" | tail -24
+    ;;
+  *) echo "phase: aurora-flex, gpu or flex-rollout" >&2; exit 2 ;;
 esac
