@@ -15,9 +15,8 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import filelock
 import torch
@@ -25,25 +24,23 @@ from loguru import logger
 
 from earth2studio_compile import precision as _precision
 from earth2studio_compile._torch import MODULE_SLOT, tree_map
-from earth2studio_compile.artifacts import background, hints, payoff, speed, verified
+from earth2studio_compile.aot_checks import Built, Captured, seal, time_speed
+from earth2studio_compile.artifacts import background, hints, payoff
 from earth2studio_compile.artifacts.aot_build import build_region, detached
-from earth2studio_compile.artifacts.aot_load import load_runner, wants_cudagraphs
+from earth2studio_compile.artifacts.aot_load import load_runner
 from earth2studio_compile.artifacts.aot_runner import AotRunner
 from earth2studio_compile.artifacts.build_process import build_turn
 from earth2studio_compile.artifacts.key import RegionTarget
-from earth2studio_compile.artifacts.refused import Refused, refuse_artifact
+from earth2studio_compile.artifacts.refused import Refused
 from earth2studio_compile.cache import (
     cache_root,
     lock_timeout,
     use_local_cache,
 )
-from earth2studio_compile.metrics import synchronize
 from earth2studio_compile.opaque import find_opaque
 from earth2studio_compile.options import CompileOptions
 from earth2studio_compile.patches import Patches
 from earth2studio_compile.planning import plan, table_patches
-from earth2studio_compile.probe import SpeedProbe, signature
-from earth2studio_compile.report import RegionReport
 from earth2studio_compile.session import CompileSession, example_input
 from earth2studio_compile.spec import check_paths, region_patches, unused_arguments
 from earth2studio_compile.staging import first_device
@@ -54,64 +51,6 @@ if TYPE_CHECKING:
     from earth2studio.models.dx.base import DiagnosticModel
     from earth2studio.models.px.base import PrognosticModel
     from earth2studio.utils.type import CoordSystem
-
-
-@dataclass
-class Built:
-    """What :func:`build` did for one region.
-
-    Attributes
-    ----------
-    label : str
-        ``Model.region``
-    path : Path | None
-        The artifact's directory; None if not built
-    status : str
-        ``"built"``, ``"present"`` (a loadable artifact for the key existed),
-        ``"judged"`` (no artifact can serve it: compiled on the Dynamo path and
-        timed, its payoff figures kept), ``"skipped"`` (the region cannot be
-        built ahead of time) or ``"failed"`` (the build raised, or its artifact
-        gave another answer than eager on the captured call: removed, and its key
-        refused for this PyTorch)
-    seconds : float
-        Wall time of the build, or of the judged region's first (compiling)
-        call (0 otherwise)
-    reason : str | None
-        Why it was skipped or failed
-    verified : bool
-        The artifact gave eager's answer here and its seal is recorded: a
-        forecast's first call runs no eager call beside it
-    """
-
-    label: str
-    path: Path | None
-    status: str
-    seconds: float = 0.0
-    reason: str | None = None
-    verified: bool = False
-
-
-class Captured(NamedTuple):
-    """A core's first call in one forward of its model (:func:`capture_calls`).
-
-    Attributes
-    ----------
-    args : tuple[Any, ...]
-        Detached copies of its positional arguments
-    kwargs : dict[str, Any]
-        Detached copies of its keyword arguments
-    inference : bool
-        Whether it ran in inference mode (Earth2Studio's models run their
-        forward under ``torch.inference_mode``)
-    autocast : str | None
-        The 16-bit autocast it ran under (:func:`~earth2studio_compile.precision.
-        ambient_autocast`), None where none was on
-    """
-
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    inference: bool
-    autocast: str | None = None
 
 
 def capture_calls(
@@ -333,10 +272,10 @@ def _found_or_built(
         found = load_runner(target, args, kwargs, cudagraphs=False)
         if isinstance(found, AotRunner):
             done = Built(label, found.path, "present")
-            sealed = _sealed(done, target, calls, found)
+            sealed = seal(done, target, calls, found)
             if done.status != "failed":
                 hints.remember(target, root, args, kwargs, inference)
-                _time_speed(done, target, calls, sealed)
+                time_speed(done, target, calls, sealed)
             return done
     start = time.perf_counter()
     try:
@@ -351,12 +290,12 @@ def _found_or_built(
         logger.warning(f"Could not build {label} ahead of time: {err}")
         return Built(label, None, "failed", reason=str(err))
     done = Built(label, built, "built", time.perf_counter() - start)
-    sealed = _sealed(done, target, calls)
+    sealed = seal(done, target, calls)
     if done.status != "failed":
         # As a first call leaves one: the next process's first call then runs
         # ahead of its workflow's, while the data is fetched (CompiledRegion.ahead).
         hints.remember(target, root, args, kwargs, inference)
-        _time_speed(done, target, calls, sealed)
+        time_speed(done, target, calls, sealed)
     return done
 
 
@@ -414,96 +353,3 @@ def _judge(
         seconds = r.first_call_seconds or 0.0
         out.append(Built(r.label, None, "judged", seconds, reason=why))
     return out
-
-
-def _time_speed(
-    built: Built,
-    target: RegionTarget,
-    calls: dict[int, Captured],
-    sealed: AotRunner | None = None,
-) -> None:
-    """Time the verified artifact as a workflow's region would, its speed probe
-    (:class:`~earth2studio_compile.probe.SpeedProbe`: its CUDA graphs recorded,
-    then steady calls alternating with eager ones), and keep the figures beside
-    it (:mod:`~earth2studio_compile.artifacts.speed`): the next process's region
-    then times no eager calls of its own. Eager calls run in the region's
-    precision, as its probe's do. ``sealed``, the runner the seal ran (without
-    CUDA graphs), is timed where the region runs none (on the CPU, always);
-    otherwise the artifact is loaded again with them. Never raises: the probe
-    then runs in the next process, as before."""
-    if not built.verified or built.path is None:
-        return
-    args, kwargs, inference, _ = calls[id(target.module)]
-    try:
-        runner: AotRunner | str | None = sealed
-        if sealed is None or sealed.cudagraphs != wants_cudagraphs(target):
-            runner = load_runner(target, args, kwargs, clone=False)
-        if not isinstance(runner, AotRunner):
-            return
-        report = RegionReport(model=built.label, region="", mode=target.policy.label)
-        probe = SpeedProbe(report, cudagraphs=runner.cudagraphs)
-        path, device = built.path, runner.device
-        probe.judged = lambda: speed.remember(path, device, target.precision, report)
-        sig = signature(args, kwargs)
-        module, chosen = target.module, target.precision
-
-        def eager() -> Any:
-            with _precision.autocast_of(target.autocast, device):
-                return _precision.call(chosen, device, module, args, kwargs)
-
-        with torch.inference_mode(inference):
-            for call in range(1, 20):
-                kind = probe.kind(call, sig)
-                if kind == "eager":
-                    probe.time(kind, call, device, eager)
-                elif kind == "compiled":
-                    probe.time(kind, call, device, lambda: runner(*args, **kwargs))
-                else:
-                    runner(*args, **kwargs)
-                if probe.done:
-                    break
-        synchronize(device)
-    except Exception as err:  # the next process probes on its own
-        logger.debug(f"{built.label}: speed not timed at the build ({err!r})")
-
-
-def _sealed(
-    built: Built,
-    target: RegionTarget,
-    calls: dict[int, Captured],
-    runner: AotRunner | None = None,
-) -> AotRunner | None:
-    """Verify ``built``'s artifact (``runner`` where it is loaded already) against
-    eager on the captured call and seal it
-    (:func:`~earth2studio_compile.artifacts.verified.seal_built`): the forecast's
-    first call then skips its own eager call. Sets ``built.verified``; returns
-    the runner it ran, loaded without CUDA graphs (None where none was loaded)."""
-    args, kwargs, _, _ = calls[id(target.module)]
-    why, loaded, wrong = verified.seal_built(
-        target, args, kwargs, root=None, runner=runner
-    )
-    built.verified = why is None
-    if wrong:
-        assert why is not None
-        _refuse_wrong(built, why)
-        return None
-    if why is not None:
-        logger.info(f"{built.label}: not verified against eager here ({why})")
-    return loaded
-
-
-def _refuse_wrong(built: Built, why: str) -> None:
-    """The artifact ``built`` names gave another answer than eager on the captured
-    call (the compiler's code for this key is wrong, as torch 2.11's AOTInductor's
-    for the zoo's FCN on the CPU, 2026-11-29): removed, and its key refused, so
-    that no later process loads it (each would verify it, warn and compile again)
-    or builds it again in the background; a PyTorch of another version has
-    another key. The build reports ``"failed"`` with the reason."""
-    assert built.path is not None
-    path, built.path = built.path, None
-    reason = refuse_artifact(path, why)
-    built.status, built.reason = "failed", reason
-    logger.warning(
-        f"{built.label}: not built ahead of time: {reason}. Removed; its forecasts "
-        f"compile on the Dynamo path with {background.ENV}=off."
-    )
