@@ -97,6 +97,13 @@ def _as_flex(
 
     if dropout_p or is_causal or not _servable(query, key, value, attn_mask):
         return None
+    # Batches SDPA broadcasts, and heads shared without enable_gqa: SDPA's own.
+    if len({query.shape[0], key.shape[0], value.shape[0]}) > 1:
+        return None
+    if key.shape[1] != value.shape[1] or (
+        query.shape[1] != key.shape[1] and not enable_gqa
+    ):
+        return None
     kwargs: dict[str, Any] = {"scale": scale, "enable_gqa": enable_gqa}
     if attn_mask is None:
         return flex_attention(query, key, value, **kwargs)

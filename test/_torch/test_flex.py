@@ -79,8 +79,9 @@ def bf16(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         (qkv(dim=24), {}),  # a head that is no power of two
         (qkv(), {"is_causal": True}),
         ((*bf16(*qkv()), shifted(WINDOWS, 1, TOKENS, TOKENS)), {}),  # fp32 mask
+        ((qkv()[0], *(t[:1] for t in qkv()[1:])), {}),  # keys broadcast over windows
     ],
-    ids=["few-tokens", "head-24", "causal", "mask-dtype"],
+    ids=["few-tokens", "head-24", "causal", "mask-dtype", "broadcast-batch"],
 )
 def test_a_call_it_cannot_serve_stays_sdpa(inputs, kwargs):
     expected = attend(*inputs, **kwargs)
