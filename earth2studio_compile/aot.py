@@ -202,12 +202,7 @@ def build(
     dynamo: dict[str, str] = {}
     for path, module in p.targets:
         label = f"{name}.{path}"
-        # Per region, as a forecast's first call decides (hooks.Hooks): FCN3's
-        # resampling sits in its two decoders only, and its other regions took the
-        # Dynamo path here but built in the background during the user's call.
-        if find_opaque(module, p.spec.opaque):
-            dynamo[label] = "opaque submodules need the Dynamo path"
-        elif module.__dict__.get(MODULE_SLOT) is not None:
+        if module.__dict__.get(MODULE_SLOT) is not None:
             out.append(Built(label, None, "skipped", reason="compiled in a session"))
         else:
             todo.append((path, module))
@@ -236,7 +231,13 @@ def build(
                 unused_arguments=unused_arguments(p.spec, module),
                 patches=region_patches(p.spec, module),
                 autocast=autocast,
+                # Per region, as a forecast's first call decides (hooks.Hooks):
+                # FCN3's resampling sits in its two decoders only, and its other
+                # regions once took the Dynamo path here, then built in the
+                # background during the user's call.
+                opaque=bool(find_opaque(module, p.spec.opaque)),
             )
+            # Opaque submodules or FlexAttention: the executors' own test.
             if target.no_artifact is not None:
                 dynamo[label] = target.no_artifact
                 continue

@@ -58,9 +58,10 @@ class FlexSDPA(TorchFunctionMode):
     """While active, ``F.scaled_dot_product_attention`` calls that FlexAttention
     computes as SDPA defines them run through
     :func:`torch.nn.attention.flex_attention.flex_attention`: 4-d inputs of one
-    dtype, at least :data:`MIN_TOKENS` queries and keys, heads of a power of two
-    from 16, no dropout, not causal, and no mask or a mask broadcastable to the
-    scores (additive, or boolean: True attends). Others run on SDPA as called.
+    dtype and batch, at least :data:`MIN_TOKENS` queries and keys, heads of a
+    power of two from 16, no dropout, not causal, and no mask or a mask
+    broadcastable to the scores (additive, or boolean: True attends). Others run
+    on SDPA as called.
 
     Eager FlexAttention is a slow reference implementation: enter it only around
     calls Dynamo compiles (:meth:`~earth2studio_compile.options.CompilePolicy.
@@ -95,14 +96,9 @@ def _as_flex(
     """The call through FlexAttention, or None where it must stay SDPA's."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    if dropout_p or is_causal or not _servable(query, key, value, attn_mask):
+    if dropout_p or is_causal:
         return None
-    # Batches SDPA broadcasts, and heads shared without enable_gqa: SDPA's own.
-    if len({query.shape[0], key.shape[0], value.shape[0]}) > 1:
-        return None
-    if key.shape[1] != value.shape[1] or (
-        query.shape[1] != key.shape[1] and not enable_gqa
-    ):
+    if not _servable(query, key, value, attn_mask, enable_gqa):
         return None
     kwargs: dict[str, Any] = {"scale": scale, "enable_gqa": enable_gqa}
     if attn_mask is None:
@@ -133,9 +129,15 @@ def _servable(
     key: torch.Tensor,
     value: torch.Tensor,
     mask: torch.Tensor | None,
+    enable_gqa: bool,
 ) -> bool:
     tensors = (query, key, value)
     if any(t.dim() != 4 for t in tensors) or len({t.dtype for t in tensors}) > 1:
+        return False
+    # Batches SDPA broadcasts, and heads shared without enable_gqa: SDPA's own.
+    if len({t.shape[0] for t in tensors}) > 1 or key.shape[1] != value.shape[1]:
+        return False
+    if query.shape[1] != key.shape[1] and not enable_gqa:
         return False
     head = query.shape[-1]
     if head < 16 or head & (head - 1) or {key.shape[-1], value.shape[-1]} != {head}:
