@@ -212,18 +212,22 @@ def conv_built(tmp_path_factory):
 def built_then_run_from_its_artifact(model: Any) -> None:
     """``build()`` the model's one region into the test's cache (the test sets
     ``EARTH2STUDIO_COMPILE_CACHE``, background builds off), check it was built and
-    verified, then run it as a later process's first call: from the artifact."""
+    verified, then run it as a later process's first call: from the artifact, with
+    eager's answer (within bf16's rounding: the models here autocast)."""
     from earth2studio_compile import CompileSession, build, example_input, resident
 
     [result] = build(model)
     assert result.status == "built" and result.verified, result
     resident.release()  # no compiled code kept in this process
     x, coords = example_input(model)
+    with torch.no_grad():
+        eager, _ = model(x, coords)
     with CompileSession(model) as session:
         with torch.no_grad():
-            model(x, coords)
+            out, _ = model(x, coords)
     [region] = session.report.regions
     assert region.executor == "aot", session.report.summary()
+    assert ((out - eager).norm() / eager.norm()).item() < 1e-2
 
 
 def autocasting_model() -> Any:
@@ -243,3 +247,62 @@ def autocasting_model() -> Any:
 
     torch.manual_seed(0)
     return Autocasting(ToyCore(2).eval(), ["a", "b"], Grid(16, 32))
+
+
+def _autocast_kernel_op() -> Any:
+    """A custom operator with a kernel of its own at the CPU autocast key that runs
+    it in bfloat16, as torch-harmonics' DISCO contraction has at CUDA's (built
+    once per process)."""
+    name = "e2sc_test::autocast_kernel_scale"
+    try:
+        return torch.ops.e2sc_test.autocast_kernel_scale.default
+    except (AttributeError, RuntimeError):
+        pass
+
+    @torch.library.custom_op(name, mutates_args=())
+    def scale(x: torch.Tensor) -> torch.Tensor:
+        return x * 2.0
+
+    @scale.register_fake
+    def _(x: torch.Tensor) -> torch.Tensor:
+        return torch.empty_like(x)
+
+    @torch.library.impl(name, "AutocastCPU")
+    def _(x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", enabled=False):
+            return scale(x.to(torch.bfloat16))
+
+    return torch.ops.e2sc_test.autocast_kernel_scale.default
+
+
+def autocast_kernel_model() -> Any:
+    """A user prognostic whose forward runs its core under bfloat16 autocast on
+    fp32 inputs (FCN3's wrapper), the core calling a custom operator with an
+    autocast kernel (:func:`_autocast_kernel_op`) with autocast off around it
+    (FCN3's DISCO encoders): in the exported graph it is a plain call in fp32."""
+    from earth2studio_compile.tools.zoo.grid import Grid
+    from earth2studio_compile.tools.zoo.user import GridPrognostic
+
+    op = _autocast_kernel_op()
+
+    class Core(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inp = torch.nn.Conv2d(2, 8, 1)
+            self.out = torch.nn.Conv2d(8, 2, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            with torch.autocast("cpu", enabled=False):
+                y = op(self.inp(x.float()))
+            return x + self.out(y).float()
+
+    class Autocasting(GridPrognostic):
+        @torch.inference_mode()
+        def _forward(self, x: torch.Tensor) -> torch.Tensor:
+            shape = x.shape
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = self.model(x.reshape(-1, *shape[-3:]))
+            return out.float().reshape(shape)
+
+    torch.manual_seed(0)
+    return Autocasting(Core().eval(), ["a", "b"], Grid(16, 32))

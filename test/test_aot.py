@@ -230,6 +230,25 @@ def test_a_region_its_model_runs_under_autocast_gets_an_artifact_that_runs_so(
     built_then_run_from_its_artifact(autocasting_model())
 
 
+def test_an_artifact_runs_its_custom_operators_as_exported_under_the_callers_autocast(
+    tmp_path, monkeypatch
+):
+    """FCN3's wrapper runs its network under bf16 autocast; its DISCO encoders turn
+    autocast off around torch-harmonics' contraction, a custom operator with a
+    kernel of its own at the autocast key. The artifact calls such an operator
+    through the dispatcher, which ran it under the caller's autocast, not the
+    export's: in bf16 where the graph expects fp32. On an H200 (2026-12-01) FCN3's
+    encoder artifacts failed in every later process, one with an illegal memory
+    access that ended the forecast; here (CPU) the first call fell back to eager.
+    The artifact now runs with the caller's autocast off (the export's is in its
+    graph), and gives eager's answer."""
+    from aot_helpers import autocast_kernel_model, built_then_run_from_its_artifact
+
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_BACKGROUND", "off")
+    built_then_run_from_its_artifact(autocast_kernel_model())
+
+
 def _routes(monkeypatch, tmp_path, model, **spec) -> tuple[list, dict]:
     """build() of ``model`` under a table entry of ``spec``, the artifact builds
     and the Dynamo path's judge stubbed: the regions sent to each (the judge's

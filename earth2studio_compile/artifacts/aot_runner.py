@@ -249,6 +249,11 @@ class AotRunner:
         with (
             torch.no_grad(),
             _precision.scope(compile_flags(self.precision), self.device),
+            # The export's autocast is in the graph. The caller's would reach the
+            # custom operators the artifact calls through the dispatcher: those
+            # with an autocast kernel of their own (torch-harmonics' DISCO under
+            # FCN3's bf16 wrapper) computed in bf16 where the graph reads fp32.
+            torch.autocast(self.device.type, enabled=False),
         ):
             if self.calls == 1:
                 self._warm()
