@@ -65,7 +65,8 @@ class RegionReport:
     compiled_range, eager_range : tuple[float, float] | None
         Fastest and slowest of those calls, in ms
     slower : bool | None
-        Every compiled call was slower than every eager one (by 5%): compiling does
+        Every compiled call was slower than every eager one (by 1%,
+        :data:`earth2studio_compile.probe.SLOWER`): compiling does
         not pay off here. False when the ranges overlap (no measurable difference)
     speed_earlier : bool
         Those figures were timed in an earlier process with the same ahead-of-time

@@ -28,6 +28,7 @@ from loguru import logger
 
 from earth2studio_compile.artifacts import store
 from earth2studio_compile.precision import tf32_under
+from earth2studio_compile.probe import is_slower
 
 __all__ = ["FIGURES", "recall", "remember", "speed_file", "timing_text"]
 
@@ -141,6 +142,9 @@ def recall(
             figures[name] = (float(low), float(high))
         if not isinstance(figures["slower"], bool):
             return None
+        # The verdict as this version judges: figures kept under another margin
+        # (5% once) would keep a region compiled that runs slower.
+        figures["slower"] = is_slower(figures["compiled_range"], figures["eager_range"])
         return figures
     except Exception:  # none kept, or damaged: the probe times again
         return None

@@ -36,6 +36,21 @@ def test_the_figures_come_back_as_the_report_had_them(tmp_path):
     assert set(kept) == set(FIGURES)
 
 
+def test_a_kept_verdict_is_judged_again_by_this_versions_margin(tmp_path):
+    """Figures kept when a region counted as slower only past 5% said "not
+    slower" for FCN3's blocks at 0.96x (H200, 2026-12-01): recalled, their ranges
+    are judged again, and the region runs eagerly."""
+    blocks = _report(
+        compiled_ms=89.74,
+        eager_ms=86.05,
+        compiled_range=(89.70, 89.82),
+        eager_range=(85.98, 86.15),
+        slower=False,
+    )
+    remember(tmp_path, CPU, None, blocks)
+    assert recall(tmp_path, CPU, None)["slower"] is True
+
+
 def test_nothing_kept_before_the_probe_judged_or_unreadable_gives_nothing(tmp_path):
     remember(tmp_path, CPU, None, _report(compiled_ms=None))
     assert recall(tmp_path, CPU, None) is None
