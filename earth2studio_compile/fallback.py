@@ -112,15 +112,17 @@ class Fallback:
         """The eager call, and what the fallback's WARNING adds: where a reduced
         precision fails eagerly too at the first call, the caller's precision
         settings from then on (StormCast's UNet refuses CPU autocast: bf16 on the
-        CPU raised, compiled and eager). Another eager error (one the caller's
-        precision gives too) is the caller's, unchanged."""
+        CPU raised, compiled and eager; fp32 turns off the autocast a model's own
+        wrapper enters, FCN3's or AIFS's, and its fp32 weights then meet bf16
+        inputs). Another eager error (one the caller's precision gives too) is the
+        caller's, unchanged."""
         try:
             return self._eager(call), ""
         except Exception as err:
             # A precision a core refuses shows at its first call; a later error
             # is the input's (a call on it once more could update state twice).
             first = self._state is RegionState.PENDING
-            if not first or self.precision not in ("tf32", "bf16"):
+            if not first or self.precision not in ("fp32", "tf32", "bf16"):
                 raise
             dropped, self.precision = self.precision, None
             try:

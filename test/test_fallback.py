@@ -73,3 +73,30 @@ def test_a_precision_that_fails_eagerly_too_falls_back_to_the_callers(logs):
     assert region.eager_calls == 2 and region.precision_error is None
     [warning] = messages(logs, "WARNING")
     assert "in bf16 it fails eagerly too" in warning and ENV in warning
+
+
+def test_fp32_that_fails_eagerly_too_falls_back_to_the_callers(logs):
+    """A model whose own wrapper autocasts (FCN3's, AIFS's) hands a region bf16
+    tensors; fp32's scope turns that autocast off inside the region, and its
+    fp32 weights then refuse the bf16 input, compiled and eagerly: the fallback
+    re-raised for fp32 alone, and the forecast ended (CPU, 2026-12-01). fp32 now
+    gives way to the caller's settings as the reduced precisions do."""
+
+    class Autocast(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return self.net(x.to(torch.bfloat16)).float()
+
+    x = torch.randn(2, 4)
+    [want, _], got, session = session_calls(
+        Autocast(), [x, x], backend=eager_backend, precision="fp32"
+    )
+    assert all(torch.equal(g, want) for g in got)
+    region = session.report.regions[0]
+    assert region.status == "eager" and region.precision is None, region
+    [warning] = messages(logs, "WARNING")
+    assert "in fp32 it fails eagerly too" in warning and ENV in warning
