@@ -253,6 +253,7 @@ def build(
             if done is not None:
                 out.append(done)
         if dynamo:
+            calls.clear()  # the regions' captured inputs: device memory the judge needs
             out += _judge(model, x, coords, dynamo, regions, chosen, mode, options)
         return out
 
@@ -321,6 +322,9 @@ def _judge(
     session = CompileSession(
         model, regions=regions, precision=precision, mode=mode, options=options
     )
+    # The others run eagerly: their artifacts' CUDA graphs beside the build's
+    # captured inputs left FCN3's decoders no memory to compile in (H200).
+    session._only = frozenset(labels)
     try:
         # Judged here, not by a child while the region runs eagerly.
         with background.in_process(), session, torch.no_grad():

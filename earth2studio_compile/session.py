@@ -99,6 +99,11 @@ class CompileSession:
     'FCN.model: compiled (inductor/reduce-overhead) in 19.3 s, 8 calls, ...'
     """
 
+    #: Labels (``Model.region``) of the only regions to compile, the others eager;
+    #: None: all. Set by ``build()``'s judge, which times the regions no artifact
+    #: serves without loading the others' artifacts and CUDA graphs beside them.
+    _only: frozenset[str] | None = None
+
     def __init__(
         self,
         *models: PrognosticModel | DiagnosticModel,
@@ -219,6 +224,9 @@ class CompileSession:
                     continue
                 if module.__dict__.get(MODULE_SLOT) is not None:
                     self._skip(p.name, path, "already compiled outside this session")
+                    continue
+                if self._only is not None and f"{p.name}.{path}" not in self._only:
+                    self._skip(p.name, path, "not one of the regions compiled here")
                     continue
                 report = RegionReport(model=p.name, region=path)
                 try:

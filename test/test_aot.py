@@ -277,15 +277,9 @@ def _routes(monkeypatch, tmp_path, model, **spec) -> tuple[list, dict]:
     return built, judged
 
 
-def test_build_gives_the_regions_without_opaque_submodules_an_artifact(
-    tmp_path, monkeypatch
-):
-    """Regression: build() sent every region of a model whose entry names opaque
-    classes to the Dynamo path, also those holding none (FCN3 at published size,
-    2026-12-01: its 17 regions judged there, while only its two decoders hold
-    torch-harmonics' resampling). A forecast's first call, which looks region by
-    region, then found no artifact for the others and built them in the background
-    during the user's call ("builds cut" in the bench's warm row)."""
+def _two_regions():
+    """A prognostic of two regions, ``model.plain`` and ``model.holds``, the latter
+    holding a submodule of class ``Island`` (register it opaque)."""
     import torch
 
     from earth2studio_compile.tools.zoo.grid import Grid
@@ -307,7 +301,55 @@ def test_build_gives_the_regions_without_opaque_submodules_an_artifact(
     class TwoRegions(GridPrognostic):
         pass
 
-    model = TwoRegions(Core().eval(), ["a", "b"], Grid(8, 16))
+    return TwoRegions(Core().eval(), ["a", "b"], Grid(8, 16))
+
+
+def test_builds_judge_compiles_only_the_regions_it_judges(tmp_path, monkeypatch):
+    """Regression: build()'s judge ran the whole model in a session that compiled
+    every region, so the regions with artifacts loaded them and recorded their
+    CUDA graphs beside the build's captured inputs: FCN3 at published size ran out
+    of memory there (66 GiB in CUDA-graph pools, H200, 2026-12-01), its decoders
+    went unjudged, and a forecast then judged them in the background during the
+    user's call. The judge's session now compiles only the regions it judges."""
+    from earth2studio_compile import MODEL_TABLE, aot, build, register_model
+    from earth2studio_compile.region import CompiledRegion
+
+    installed = []
+    install = CompiledRegion.install
+
+    def recording(self):
+        installed.append(self.report.label)
+        return install(self)
+
+    monkeypatch.setattr(CompiledRegion, "install", recording)
+    monkeypatch.setattr(
+        aot,
+        "_found_or_built",
+        lambda label, *a: aot.Built(label, None, "built"),
+    )
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_BACKGROUND", "on")
+    model = _two_regions()
+    cls = type(model)
+    register_model(cls, regions=("model.plain", "model.holds"), opaque=("Island",))
+    try:
+        results = build(model)
+    finally:
+        MODEL_TABLE.pop(f"{cls.__module__}.{cls.__qualname__}", None)
+    assert [r.status for r in results] == ["built", "judged"], results
+    assert installed == ["TwoRegions.model.holds"]
+
+
+def test_build_gives_the_regions_without_opaque_submodules_an_artifact(
+    tmp_path, monkeypatch
+):
+    """Regression: build() sent every region of a model whose entry names opaque
+    classes to the Dynamo path, also those holding none (FCN3 at published size,
+    2026-12-01: its 17 regions judged there, while only its two decoders hold
+    torch-harmonics' resampling). A forecast's first call, which looks region by
+    region, then found no artifact for the others and built them in the background
+    during the user's call ("builds cut" in the bench's warm row)."""
+    model = _two_regions()
     built, judged = _routes(
         monkeypatch,
         tmp_path,
