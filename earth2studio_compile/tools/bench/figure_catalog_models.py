@@ -51,6 +51,7 @@ _THIRTYNINTH = "2026-11-30-h200-thirtyninth/"
 _FORTIETH = "2026-11-30-h200-fortieth/"
 _FORTYFIRST = "2026-11-30-h200-fortyfirst/"
 _FORTYSECOND = "2026-12-01-h200-fortysecond/"
+_FORTYTHIRD = "2026-12-01-h200-fortythird/"
 # The rollouts at c7a5b5a ran with the Dynamo first-call check (3ce0d02): the
 # thirty-fourth's bf16 rollout at 2183afa, without it, is kept in its README.
 _AURORA_BF16 = (_THIRTYFIFTH + "aurora-bf16-c7a5b5a.json",)
@@ -207,6 +208,12 @@ MODEL_FIGURES: tuple[Figure, ...] = (
     ),
     Figure("models-aurora-tf32-math", MODELS, _AURORA_TF32_MATH, rollouts(forecast=20)),
     Figure("models-aurora-tf32-math-stages", MODELS, _AURORA_TF32_MATH, region_probes),
+    Figure(
+        "models-aurora-tf32-flex-stages",
+        MODELS,
+        (_FORTYTHIRD + "aurora-tf32-flex-0ef878b.json",),
+        region_probes,
+    ),
     Figure(
         "models-aifs2ens-flash-built-h200",
         MODELS,

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# This session's device calls after the first four (README.md). Prefix as the
+# thirtieth's (wheels into /tmp/site, PYTHONPATH, the bench commit).
+#
+#   bash docs/bench/2026-12-01-h200-fortythird/calls.sh "$OUT" fcn3-verify  # ~330 s
+#
+# fcn3-verify (the crash of this session's fcn3-calls): carry [".whl", ".shim",
+#   ".whl-fcn3", ".whl-thcuda"], the pip line without .whl-models. FCN3's encoder
+#   artifacts (torch-harmonics' DISCO contraction, a custom operator with an
+#   autocast kernel, called through AOTInductor's proxy executor) ran under the
+#   wrapper's bf16 autocast in every later process: the warm row ended with an
+#   illegal memory access. With the runner's autocast off (this commit), build
+#   as before, then one warm row of 10 steps from that cache: read that it ends,
+#   and that the encoders ran their artifacts.
+set -uo pipefail
+out="$1"
+phase="$2"
+case "$phase" in
+  fcn3-verify)
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+      --upgrade --target /tmp/fcn3 .whl-fcn3/*.whl .whl-thcuda/*.whl
+    export PYTHONPATH="/tmp/fcn3:$PYTHONPATH"
+    EARTH2STUDIO_COMPILE_CACHE=/tmp/built-fcn3 timeout 200 python3 -m \
+      earth2studio_compile.tools.build fcn3 --size full --precision tf32 \
+      >"$out/build-fcn3-verify.log" 2>&1
+    echo "build rc=$?"
+    grep -v "INFO\|DEBUG" "$out/build-fcn3-verify.log" | cut -c1-200 | tail -20
+    timeout 120 python3 -m earth2studio_compile.tools.bench workflow \
+      --jobs det:fcn3 --steps 10 --io memory-zarr --ways warm --no-eager --precision tf32 \
+      --repeats 1 --no-floor --timeout 110 --deadline 115 \
+      --cache-from /tmp/built-fcn3 --json "$out/fcn3-verify.json" \
+      >"$out/fcn3-verify.log" 2>&1
+    echo "calls rc=$?"
+    sed -n '/Whole call/,/^$/p' "$out/fcn3-verify.log" | cut -c1-250
+    ;;
+  *) echo "phase: fcn3-verify" >&2; exit 2 ;;
+esac
