@@ -129,9 +129,15 @@ def time_speed(
         sig = signature(args, kwargs)
         module, chosen = target.module, target.precision
 
-        def eager() -> Any:
+        def autocast(*a: Any, **k: Any) -> Any:
+            # Inside the precision's scope, as the seal's eager call: an fp32 or
+            # tf32 scope turns off the wrapper's autocast, and FCN3's layer-scale
+            # regions then met bf16 inputs with fp32 weights (untimed, H200).
             with _precision.autocast_of(target.autocast, device):
-                return _precision.call(chosen, device, module, args, kwargs)
+                return module(*a, **k)
+
+        def eager() -> Any:
+            return _precision.call(chosen, device, autocast, args, kwargs)
 
         with torch.inference_mode(inference):
             for call in range(1, 20):

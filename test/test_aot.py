@@ -230,6 +230,27 @@ def test_a_region_its_model_runs_under_autocast_gets_an_artifact_that_runs_so(
     built_then_run_from_its_artifact(autocasting_model())
 
 
+def test_a_tf32_build_times_a_region_its_model_autocasts(tmp_path, monkeypatch):
+    """build() times each verified artifact against eager calls, and keeps the
+    figures for the next process's first call. In tf32, whose scope turns off an
+    autocast around the region, the eager calls of a region its model's wrapper
+    autocasts met bf16 inputs with fp32 weights and raised, so nothing was kept
+    (FCN3's layer-scale regions, H200, 2026-12-01). They run under that autocast
+    again, inside the scope, as the seal's eager call does."""
+    import torch
+    from aot_helpers import autocasting_model
+
+    from earth2studio_compile import build
+    from earth2studio_compile.artifacts import speed
+
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_BACKGROUND", "off")
+    [result] = build(autocasting_model(), precision="tf32")
+    assert result.status == "built" and result.verified, result
+    kept = speed.recall(result.path, torch.device("cpu"), "tf32")
+    assert kept is not None and kept["compiled_ms"] > 0
+
+
 def test_an_artifact_runs_its_custom_operators_as_exported_under_the_callers_autocast(
     tmp_path, monkeypatch
 ):

@@ -158,3 +158,16 @@ def test_verify_under_the_callers_autocast_allows_its_precision():
         assert "allowed for bf16" in verify(a * 1.5, a, None)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=False):
         assert verify(near, a, None) is not None
+
+
+def test_verify_under_an_autocast_entered_again_in_tf32_allows_bf16s_error():
+    """A build in tf32 of a region its model's wrapper runs under bf16 autocast
+    (FCN3's) verifies under that autocast, entered again inside tf32's scope: the
+    artifact and eager both compute in bf16. Held to tf32's tolerance, two of
+    FCN3's block MLPs were refused at 3.3e-3 (H200, 2026-12-01)."""
+    a = torch.randn(64, 64)
+    near = a * (1 + 3.3e-3)
+    assert verify(near, a, "tf32") is not None  # fp32's tolerance on a CPU
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert verify(near, a, "tf32") is None
+        assert "allowed for bf16" in verify(a * 1.5, a, "fp32")

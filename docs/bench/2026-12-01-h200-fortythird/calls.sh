@@ -2,7 +2,8 @@
 # This session's device calls after the first four (README.md). Prefix as the
 # thirtieth's (wheels into /tmp/site, PYTHONPATH, the bench commit).
 #
-#   bash docs/bench/2026-12-01-h200-fortythird/calls.sh "$OUT" fcn3-verify  # ~330 s
+#   bash docs/bench/2026-12-01-h200-fortythird/calls.sh "$OUT" fcn3-verify      # ~330 s
+#   bash docs/bench/2026-12-01-h200-fortythird/calls.sh "$OUT" aurora-flex-tune # ~500 s, next
 #
 # fcn3-verify (the crash of this session's fcn3-calls): carry [".whl", ".shim",
 #   ".whl-fcn3", ".whl-thcuda"], the pip line without .whl-models. FCN3's encoder
@@ -12,6 +13,12 @@
 #   illegal memory access. With the runner's autocast off (this commit), build
 #   as before, then one warm row of 10 steps from that cache: read that it ends,
 #   and that the encoders ran their artifacts.
+# aurora-flex-tune (next session; issue 33, Aurora's TF32 backbone at 1.47x a
+#   call with "flex,math", GEMMs 312 of its 506 ms a step): the compiled row of
+#   the forty-second's aurora-flex with Inductor's GEMM autotuning (Triton
+#   templates against cuBLAS for every mm/bmm shape; never run before) on top,
+#   CUDA graphs kept, background builds off. Read: GEMM ms against 311.99, the
+#   step against 506.09 ms, the cold compile's length (the process's wall).
 set -uo pipefail
 out="$1"
 phase="$2"
@@ -33,5 +40,15 @@ case "$phase" in
     echo "calls rc=$?"
     sed -n '/Whole call/,/^$/p' "$out/fcn3-verify.log" | cut -c1-250
     ;;
-  *) echo "phase: fcn3-verify" >&2; exit 2 ;;
+  aurora-flex-tune)
+    EARTH2STUDIO_COMPILE_BACKGROUND=off timeout 580 python3 -m \
+      earth2studio_compile.tools.bench.kernels --models aurora --precision tf32 \
+      --runs compiled --steps 3 --attention flex,math \
+      --options '{"max_autotune_gemm": true, "triton.cudagraphs": true}' \
+      --json "$out/kernels-aurora-tf32-compiled-flex-tune.json" \
+      >"$out/kernels-aurora-tf32-compiled-flex-tune.log" 2>&1
+    echo "rc=$?"
+    grep -v INFO "$out/kernels-aurora-tf32-compiled-flex-tune.log" | tail -18
+    ;;
+  *) echo "phase: fcn3-verify or aurora-flex-tune" >&2; exit 2 ;;
 esac
