@@ -209,11 +209,12 @@ def conv_built(tmp_path_factory):
     return SimpleNamespace(root=root, core=core, args=(x,), path=path)
 
 
-def built_then_run_from_its_artifact(model: Any) -> None:
+def built_then_run_from_its_artifact(model: Any, calls: int = 1) -> None:
     """``build()`` the model's one region into the test's cache (the test sets
     ``EARTH2STUDIO_COMPILE_CACHE``, background builds off), check it was built and
-    verified, then run it as a later process's first call: from the artifact, with
-    eager's answer (within bf16's rounding: the models here autocast)."""
+    verified, then run it as a later process's first ``calls`` calls: from the
+    artifact, with eager's answer (within bf16's rounding: the models here
+    autocast)."""
     from earth2studio_compile import CompileSession, build, example_input, resident
 
     [result] = build(model)
@@ -224,10 +225,11 @@ def built_then_run_from_its_artifact(model: Any) -> None:
         eager, _ = model(x, coords)
     with CompileSession(model) as session:
         with torch.no_grad():
-            out, _ = model(x, coords)
+            outs = [model(x, coords)[0] for _ in range(calls)]
     [region] = session.report.regions
     assert region.executor == "aot", session.report.summary()
-    assert ((out - eager).norm() / eager.norm()).item() < 1e-2
+    for out in outs:
+        assert ((out - eager).norm() / eager.norm()).item() < 1e-2
 
 
 def autocasting_model() -> Any:
@@ -250,9 +252,9 @@ def autocasting_model() -> Any:
 
 
 def _autocast_kernel_op() -> Any:
-    """A custom operator with a kernel of its own at the CPU autocast key that runs
-    it in bfloat16, as torch-harmonics' DISCO contraction has at CUDA's (built
-    once per process)."""
+    """A custom operator with kernels of its own at the CPU and CUDA autocast keys
+    that run it in bfloat16, as torch-harmonics' DISCO contraction has at CUDA's
+    (built once per process)."""
     name = "e2sc_test::autocast_kernel_scale"
     try:
         return torch.ops.e2sc_test.autocast_kernel_scale.default
@@ -267,10 +269,12 @@ def _autocast_kernel_op() -> Any:
     def _(x: torch.Tensor) -> torch.Tensor:
         return torch.empty_like(x)
 
-    @torch.library.impl(name, "AutocastCPU")
-    def _(x: torch.Tensor) -> torch.Tensor:
-        with torch.autocast("cpu", enabled=False):
-            return scale(x.to(torch.bfloat16))
+    for key in ("AutocastCPU", "AutocastCUDA"):
+
+        @torch.library.impl(name, key)
+        def _(x: torch.Tensor) -> torch.Tensor:
+            with torch.autocast(x.device.type, enabled=False):
+                return scale(x.to(torch.bfloat16))
 
     return torch.ops.e2sc_test.autocast_kernel_scale.default
 
@@ -292,7 +296,7 @@ def autocast_kernel_model() -> Any:
             self.out = torch.nn.Conv2d(8, 2, 1)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            with torch.autocast("cpu", enabled=False):
+            with torch.autocast(x.device.type, enabled=False):
                 y = op(self.inp(x.float()))
             return x + self.out(y).float()
 
@@ -300,7 +304,7 @@ def autocast_kernel_model() -> Any:
         @torch.inference_mode()
         def _forward(self, x: torch.Tensor) -> torch.Tensor:
             shape = x.shape
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with torch.autocast(x.device.type, dtype=torch.bfloat16):
                 out = self.model(x.reshape(-1, *shape[-3:]))
             return out.float().reshape(shape)
 

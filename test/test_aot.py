@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from conftest import messages
 
 
@@ -268,6 +269,20 @@ def test_an_artifact_runs_its_custom_operators_as_exported_under_the_callers_aut
     monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
     monkeypatch.setenv("EARTH2STUDIO_COMPILE_BACKGROUND", "off")
     built_then_run_from_its_artifact(autocast_kernel_model())
+
+
+@pytest.mark.gpu
+def test_a_cuda_artifact_runs_its_custom_operators_as_exported_under_autocast(
+    tmp_path, monkeypatch
+):
+    """The test above on CUDA, where FCN3's encoder artifacts met it (an illegal
+    memory access on an H200), through the runner's CUDA graphs too: its first
+    call runs the artifact, the next ones record and replay the graph."""
+    from aot_helpers import autocast_kernel_model, built_then_run_from_its_artifact
+
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
+    monkeypatch.setenv("EARTH2STUDIO_COMPILE_BACKGROUND", "off")
+    built_then_run_from_its_artifact(autocast_kernel_model().to("cuda"), calls=3)
 
 
 def _routes(monkeypatch, tmp_path, model, **spec) -> tuple[list, dict]:
