@@ -4,6 +4,7 @@
 #
 #   bash docs/bench/2026-12-01-h200-fortythird/calls.sh "$OUT" fcn3-verify      # ~330 s
 #   bash docs/bench/2026-12-01-h200-fortythird/calls.sh "$OUT" aurora-flex-tune # ~500 s, next
+#   bash docs/bench/2026-12-01-h200-fortythird/calls.sh "$OUT" aurora-flex-calls # ~500 s, next
 #
 # fcn3-verify (the crash of this session's fcn3-calls): carry [".whl", ".shim",
 #   ".whl-fcn3", ".whl-thcuda"], the pip line without .whl-models. FCN3's encoder
@@ -19,6 +20,12 @@
 #   templates against cuBLAS for every mm/bmm shape; never run before) on top,
 #   CUDA graphs kept, background builds off. Read: GEMM ms against 311.99, the
 #   step against 506.09 ms, the cold compile's length (the process's wall).
+# aurora-flex-calls (next session; whether the table should take "flex,math"
+#   for Aurora): 20-step calls with the choice, the three ways (cold: the
+#   regions eager while background judges compile and time them on the Dynamo
+#   path, no artifact being possible; warm: those figures and Inductor's cache;
+#   second: one process) against upstream's eager, as the table's math path was
+#   measured (thirty-third: models-aurora-calls-h200).
 set -uo pipefail
 out="$1"
 phase="$2"
@@ -50,5 +57,14 @@ case "$phase" in
     echo "rc=$?"
     grep -v INFO "$out/kernels-aurora-tf32-compiled-flex-tune.log" | tail -18
     ;;
-  *) echo "phase: fcn3-verify or aurora-flex-tune" >&2; exit 2 ;;
+  aurora-flex-calls)
+    timeout 580 python3 -m earth2studio_compile.tools.bench workflow \
+      --jobs det:aurora --steps 20 --io memory-zarr --ways cold,warm,second \
+      --repeats 1 --no-floor --timeout 200 --deadline 540 \
+      --attention flex,math --json "$out/aurora-flex-calls.json" \
+      >"$out/aurora-flex-calls.log" 2>&1
+    echo "rc=$?"
+    sed -n '/Whole call/,/^$/p' "$out/aurora-flex-calls.log" | cut -c1-250
+    ;;
+  *) echo "phase: fcn3-verify, aurora-flex-tune or aurora-flex-calls" >&2; exit 2 ;;
 esac

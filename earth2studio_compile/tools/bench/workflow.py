@@ -134,7 +134,7 @@ def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
         for precision in args.precision_list:
             base = {**job, "precision": precision, "size": args.size}
             base["device"], base["source"] = args.device, args.source
-            for knob in ("switch_interval", "max_pending"):
+            for knob in ("switch_interval", "max_pending", "attention"):
                 if getattr(args, knob) is not None:  # absent: the rows as before
                     base[knob] = getattr(args, knob)
             key = f"{job['job']}-{precision}".replace(":", "_")
@@ -372,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         "git_commit": git_commit(),
         "environment": env,
         "cache_from": None if args.cache_from is None else str(args.cache_from),
+        "attention": args.attention,
     }
     rows: list[dict[str, Any]] = []
     deadline = Deadline(args.deadline, KIND)

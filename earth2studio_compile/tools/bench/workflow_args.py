@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from earth2studio_compile.tools.bench.attention import HELP, parse_attention
 from earth2studio_compile.tools.bench.calls import IOS, PRECISIONS, SOURCES
 from earth2studio_compile.tools.bench.floors import FLOOR_WRITERS
 
@@ -167,6 +168,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="the overlapped rows' OverlappedIO(max_pending=N): steps queued behind "
         "the one being stored, so at most N + 1 steps of host memory (default "
         "OverlappedIO's, 2)",
+    )
+    p.add_argument(
+        "--attention",
+        type=parse_attention,
+        default=None,
+        help=HELP + " (the compiled rows' calls)",
     )
     p.add_argument("--workdir", type=Path, default=None, help="caches and stores")
     p.add_argument(

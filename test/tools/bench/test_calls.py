@@ -300,3 +300,40 @@ def test_an_overlapped_async_row_writes_through_overlappedio_into_asynczarr(tmp_
         assert row["store_bytes"] == alone["store_bytes"], run
         assert row["max_pending"] == 2 and row["host_bytes"] > 0
     assert calls.OVERLAPPED["overlapped-async"] == "async-zarr"
+
+
+def test_only_compiled_calls_run_under_the_attention_choice(tmp_path, monkeypatch):
+    """--attention reaches a compiled call (the model's table entry changed around
+    the workflow, as a user's register_model would), not upstream's eager one,
+    and the entry is put back after."""
+    import earth2studio.run
+    import torch
+
+    import earth2studio_compile.run
+    from earth2studio_compile.models import lookup
+    from earth2studio_compile.tools.bench import calls
+
+    seen = []
+    upstream = earth2studio.run.deterministic
+
+    def ours(*args, compile, **kwargs):
+        seen.append(("compiled", lookup(args[2])[1].attention_backends))
+        return upstream(*args, **kwargs)
+
+    def eager(*args, **kwargs):
+        seen.append(("eager", lookup(args[2])[1].attention_backends))
+        return upstream(*args, **kwargs)
+
+    monkeypatch.setattr(earth2studio_compile.run, "deterministic", ours)
+    monkeypatch.setattr(earth2studio.run, "deterministic", eager)
+    model = _small_fcn()
+    before = lookup(model)[1]
+    spec = {"workflow": "deterministic", "steps": 1, "io": "memory-zarr"}
+    spec |= {"model": "fcn", "precision": "fp32", "attention": ["flex", "math"]}
+    for compiled in (False, True):
+        calls.call(spec, model, torch.device("cpu"), tmp_path, compiled)
+    assert seen == [
+        ("eager", before.attention_backends),
+        ("compiled", ("flex", "math")),
+    ]
+    assert lookup(model)[1] == before

@@ -601,3 +601,21 @@ def test_dlwp_ens_all_writes_every_variable_of_16_members_to_disk(capsys):
     with pytest.raises(SystemExit):
         workflow.parse(["--help"])
     assert "9.8 GB" in " ".join(capsys.readouterr().out.split())
+
+
+def test_attention_reaches_every_child_and_the_meta(monkeypatch, tmp_path):
+    """--attention flex,math: each child's spec carries the choice (its compiled
+    calls run under it), and the run's meta says which; without it, no spec has
+    the field (the rows as before)."""
+    from earth2studio_compile.tools.bench import workflow
+
+    argv = ["--jobs", "det:fcn", "--device", "cpu", "--io", "memory-zarr"]
+    argv += ["--ways", "cold", "--no-floor"]
+    plain = workflow.plan(workflow.parse(argv))
+    assert plain and all("attention" not in s for s in plain)
+    specs = workflow.plan(workflow.parse([*argv, "--attention", "flex,math"]))
+    assert [s["attention"] for s in specs] == [("flex", "math")] * len(specs)
+    monkeypatch.setattr(workflow, "CHILD", ("-c", _SEEDED_CHILD))
+    out = tmp_path / "wf.json"
+    workflow.main([*argv, "--attention", "flex,math", "--json", str(out)])
+    assert json.loads(out.read_text())["meta"]["attention"] == ["flex", "math"]
