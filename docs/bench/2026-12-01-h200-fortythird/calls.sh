@@ -5,6 +5,7 @@
 #   bash docs/bench/2026-12-01-h200-fortythird/calls.sh "$OUT" fcn3-verify      # ~330 s
 #   bash docs/bench/2026-12-01-h200-fortythird/calls.sh "$OUT" aurora-flex-tune # ~500 s, next
 #   bash docs/bench/2026-12-01-h200-fortythird/calls.sh "$OUT" aurora-flex-calls # ~500 s, next
+#   bash docs/bench/2026-12-01-h200-fortythird/calls.sh "$OUT" fcn3-kernels      # ~400 s, next
 #
 # fcn3-verify (the crash of this session's fcn3-calls): carry [".whl", ".shim",
 #   ".whl-fcn3", ".whl-thcuda"], the pip line without .whl-models. FCN3's encoder
@@ -26,6 +27,11 @@
 #   path, no artifact being possible; warm: those figures and Inductor's cache;
 #   second: one process) against upstream's eager, as the table's math path was
 #   measured (thirty-third: models-aurora-calls-h200).
+# fcn3-kernels (next session; issue 33's kernel split where a model's gain is
+#   small): carry as fcn3-verify. FCN3's TF32 step by kernel family, eager and
+#   compiled (background builds off: compiled here on the paths a session takes),
+#   to say why its blocks run slower compiled (AOT 0.96x a call, the Dynamo
+#   path's judge slower too) and where its step goes (DISCO, SHT, GEMM).
 set -uo pipefail
 out="$1"
 phase="$2"
@@ -66,5 +72,16 @@ case "$phase" in
     echo "rc=$?"
     sed -n '/Whole call/,/^$/p' "$out/aurora-flex-calls.log" | cut -c1-250
     ;;
-  *) echo "phase: fcn3-verify, aurora-flex-tune or aurora-flex-calls" >&2; exit 2 ;;
+  fcn3-kernels)
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+      --upgrade --target /tmp/fcn3 .whl-fcn3/*.whl .whl-thcuda/*.whl
+    export PYTHONPATH="/tmp/fcn3:$PYTHONPATH"
+    EARTH2STUDIO_COMPILE_BACKGROUND=off timeout 580 python3 -m \
+      earth2studio_compile.tools.bench.kernels --models fcn3 --precision tf32 \
+      --runs eager,compiled --steps 3 --json "$out/kernels-fcn3-tf32.json" \
+      >"$out/kernels-fcn3-tf32.log" 2>&1
+    echo "rc=$?"
+    grep -v INFO "$out/kernels-fcn3-tf32.log" | tail -18
+    ;;
+  *) echo "phase: fcn3-verify, aurora-flex-tune, aurora-flex-calls or fcn3-kernels" >&2; exit 2 ;;
 esac
