@@ -56,10 +56,11 @@ class Fallback:
         def _drop_executor(self) -> None: ...
 
     def _eager_if_slower(self) -> None:
-        """Run eagerly from the next call where the speed probe found every
-        compiled call slower than every eager one (this process's probe, or an
-        earlier process's or session's figures): ``compile=True`` is not left
-        slower than eager. One WARNING; the executor stays (unused) for the shelf."""
+        """Run eagerly from the next call where the speed probe found compiled
+        calls slower than eager ones (:func:`.probe.is_slower`; this process's
+        probe, or an earlier process's or session's figures): ``compile=True`` is
+        not left slower than eager. One WARNING; the executor stays (unused) for
+        the shelf."""
         r = self.report
         if not r.slower or self._state is not RegionState.COMPILED:
             return

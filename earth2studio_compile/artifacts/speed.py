@@ -142,9 +142,14 @@ def recall(
             figures[name] = (float(low), float(high))
         if not isinstance(figures["slower"], bool):
             return None
-        # The verdict as this version judges: figures kept under another margin
-        # (5% once) would keep a region compiled that runs slower.
-        figures["slower"] = is_slower(figures["compiled_range"], figures["eager_range"])
+        # The verdict as this version judges: figures kept under another rule
+        # (ranges apart by 5% once) would keep a region compiled that runs slower.
+        figures["slower"] = is_slower(
+            figures["compiled_ms"],
+            figures["eager_ms"],
+            figures["compiled_range"],
+            figures["eager_range"],
+        )
         return figures
     except Exception:  # none kept, or damaged: the probe times again
         return None

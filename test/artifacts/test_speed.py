@@ -38,7 +38,7 @@ def test_the_figures_come_back_as_the_report_had_them(tmp_path):
 
 def test_a_kept_verdict_is_judged_again_by_this_versions_margin(tmp_path):
     """Figures kept when a region counted as slower only past 5% said "not
-    slower" for FCN3's blocks at 0.96x (H200, 2026-12-01): recalled, their ranges
+    slower" for FCN3's blocks at 0.96x (H200, 2026-12-01): recalled, their figures
     are judged again, and the region runs eagerly."""
     blocks = _report(
         compiled_ms=89.74,
