@@ -66,7 +66,7 @@ case "$phase" in
   aurora-flex-calls)
     timeout 580 python3 -m earth2studio_compile.tools.bench workflow \
       --jobs det:aurora --steps 20 --io memory-zarr --ways cold,warm,second \
-      --repeats 1 --no-floor --timeout 200 --deadline 540 \
+      --repeats 1 --no-floor --timeout 240 --deadline 540 \
       --attention flex,math --json "$out/aurora-flex-calls.json" \
       >"$out/aurora-flex-calls.log" 2>&1
     echo "rc=$?"
