@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -433,7 +433,8 @@ class CompilePolicy:
             attention=attention,
         )
 
-    def tracing(self) -> contextlib.AbstractContextManager[Any]:
+    @contextlib.contextmanager
+    def tracing(self) -> Iterator[None]:
         """The block the region's code is traced and lowered in (a compiled call
         that may compile, an export and its AOTInductor compile): SDPA restricted
         to :attr:`attention`, which the graph then keeps; PyTorch's backends are
@@ -443,21 +444,21 @@ class CompilePolicy:
         graph (:class:`~earth2studio_compile._torch.flex.FlexSDPA`, this thread
         only); the other backends named serve the rest.
 
-        Returns
-        -------
-        contextlib.AbstractContextManager[Any]
-            ``torch.nn.attention.sdpa_kernel`` of the backends, with FlexAttention's
-            routing where chosen, or a context that does nothing where the table
+        Yields
+        ------
+        None
+            Inside ``torch.nn.attention.sdpa_kernel`` of the backends, with
+            FlexAttention's routing where chosen; nothing changed where the table
             chose none
         """
-        stack = contextlib.ExitStack()
         members = SDPBackend.__members__
         backends = [members[n.upper()] for n in self.attention if n != FLEX]
-        if backends:
-            stack.enter_context(sdpa_kernel(backends))
-        if FLEX in self.attention:
-            stack.enter_context(_torch.FlexSDPA())
-        return stack
+        with contextlib.ExitStack() as stack:
+            if backends:
+                stack.enter_context(sdpa_kernel(backends))
+            if FLEX in self.attention:
+                stack.enter_context(_torch.FlexSDPA())
+            yield
 
     def torch_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :func:`torch.compile`.
