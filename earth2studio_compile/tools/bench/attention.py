@@ -28,9 +28,10 @@ def parse_attention(text: str) -> tuple[str, ...]:
 
 
 @contextlib.contextmanager
-def attention_choice(model: Any, names: tuple[str, ...] | None) -> Iterator[None]:
+def attention_choice(model: Any, names: Sequence[str] | None) -> Iterator[None]:
     """The model's table entry with ``names`` as its attention choice while the
-    block runs (None: the entry's own), put back after, also on an exception.
+    block runs (None: the entry's own; a spec's list or ``--attention``'s tuple),
+    put back after, also on an exception.
 
     Raises
     ------

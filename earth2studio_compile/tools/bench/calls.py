@@ -307,7 +307,7 @@ def call(
         # The table's choice changed before the clock, as a user registers theirs.
         names = spec.get("attention") if compiled else None
         with (
-            attention_choice(model, None if names is None else tuple(names)),
+            attention_choice(model, names),
             eager_precision(model, None if compiled else scoped),
         ):
             start = marks["start"] = time.perf_counter()

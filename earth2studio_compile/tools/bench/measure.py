@@ -275,7 +275,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     attention = spec.get("attention") if kwargs is not None else None
     with (
         eager_precision(model, chosen if kwargs is None else None),
-        attention_choice(model, tuple(attention) if attention else None),
+        attention_choice(model, attention or None),
     ):
         rollout = time_rollout(model, x, coords, spec["steps"], kwargs)
     result: dict[str, Any] = {
