@@ -156,6 +156,14 @@ _MAKANI = ModelSpec(
     exclude=_SHT,
     opaque=("ResampleS2",),
     fp32_modules=_SPECTRAL,
+    # makani's MLPs are 1x1 convolutions on NCHW maps, which Inductor lays out
+    # channels-last: FCN3's block MLP under its wrapper's bf16 autocast took 9.62 ms
+    # compiled so against 7.51 eager, 6.89 with its layout kept, and 11.21 as
+    # matrix multiplies (H200, TF32 flags, 2026-12-01, docs/bench/
+    # 2026-12-01-h200-fortyfourth/fcn3-mlp-options-1298e76.json). In FCN3's calls
+    # the MLP regions had run slower compiled (10.8 ms against 8.6). Earth2Studio's
+    # makani SFNO shares this entry and the MLP class (not measured).
+    inductor_options={"layout_optimization": False},
     note="makani network under its datetime-taking wrappers; SHTs stay eager; "
     "torch-harmonics' resampling runs eagerly inside the graph",
 )

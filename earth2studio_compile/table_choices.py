@@ -57,7 +57,10 @@ def sfno_inductor_options(
     than eager (0.93x in fp32), so it is off. Running them as matrix multiplies
     helps (1.12x in fp32) only where that keeps their precision: cuDNN and cuBLAS
     must agree on TF32. With PyTorch's defaults (TF32 convolutions, fp32 matmuls)
-    it would turn TF32 convolutions into fp32 GEMMs (0.77x).
+    it would turn TF32 convolutions into fp32 GEMMs (0.77x). Under bf16, where both
+    are bf16, matrix multiplies were slower again: FCN3's block MLP of the same
+    form took 11.21 ms so against 6.89 as cuDNN's convolutions (H200, 2026-12-01,
+    docs/bench/2026-12-01-h200-fortyfourth; SFNO's own shape not measured).
 
     Parameters
     ----------
@@ -78,6 +81,6 @@ def sfno_inductor_options(
     options = {"layout_optimization": False}
     # Read without raising: legacy getters raise for users of the per-backend flags.
     matmul_tf32, conv_tf32 = tf32_under(precision)
-    if device.type == "cuda" and conv_tf32 == matmul_tf32:
+    if device.type == "cuda" and precision != "bf16" and conv_tf32 == matmul_tf32:
         options["conv_1x1_as_mm"] = True
     return options

@@ -84,6 +84,15 @@ def test_stormcast_unets_keep_their_layout_and_their_cuda_graphs():
     assert "options" not in mine.torch_kwargs()
 
 
+def test_makani_networks_keep_the_layout_of_their_1x1_convolutions():
+    spec = MODEL_TABLE["earth2studio.models.px.fcn3.FCN3"]
+    policy = CompilePolicy.resolve(CompileOptions(), torch.device("cuda"), spec)
+    options = policy.torch_kwargs()["options"]
+    assert options["layout_optimization"] is False
+    # Not as matrix multiplies: slower than cuDNN's 1x1 convolutions under bf16.
+    assert "conv_1x1_as_mm" not in options
+
+
 def test_aurora_stages_read_their_rollout_step_only_through_lora():
     import earth2studio.models.px as px
 

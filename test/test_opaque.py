@@ -229,6 +229,8 @@ def test_sfno_options_of_a_precision_are_those_of_its_flags(monkeypatch):
         assert policy.options is not None and policy.options["conv_1x1_as_mm"]
     assert "conv_1x1_as_mm" not in sfno_inductor_options(cuda, None)
     assert "conv_1x1_as_mm" not in sfno_inductor_options(torch.device("cpu"), "tf32")
+    # Under bf16 cuDNN's 1x1 convolutions beat matrix multiplies (FCN3's MLP).
+    assert sfno_inductor_options(cuda, "bf16") == {"layout_optimization": False}
 
 
 def test_a_table_function_of_the_device_alone_still_serves():

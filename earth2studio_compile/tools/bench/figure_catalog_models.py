@@ -52,6 +52,7 @@ _FORTIETH = "2026-11-30-h200-fortieth/"
 _FORTYFIRST = "2026-11-30-h200-fortyfirst/"
 _FORTYSECOND = "2026-12-01-h200-fortysecond/"
 _FORTYTHIRD = "2026-12-01-h200-fortythird/"
+_FORTYFOURTH = "2026-12-01-h200-fortyfourth/"
 # The rollouts at c7a5b5a ran with the Dynamo first-call check (3ce0d02): the
 # thirty-fourth's bf16 rollout at 2183afa, without it, is kept in its README.
 _AURORA_BF16 = (_THIRTYFIFTH + "aurora-bf16-c7a5b5a.json",)
@@ -248,5 +249,17 @@ MODEL_FIGURES: tuple[Figure, ...] = (
             _FORTYSECOND + "kernels-aurora-tf32-compiled-flex-5c89ec5.json",
         ),
         kernels,
+    ),
+    Figure(
+        "models-fcn3-calls-h200-fortyfourth",
+        MODELS,
+        (_FORTYFOURTH + "fcn3-calls-1298e76.json",),
+        workflow,
+    ),
+    Figure(
+        "models-aurora-flex-calls-h200",
+        MODELS,
+        (_FORTYFOURTH + "aurora-flex-calls-1298e76.json",),
+        workflow,
     ),
 )

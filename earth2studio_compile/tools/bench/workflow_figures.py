@@ -56,6 +56,38 @@ def _job(r: Mapping[str, Any]) -> str:
     return name + (", data prefetched" if r.get("source") == "prefetched" else "")
 
 
+def _ran(regions: list[dict[str, Any]], built: bool) -> str:
+    """What a call's regions ran as, where none was building. A region that
+    has an artifact but ran eagerly (the probe timed it slower, or compiling
+    would not pay) counts as eager, not as the artifact (FCN3, forty-fourth
+    session)."""
+    compiled = [g for g in regions if g["status"] == "compiled"]
+    if not compiled:
+        return ", ".join(sorted({g["status"] for g in regions})) or "-"
+    source = "tools.build left" if built else "a background build left"
+    kept = [g for g in compiled if g.get("reused")]
+    aot = [g for g in compiled if not g.get("reused") and g.get("executor") == "aot"]
+    rest = sorted({g["status"] for g in regions if g["status"] != "compiled"})
+    if not rest:
+        if kept:
+            return "compiled code kept in the process"
+        return f"the artifact {source}" if aot else "compiled"
+    here = len(compiled) - len(kept) - len(aot)
+    parts = [
+        f"{n} {text}"
+        for n, text in (
+            (len(aot), f"from the artifacts {source}"),
+            (len(kept), "kept in the process"),
+            (here, "compiled in the process"),
+        )
+        if n
+    ]
+    return (
+        f"{len(compiled)} of {len(regions)} regions compiled ({', '.join(parts)}); "
+        f"the rest {', '.join(rest)}"
+    )
+
+
 def workflow(datas: Sequence[Mapping[str, Any]]) -> str:
     """Whole workflow calls from the bench's workflow mode: each compiled row
     beside the eager row it is paired with (the same job, IO and precision); a row
@@ -105,14 +137,8 @@ def workflow(datas: Sequence[Mapping[str, Any]]) -> str:
             # build goes on (Aurora's second calls): that is what the call ran.
             if any(g["status"] == "building" for g in regions):
                 how = "eager while its artifact builds in the background"
-            elif any(g.get("reused") for g in regions):
-                how = "compiled code kept in the process"
-            elif any(g.get("executor") == "aot" for g in regions):
-                how = "the artifact " + (
-                    "tools.build left" if built else "a background build left"
-                )
             else:
-                how = ", ".join(sorted({g["status"] for g in regions})) or "-"
+                how = _ran(regions, built)
             way = ways.get(r["way"], f"call {r.get('call')} in one process")
             ref = io or e
             rate = "-"

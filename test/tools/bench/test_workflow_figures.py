@@ -63,6 +63,34 @@ def test_a_run_from_a_built_cache_names_tools_build_as_the_artifacts_source():
         assert way in row and row.rstrip(" |").endswith(how), row
 
 
+def test_a_region_with_an_artifact_that_ran_eagerly_counts_as_eager():
+    """FCN3 (forty-fourth session): 15 regions had artifacts, the probe ran 13 of
+    them eagerly; the table said the call ran "the artifact tools.build left"."""
+    from earth2studio_compile.tools.bench import workflow_figures as tables
+
+    base = {"model": "fcn3", "steps": 20, "precision": "tf32", "kind": "fresh"}
+    base |= {"io": "memory-zarr"}
+    aot = {"status": "compiled", "executor": "aot"}
+    slower = {"status": "eager", "executor": "aot"}
+    for regions, how in (
+        (
+            [aot, slower, {"status": "compiled", "executor": "dynamo"}, slower],
+            "2 of 4 regions compiled (1 from the artifacts tools.build left, "
+            "1 compiled in the process); the rest eager",
+        ),
+        ([slower, {"status": "eager", "executor": None}], "eager"),
+        ([aot, aot], "the artifact tools.build left"),
+    ):
+        rows = [
+            {**base, "way": "fresh", "run": "eager", "wall_s": 36.3},
+            {**base, "way": "warm", "run": "compiled", "wall_s": 26.5, "pair": 0}
+            | {"report": {"regions": regions}},
+        ]
+        data = {"meta": {"cache_from": "/tmp/built"}, "rows": rows}
+        row = tables.workflow([data]).splitlines()[2]
+        assert row.rstrip(" |").endswith("| " + how), row
+
+
 def test_the_per_process_tables_of_a_run_from_a_built_cache_say_so_too():
     """The first-step and phase tables named a warm row's cache "the cold one
     left (no build())" where the whole-call table of the same run said
