@@ -6,8 +6,9 @@
 and the device is idle, three ways:
 
 ``cold``
-    a fresh process with empty compile caches (``TORCHINDUCTOR_CACHE_DIR`` and
-    ``EARTH2STUDIO_COMPILE_CACHE`` in a new directory);
+    a fresh process with empty compile caches (``EARTH2STUDIO_COMPILE_CACHE`` in a
+    new directory, with Inductor's and Triton's under it, as the package puts them
+    for a user who chose none);
 ``warm``
     a fresh process given the caches the cold row left, and no ahead-of-time
     ``build()``;
@@ -239,12 +240,16 @@ def run_child(
     local = caches / (spec["cache"] or f"own-{time.monotonic_ns()}")
     workdir = caches / f"child-{time.monotonic_ns()}"
     workdir.mkdir()
+    # Inductor's and Triton's caches go where the package puts them for a user
+    # who chose none: under its cache root, where tools.build left its own (a
+    # directory of their own hid a --cache-from root's Inductor cache, and the
+    # Dynamo-path regions of the warm rows compiled cold: FCN3, 2026-12-01).
     env = {
-        **os.environ,
-        "EARTH2STUDIO_COMPILE_CACHE": str(local / "bundles"),
-        "TORCHINDUCTOR_CACHE_DIR": str(local / "inductor"),
-        "TRITON_CACHE_DIR": str(local / "triton"),
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
     }
+    env["EARTH2STUDIO_COMPILE_CACHE"] = str(local / "bundles")
     env.pop("EARTH2STUDIO_COMPILE_PRECISION", None)
     if spec["precision"] == "bf16":
         env["EARTH2STUDIO_COMPILE_PRECISION"] = "bf16"

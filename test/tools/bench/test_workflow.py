@@ -540,6 +540,54 @@ def test_a_killed_child_leaves_no_store_and_no_caches_of_its_own(monkeypatch, tm
     assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == ["fcn-tf32"]
 
 
+_CACHE_CHILD = r"""
+import json, os, pathlib, sys
+from earth2studio_compile.cache import use_local_cache
+root = pathlib.Path(os.environ["EARTH2STUDIO_COMPILE_CACHE"])
+seen = {"inductor": str(use_local_cache(root))}
+seen["triton"] = os.environ.get("TRITON_CACHE_DIR")
+out = pathlib.Path(json.loads(sys.argv[1])["workdir"]).parent / "seen.json"
+out.write_text(json.dumps(seen))
+"""
+
+
+def test_a_warm_row_finds_the_inductor_cache_of_its_cache_from_root(
+    monkeypatch, tmp_path
+):
+    """``--cache-from``: a user who ran tools.build has its Inductor cache under the
+    root; the child had one of its own beside it, so FCN3's Dynamo-path decoder
+    compiled cold in the warm row (2026-12-01)."""
+    from earth2studio_compile.tools.bench import workflow
+
+    built = tmp_path / "built"
+    (built / "inductor" / "fxgraph").mkdir(parents=True)
+    monkeypatch.setattr(workflow, "CHILD", ("-c", _CACHE_CHILD))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "machine"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "machine-triton"))
+    args = workflow.parse(
+        [
+            "--jobs",
+            "fcn",
+            "--device",
+            "cpu",
+            "--ways",
+            "warm",
+            "--cache-from",
+            str(built),
+        ]
+    )
+    specs = workflow.plan(args)
+    warm = next(s for s in specs if s["way"] == "warm")
+    caches = tmp_path / "caches"
+    caches.mkdir()
+    workflow.seed_caches(specs, built, caches)
+    workflow.run_child(warm, caches, 60)
+    seen = json.loads((caches / "seen.json").read_text())
+    assert seen["inductor"] == str(caches / warm["cache"] / "bundles" / "inductor")
+    assert (caches / warm["cache"] / "bundles" / "inductor" / "fxgraph").is_dir()
+    assert seen["triton"] is None  # Inductor puts Triton's under its own
+
+
 _TERMINATED_CHILD = r"""
 import json, pathlib, signal, sys, time
 caches = pathlib.Path(json.loads(sys.argv[1])["workdir"]).parent
