@@ -66,11 +66,26 @@ with torch.no_grad(), autocast:
         err = ((out - ref).norm() / ref.norm()).item()
         ms = timed(fn)
         rows.append(
-            {"way": name, "options": opts, "ms": statistics.median(ms),
-             "min_ms": min(ms), "first_two_calls_s": first, "rel_l2_vs_eager": err}
+            {
+                "way": name,
+                "options": opts,
+                "ms": statistics.median(ms),
+                "min_ms": min(ms),
+                "first_two_calls_s": first,
+                "rel_l2_vs_eager": err,
+            }
         )
         print(rows[-1], flush=True)
         with open(sys.argv[1], "w") as f:
-            json.dump({"torch": torch.__version__, "device": str(
-                torch.cuda.get_device_name() if device.type == "cuda" else "cpu"),
-                "shape": [1, embed, h, w], "rows": rows}, f, indent=1)
+            json.dump(
+                {
+                    "torch": torch.__version__,
+                    "device": str(
+                        torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
+                    ),
+                    "shape": [1, embed, h, w],
+                    "rows": rows,
+                },
+                f,
+                indent=1,
+            )

@@ -24,8 +24,14 @@ data = zoo.random_source(model)
 with attention_choice(model, ("flex", "math")):
     start = time.perf_counter()
     run.deterministic(
-        ["2024-01-01"], 3, model, data, KVBackend(), device=torch.device("cpu"),
-        verbose=False, compile=True,
+        ["2024-01-01"],
+        3,
+        model,
+        data,
+        KVBackend(),
+        device=torch.device("cpu"),
+        verbose=False,
+        compile=True,
     )
     wall = time.perf_counter() - start
 report = run.last_report()
@@ -33,5 +39,7 @@ print(f"torch {torch.__version__}; call {wall:.2f} s")
 for r in report.regions:
     phases = {k: round(v, 2) for k, v in r.phases.items() if v >= 0.05}
     first = r.first_call_seconds
-    print(f"{r.region}: {r.status} ({r.executor}, {r.cache}), first call "
-          f"{first:.2f} s, phases >= 0.05 s: {phases}")
+    print(
+        f"{r.region}: {r.status} ({r.executor}, {r.cache}), first call "
+        f"{first:.2f} s, phases >= 0.05 s: {phases}"
+    )
