@@ -11,7 +11,8 @@ compile), on the CPU or, with ``DEVICE=cuda``, on a GPU with CUDA graphs
     python dynamo_precompile.py load    # load it, call: no trace
     SEED=1 python dynamo_precompile.py load  # other weights: read at the call
 
-Prints the seconds to the first call's end and the relative L2 against eager.
+``ATTENTION=sdpa`` puts SDPA in flex's place. Prints the seconds to the first
+call's end and the relative L2 against eager.
 """
 
 import os
@@ -23,6 +24,11 @@ import torch
 from torch import nn
 from torch.nn.attention.flex_attention import flex_attention
 
+ATTENTION = (
+    torch.nn.functional.scaled_dot_product_attention
+    if os.environ.get("ATTENTION") == "sdpa"
+    else flex_attention
+)
 SAVED = Path(os.environ.get("SAVED", "/tmp/dynamo-precompile.bin"))
 torch.manual_seed(int(os.environ.get("SEED", "0")))
 if hasattr(torch._dynamo.config, "enable_aot_compile"):
@@ -47,7 +53,8 @@ class Block(nn.Module):
             p(h).view(b, n, self.heads, d // self.heads).transpose(1, 2)
             for p in (self.q, self.k, self.v)
         )
-        x = x + self.out(flex_attention(q, k, v).transpose(1, 2).reshape(b, n, d))
+        a = ATTENTION(q, k, v).transpose(1, 2).reshape(b, n, d)
+        x = x + self.out(a)
         return x + self.mlp(self.norm2(x))
 
 
