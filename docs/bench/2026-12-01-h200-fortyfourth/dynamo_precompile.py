@@ -11,13 +11,15 @@ compile), on the CPU or, with ``DEVICE=cuda``, on a GPU with CUDA graphs
     python dynamo_precompile.py load    # load it, call: no trace
     SEED=1 python dynamo_precompile.py load  # other weights: read at the call
 
-``ATTENTION=sdpa`` puts SDPA in flex's place. Prints the seconds to the first
+``ATTENTION=sdpa`` puts SDPA in flex's place; ``WORKAROUND=1`` loads inside a
+tracing context (torch 2.11, see ``load``). Prints the seconds to the first
 call's end and the relative L2 against eager.
 """
 
 import os
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -29,6 +31,7 @@ ATTENTION = (
     if os.environ.get("ATTENTION") == "sdpa"
     else flex_attention
 )
+WORKAROUND = os.environ.get("WORKAROUND") == "1"
 SAVED = Path(os.environ.get("SAVED", "/tmp/dynamo-precompile.bin"))
 torch.manual_seed(int(os.environ.get("SEED", "0")))
 if hasattr(torch._dynamo.config, "enable_aot_compile"):
@@ -50,7 +53,7 @@ class Block(nn.Module):
         b, n, d = x.shape
         h = self.norm1(x)
         q, k, v = (
-            p(h).view(b, n, self.heads, d // self.heads).transpose(1, 2)
+            p(h).view(b, n, self.heads, d // self.heads).transpose(1, 2).contiguous()
             for p in (self.q, self.k, self.v)
         )
         a = ATTENTION(q, k, v).transpose(1, 2).reshape(b, n, d)
@@ -83,10 +86,16 @@ with torch.no_grad():
         fn.save_compiled_function(str(SAVED))
     elif mode == "load":
         from torch._dynamo.aot_compile import AOTCompiledFunction
+        from torch._guards import TracingContext, tracing
 
-        fn = AOTCompiledFunction.deserialize(
-            SAVED.read_bytes(), f_globals=Stage.forward.__globals__
-        )
+        # torch 2.11 rebuilds an ImportSource (flex's) whose __post_init__
+        # installs a guard, which needs a tracing context: without one the load
+        # fails ("TracingContext.get() must be called within an ongoing trace").
+        context = tracing(TracingContext(None)) if WORKAROUND else nullcontext()
+        with context:
+            fn = AOTCompiledFunction.deserialize(
+                SAVED.read_bytes(), f_globals=Stage.forward.__globals__
+            )
         out = fn(model, x)
     else:
         out = torch.compile(model, fullgraph=True, options=options)(x)
