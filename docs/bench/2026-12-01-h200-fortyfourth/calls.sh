@@ -18,9 +18,10 @@ phase="$2"
 script=docs/bench/2026-12-01-h200-fortyfourth/dynamo_precompile.py
 case "$phase" in
   precompile-cuda)
-    export DEVICE=cuda WORKAROUND=1
+    export DEVICE=cuda
     for attention in flex sdpa; do
       export ATTENTION=$attention TORCHINDUCTOR_CACHE_DIR=/tmp/ind-$attention
+      export WORKAROUND=$([ "$attention" = flex ] && echo 1 || echo 0)
       export SAVED=/tmp/precompiled-$attention.bin
       log="$out/dynamo-precompile-cuda-$attention.log"
       for mode in plain plain save load; do
