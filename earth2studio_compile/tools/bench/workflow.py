@@ -240,19 +240,16 @@ def run_child(
     local = caches / (spec["cache"] or f"own-{time.monotonic_ns()}")
     workdir = caches / f"child-{time.monotonic_ns()}"
     workdir.mkdir()
+    precision = "EARTH2STUDIO_COMPILE_PRECISION"  # the row's own, set below
     # Inductor's and Triton's caches go where the package puts them for a user
     # who chose none: under its cache root, where tools.build left its own (a
     # directory of their own hid a --cache-from root's Inductor cache, and the
     # Dynamo-path regions of the warm rows compiled cold: FCN3, 2026-12-01).
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
-    }
+    unset = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", precision)
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     env["EARTH2STUDIO_COMPILE_CACHE"] = str(local / "bundles")
-    env.pop("EARTH2STUDIO_COMPILE_PRECISION", None)
     if spec["precision"] == "bf16":
-        env["EARTH2STUDIO_COMPILE_PRECISION"] = "bf16"
+        env[precision] = "bf16"
     warm = local.exists() and any(local.rglob("*"))
     out = caches / f"out-{time.monotonic_ns()}.json"
     start = time.perf_counter()
