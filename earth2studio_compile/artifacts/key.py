@@ -229,6 +229,11 @@ class RegionTarget:
             The JSON-serialisable fields
         """
         f = self.factors()
+        # What the region computes in, as the artifact's key counts it: a
+        # build(precision="tf32") leaves the bundle a forecast under PyTorch's TF32
+        # flags with precision None loads (it found none before: only a shared
+        # Inductor cache served it, not a bundle carried to another root).
+        computes = effective_precision(self.precision, self.device)
         return key_fields(
             self.owner,
             self.region,
@@ -237,7 +242,7 @@ class RegionTarget:
             kwargs,
             # The fp32 modules and opaque operators change the traced graph: a
             # bundle of other settings would only miss Inductor's cache.
-            f"{f['policy']}|precision={f['precision']}|fp32={f['fp32']}|"
+            f"{f['policy']}|precision={computes}|fp32={f['fp32']}|"
             f"opaque={f['opaque']}"
             + (f"|autocast={self.autocast}" if self.autocast else ""),
             self.device,

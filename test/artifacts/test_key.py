@@ -150,6 +150,25 @@ def test_one_artifact_serves_a_precision_however_it_was_asked_for(monkeypatch):
     assert _keys(_target(precision="bf16"))[1] not in on_cpu
 
 
+def test_one_bundle_serves_a_precision_however_it_was_asked_for(monkeypatch):
+    # As the artifact's key: a Dynamo-path region's bundle from
+    # build(precision="tf32") is the one a forecast under PyTorch's TF32 flags
+    # with precision None loads (regression: keyed by "None" against "tf32").
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "H100")
+    cuda = torch.device("cuda")
+    flags = {"tf32": (True, True)}
+    monkeypatch.setattr(precision, "tf32_enabled", lambda: flags["tf32"])
+
+    def key(asked: str | None) -> str:
+        return _keys(_target(device=cuda, precision=asked))[0]
+
+    assert key(None) == key("tf32") != key("fp32")
+    flags["tf32"] = (False, False)
+    assert key(None) == key("fp32") != key("tf32")
+    assert key("bf16") not in {key(None), key("tf32")}
+
+
 def test_an_input_laid_out_otherwise_is_another_artifact():
     """AOTInductor's code reads its inputs with the strides it was built for: an
     expanded input (its build's clone is contiguous) and a transposed one are
