@@ -8,17 +8,23 @@ eagerly at the first call, the caller's precision takes over
 (:meth:`Fallback._eager_in_some_precision`). The region then runs eagerly for good,
 with one WARNING (:meth:`Fallback._fall_back`). The speed probe's verdict turns a
 region eager the same way, without an error (:meth:`Fallback._eager_if_slower`).
-Before any eager call after compiled ones, what CUDA graphs left on the region's
-modules is copied out of their memory pool (:meth:`Fallback._off_the_pool`).
+A device out-of-memory error beside compiled code turns the whole session eager
+and frees that code's memory before the call runs again
+(:meth:`Fallback._out_of_memory`). Before any eager call after compiled ones,
+what CUDA graphs left on the region's modules is copied out of their memory pool
+(:meth:`Fallback._off_the_pool`).
 """
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import torch
 from loguru import logger
 
-from earth2studio_compile import _torch, module_state, precision
+from earth2studio_compile import _torch, module_state, precision, resident
 from earth2studio_compile.executors import recompile_limit
 from earth2studio_compile.first_call import RegionState
 from earth2studio_compile.measured import warn_fallback
@@ -26,8 +32,6 @@ from earth2studio_compile.probe import slower_text
 from earth2studio_compile.report import describe, interruption
 
 if TYPE_CHECKING:
-    import torch
-
     from earth2studio_compile.executors import Executor
     from earth2studio_compile.report import RegionReport
     from earth2studio_compile.staging import Call
@@ -49,6 +53,7 @@ class Fallback:
         _executor: Executor | None
         _held: module_state.HeldTensors | None
         _pool_used: bool
+        _siblings: Sequence[Fallback]
         state: RegionState
 
         def _eager(self, call: Call, count: bool = True) -> Any: ...
@@ -107,6 +112,64 @@ class Fallback:
             self.report.compile_seconds += seconds
             self.report.phases["before_fallback"] = seconds
         self._fall_back(reason + dropped, cause=err, spent=spent)
+        return out
+
+    def _out_of_memory(
+        self, err: torch.OutOfMemoryError, call: Call, counted: bool
+    ) -> Any:
+        """The call once more, eagerly, with the device memory compiled code holds
+        freed.
+
+        Compiled code holds device memory eager does not: each CUDA graph keeps
+        the peak of its own call in a pool of its own, and code kept for a later
+        session keeps its graphs. Beside fifteen artifacts' CUDA graphs (64 GiB),
+        FCN3's surface decoder ran out of memory while it ran eagerly, and the
+        forecast ended where eager alone runs (H200, 2026-12-01). So where this
+        session's regions or the process's kept code hold compiled code, every
+        region of the session runs eagerly from here, that code is dropped, and
+        the call runs again: one WARNING. Where none was held, or eager runs out
+        again, the error is the caller's; so it is for a region whose forward
+        reassigns tensors kept on its modules (physicsnemo's ConvGRU, found at
+        its first compiled call): the failed call may have changed that state,
+        and a second one could update it twice.
+
+        Parameters
+        ----------
+        err : torch.OutOfMemoryError
+            What the call raised
+        call : Call
+            The call
+        counted : bool
+            Its failed attempt counted an eager call already
+        """
+        r = self.report
+        holding = [x for x in self._siblings if x._executor is not None]
+        kept = resident.kept_count()
+        if (not holding and not kept) or r.no_cudagraphs is not None:
+            raise err
+        reason = (
+            f"out of device memory beside compiled code at {r.label}'s step "
+            f"{r.calls} ({describe(err)})"
+        )
+        for region in self._siblings:
+            if region._state is not RegionState.EAGER:
+                # Eager calls read the modules' own memory, not a CUDA graph's.
+                region._off_the_pool()
+                region.state = RegionState.EAGER
+                region.report.reason = reason
+            region._drop_executor()
+        resident.release()
+        gc.collect()  # the graphs' pools go with their last reference
+        torch.cuda.empty_cache()  # does nothing where CUDA never started
+        out = self._eager(call, count=not counted)
+        labels = ", ".join(region.report.label for region in holding) or "none"
+        logger.warning(
+            f"{r.label} ran out of device memory at step {r.calls} "
+            f"({describe(err)}) while compiled code held memory (this session's "
+            f"{labels}; {kept} regions kept from earlier sessions): that code is "
+            "released, every region of this session runs eagerly for the rest of "
+            "it, and the call was re-run eagerly; no output is lost."
+        )
         return out
 
     def _eager_in_some_precision(self, call: Call, reason: str) -> tuple[Any, str]:

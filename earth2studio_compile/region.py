@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,10 @@ class CompiledRegion(FirstCallAhead, Fallback):
     warned : set[str] | None, optional
         Models already warned that their table entry refuses the device, shared
         by a session's regions (one WARNING per model); by default the region's own
+    siblings : list[CompiledRegion] | None, optional
+        The session's regions, this one among them once installed: what a device
+        out-of-memory error turns eager (:meth:`Fallback._out_of_memory`); by
+        default this region alone
     """
 
     def __init__(
@@ -115,6 +120,7 @@ class CompiledRegion(FirstCallAhead, Fallback):
         owner: str | None = None,
         probe: bool = True,
         warned: set[str] | None = None,
+        siblings: list[CompiledRegion] | None = None,
     ) -> None:
         self.module = module
         self.report = report
@@ -128,6 +134,7 @@ class CompiledRegion(FirstCallAhead, Fallback):
         # Models already warned that a device is refused (shared by a session's
         # regions: one WARNING per model).
         self._warned = warned if warned is not None else set()
+        self._siblings: Sequence[Fallback] = [self] if siblings is None else siblings
         self.probe.judged = self._judged
         self._state = RegionState.PENDING
         self._executor: Executor | None = None
@@ -220,8 +227,13 @@ class CompiledRegion(FirstCallAhead, Fallback):
             # Inputs and buffers copied before the call, which may update them.
             reference = accuracy.Reference.before(self.module, args, kwargs)
         copied = time.perf_counter() - start
+        eager_calls = r.eager_calls
         try:
-            out = self._dispatch(call)
+            try:
+                out = self._dispatch(call)
+            except torch.OutOfMemoryError as err:
+                counted = r.eager_calls > eager_calls
+                out = self._out_of_memory(err, call, counted)
         except BaseException as err:
             self._interrupted(err, time.perf_counter() - start)
             raise

@@ -240,6 +240,7 @@ class CompileSession:
                         owner=f"{type(model).__module__}.{type(model).__qualname__}",
                         probe=self.probe,
                         warned=self._warned,
+                        siblings=self._open,
                     )
                 except Exception as err:  # same: run this region eagerly
                     why = f"could not prepare it ({describe(err)})"

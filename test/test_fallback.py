@@ -100,3 +100,96 @@ def test_fp32_that_fails_eagerly_too_falls_back_to_the_callers(logs):
     assert region.status == "eager" and region.precision is None, region
     [warning] = messages(logs, "WARNING")
     assert "in fp32 it fails eagerly too" in warning and ENV in warning
+
+
+class _RunsOut(torch.nn.Module):
+    """Its eager call raises CUDA's out-of-memory error once ``short`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj, self.short = torch.nn.Linear(6, 4), False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.compiler.is_compiling() and self.short:
+            self.short = False
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate")
+        return self.proj(x)
+
+
+class _Pair(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(4, 6), _RunsOut()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x))
+
+
+def _runs_out_in_b(runs_out: dict[str, bool]):
+    """A backend whose compiled code for ``b`` (its input is 2 x 6) runs out of
+    memory once ``runs_out["now"]`` is set, as a CUDA graph's replay would."""
+
+    def backend(gm, example_inputs):
+        def run(*args):
+            if runs_out["now"] and any(t.shape == (2, 6) for t in args):
+                runs_out["now"] = False
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate")
+            return gm.forward(*args)
+
+        return run
+
+    return backend
+
+
+def test_out_of_memory_beside_compiled_code_frees_it_and_runs_eagerly(logs):
+    """Regression: FCN3's surface decoder, running eagerly beside fifteen
+    artifacts' CUDA graphs (64 GiB), ran out of device memory and the forecast
+    ended, where eager alone runs (H200, 2026-12-01). Now every region of the
+    session turns eager, their compiled code is dropped, and the call runs again
+    eagerly: the caller's answer is eager's, with one WARNING."""
+    runs_out = {"now": False}
+    model, x = _Pair().eval(), torch.randn(2, 4)
+    with torch.no_grad():
+        want = model(x)
+    backend = _runs_out_in_b(runs_out)
+    with CompileSession(model, regions=("a", "b"), backend=backend) as session:
+        with torch.no_grad():
+            model(x)
+            runs_out["now"] = model.b.short = True  # compiled, then eager
+            got = model(x)
+            after = model(x)
+    assert torch.equal(got, want) and torch.equal(after, want)
+    a, b = session.report.regions
+    assert a.status == b.status == "eager"
+    assert "out of device memory beside compiled code" in a.reason
+    assert b.eager_calls == 2 and a.eager_calls == 1
+    [warning] = messages(logs, "WARNING")
+    assert "ran out of device memory at step 2" in warning
+    assert "_Pair.a, _Pair.b" in warning and "no output is lost" in warning
+
+
+def test_out_of_memory_of_a_region_that_keeps_state_is_the_callers():
+    """A region whose forward reassigns tensors on its modules may have changed
+    them before it ran out: a second call could update its state twice."""
+    runs_out = {"now": False}
+    model, x = _Pair().eval(), torch.randn(2, 4)
+    backend = _runs_out_in_b(runs_out)
+    with CompileSession(model, regions=("a", "b"), backend=backend) as session:
+        with torch.no_grad():
+            model(x)
+            session.report.regions[1].no_cudagraphs = "its forward reassigns h"
+            runs_out["now"] = model.b.short = True
+            with pytest.raises(torch.OutOfMemoryError):
+                model(x)
+
+
+def test_out_of_memory_without_compiled_code_is_the_callers():
+    """Nothing compiled holds memory (the region fell back at its first call):
+    the error is eager's own, from the one eager call."""
+    model, x = _Pair().eval(), torch.randn(2, 4)
+    with CompileSession(model, regions=("b",), backend=FailingBackend()):
+        with torch.no_grad():
+            model(x)
+            model.b.short = True
+            with pytest.raises(torch.OutOfMemoryError):
+                model(x)
