@@ -65,11 +65,16 @@ class Fallback:
         calls slower than eager ones (:func:`.probe.is_slower`; this process's
         probe, or an earlier process's or session's figures): ``compile=True`` is
         not left slower than eager. One WARNING; the executor stays (unused) for
-        the shelf."""
+        the shelf, without the memory its CUDA graphs held: FCN3's probe found
+        most of its fifteen artifacts slower, each kept its graph, and a later
+        call ran out of memory beside 63.6 GiB of graph pools (H200,
+        2026-12-01)."""
         r = self.report
         if not r.slower or self._state is not RegionState.COMPILED:
             return
         self._off_the_pool()  # eager calls read the modules' own memory
+        if self._executor is not None:
+            self._executor.free_graphs()
         self.state = RegionState.EAGER
         r.reason = slower_text(r)
         logger.warning(

@@ -94,6 +94,24 @@ def test_a_region_slower_compiled_runs_eagerly_from_the_verdict_on(monkeypatch, 
     assert len(slow) == 2
 
 
+def test_a_region_slower_compiled_frees_its_graphs_at_the_verdict(monkeypatch):
+    """Kept unused for its verdict, the executor holds no CUDA-graph memory: FCN3's
+    slower artifacts each kept theirs, and a later call ran out of memory beside
+    them (H200, 2026-12-01)."""
+    from earth2studio_compile.executors.dynamo import DynamoExecutor
+
+    ran, freed = [0], []
+    _slow_clock(monkeypatch, 0.05, ran)
+    monkeypatch.setattr(DynamoExecutor, "free_graphs", lambda _: freed.append(ran[0]))
+    model = zoo.build("toy")
+    x = torch.randn(1, 4, 16, 32)
+    with CompileSession(model, backend=_slow_backend(ran)) as session, torch.no_grad():
+        for _ in range(12):
+            model.model(x)
+    assert session.report.regions[0].status == "eager"
+    assert freed == [ran[0]]  # once, at the verdict, after the last compiled call
+
+
 def test_probe_false_keeps_a_slower_region_compiled(monkeypatch, logs):
     ran = [0]
     slow_backend = _slow_backend(ran)

@@ -270,6 +270,13 @@ class AotRunner:
                 out = self.loader.boxed_run(self._laid_out(tensors))
         return _torch.tree_unflatten(list(out), self._out_spec)
 
+    def free_graph(self) -> None:
+        """Drop the CUDA graph its calls recorded, with its static inputs and
+        outputs: its memory pool goes with them. For a runner kept unused (its
+        region eager for being slower); a later call records the graph again."""
+        self._graph = None
+        self._static_in, self._static_out = [], []
+
     def _laid_out(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         """``tensors`` in the layouts the code reads: AOTInductor does not check
         strides, so an expanded input passed as it comes was read as the

@@ -182,5 +182,10 @@ class AotExecutor:
         """Keep no strong reference to the module (the runner's is weak)."""
         self.target = None  # type: ignore[assignment]
 
+    def free_graphs(self) -> None:
+        """Drop the runner's CUDA graph (:meth:`AotRunner.free_graph`)."""
+        if self.runner is not None:
+            self.runner.free_graph()
+
     def release(self) -> None:
         """Nothing is claimed for other processes."""

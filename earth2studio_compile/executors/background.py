@@ -223,6 +223,11 @@ class BackgroundExecutor:
             background.launch_later(self.job)
         self.target = None  # type: ignore[assignment]
 
+    def free_graphs(self) -> None:
+        """Drop the built artifact's CUDA graph, once one serves."""
+        if self.runner is not None:
+            self.runner.free_graph()
+
     def release(self) -> None:
         """Launch a build still waiting: it goes on for the next run."""
         if self.job is not None:

@@ -90,6 +90,12 @@ class Executor(Protocol):
         """Give up what other processes may wait for (a claimed cache bundle)."""
         ...
 
+    def free_graphs(self) -> None:
+        """Drop the device memory its own CUDA graphs hold, where it has any:
+        for an executor kept unused (its region eager for being slower). A later
+        call records them again."""
+        ...
+
     def first_call(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], laps: Laps
     ) -> Any:

@@ -163,6 +163,10 @@ class DynamoExecutor:
         self.bundle = None
         self.target = None  # type: ignore[assignment]
 
+    def free_graphs(self) -> None:
+        """Nothing: Inductor's CUDA graph trees keep one pool per device for every
+        compiled function, none of it this executor's alone."""
+
     def release(self) -> None:
         """Release the bundle's claim: processes waiting for this compile go on."""
         if self.bundle is not None:

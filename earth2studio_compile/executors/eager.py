@@ -42,5 +42,8 @@ class EagerExecutor:
     def detach(self) -> None:
         """Nothing is kept of an eager executor."""
 
+    def free_graphs(self) -> None:
+        """Nothing: it records no CUDA graphs."""
+
     def release(self) -> None:
         """Nothing is claimed for other processes."""

@@ -4,6 +4,7 @@ CPU: its signature checks, binding and warm-up; its CUDA graphs on a GPU.
 
 from __future__ import annotations
 
+import gc
 import json
 import shutil
 import threading
@@ -162,6 +163,16 @@ def test_cuda_graph_runner_keeps_held_outputs(tmp_path):
     for i, out in zip(inputs, outs):
         with torch.no_grad(), scope("fp32", device):
             assert verify(out, core(i), "fp32") is None
+    # Kept unused (its region eager for being slower), it holds no graph memory;
+    # a later call records the graph again.
+    held = torch.cuda.memory_allocated(device)
+    runner.free_graph()
+    gc.collect()
+    assert torch.cuda.memory_allocated(device) < held
+    again = runner(inputs[1])
+    assert elsewhere.captures == 2
+    with torch.no_grad(), scope("fp32", device):
+        assert verify(again, core(inputs[1]), "fp32") is None
 
 
 # -- The recorded convolutions, replayed before the first run -----------------------
