@@ -168,6 +168,13 @@ TableAttention = (
 #: serve the calls it passes on.
 FLEX = "flex"
 
+#: Devices where :data:`FLEX` applies; elsewhere the backends beside it serve every
+#: call. Inductor's CPU FlexAttention template computed a mask the region builds
+#: (Aurora's, repeated over the batch) into NaNs or answers 28% off on an AVX2 CPU
+#: while AVX-512 gave SDPA's (torch 2.11, CI, 2026-12-01), and FlexAttention's gain
+#: was measured on CUDA.
+FLEX_DEVICES = frozenset({"cuda"})
+
 #: Names :attr:`ModelSpec.attention_backends` takes: ``SDPBackend``'s, lower case,
 #: and :data:`FLEX`.
 ATTENTION_BACKENDS = (
@@ -347,7 +354,8 @@ class CompilePolicy:
             precision: the options of a region in ``"tf32"`` are those of the
             TF32 flags its calls run under, not the flags of the moment; by
             default None (PyTorch's flags as they are). The table's attention
-            backends are resolved the same way, whatever the user chose
+            backends are resolved the same way, whatever the user chose, and
+            :data:`FLEX` only on :data:`FLEX_DEVICES`
 
         Returns
         -------
@@ -412,6 +420,8 @@ class CompilePolicy:
                 _table_choice(table.attention_backends, device, precision) or (),
                 "ModelSpec.attention_backends",
             )
+        if FLEX in attention and device.type not in FLEX_DEVICES:
+            attention = tuple(n for n in attention if n != FLEX)
         if attention:
             shown["attention"] = "|".join(attention)
         if shown:

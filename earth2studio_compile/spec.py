@@ -57,8 +57,9 @@ class ModelSpec:
         of the device and the region's precision giving them (empty: PyTorch's
         choice); eager calls keep the user's. ``"flex"`` makes the SDPA calls
         FlexAttention can serve FlexAttention in the traced graph (the other names
-        serve the rest); such regions compile on the Dynamo path only, with no
-        ahead-of-time artifact. A choice the graph keeps, so it is part of the
+        serve the rest) on CUDA (elsewhere the other names serve every call);
+        such regions compile on the Dynamo path only, with no ahead-of-time
+        artifact. A choice the graph keeps, so it is part of the
         compiled code's cache keys, by default None
     pad_batch : bool, optional
         The core treats batch samples independently, so a smaller batch (an

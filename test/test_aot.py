@@ -416,6 +416,10 @@ def test_build_judges_a_region_with_the_flex_attention_choice_without_a_build(
     class Flexed(GridPrognostic):
         pass
 
+    from earth2studio_compile import options
+
+    # The choice as on CUDA, where it applies (both paths are stubbed).
+    monkeypatch.setattr(options, "FLEX_DEVICES", frozenset({"cpu", "cuda"}))
     model = Flexed(Attends(), ["a", "b"], Grid(8, 16))
     built, judged = _routes(
         monkeypatch,
