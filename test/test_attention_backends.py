@@ -129,6 +129,18 @@ def on_flex():
     MODEL_TABLE.pop(key, None)
 
 
+def assert_compiled_as_eager(model, x, expected, attention: str, tol: float) -> None:
+    """``model.net(x)`` in a session: compiled, traced with ``attention``, eager's
+    ``expected`` within ``tol``, no torch function mode left behind."""
+    with CompileSession(model) as session, torch.no_grad():
+        out = model.net(x)
+    [region] = session.report.regions
+    assert region.status == "compiled", region
+    assert region.mode.endswith(f"+attention={attention}"), region
+    torch.testing.assert_close(out, expected, rtol=tol, atol=tol)
+    assert torch._C._len_torch_function_stack() == 0
+
+
 def test_on_the_cpu_the_flex_choice_leaves_sdpa_to_the_backends_beside_it(on_flex):
     """Regression: Inductor's CPU FlexAttention template computed this region
     into NaNs on an AVX2 CPU (the CI machine, torch 2.11, 2026-12-01), so the
@@ -140,13 +152,7 @@ def test_on_the_cpu_the_flex_choice_leaves_sdpa_to_the_backends_beside_it(on_fle
     graphs = traced_ops(model, x)
     assert len(graphs) == 1 and not any("flex_attention" in op for op in graphs[0])
     assert FUSED not in graphs[0] and "aten.bmm.default" in graphs[0]
-    with CompileSession(model) as session, torch.no_grad():
-        out = model.net(x)
-    [region] = session.report.regions
-    assert region.status == "compiled", region
-    assert region.mode.endswith("+attention=math"), region
-    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
-    assert torch._C._len_torch_function_stack() == 0
+    assert_compiled_as_eager(model, x, expected, "math", tol=1e-5)
 
 
 @pytest.mark.gpu
@@ -155,13 +161,7 @@ def test_the_flex_choice_compiles_flexattention_on_cuda_and_matches_eager(on_fle
     x = torch.randn(3, 24, 32, device="cuda")
     with torch.no_grad():
         expected = model.net(x)
-    with CompileSession(model) as session, torch.no_grad():
-        out = model.net(x)
-    [region] = session.report.regions
-    assert region.status == "compiled", region
-    assert region.mode.endswith("+attention=flex|math"), region
-    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
-    assert torch._C._len_torch_function_stack() == 0
+    assert_compiled_as_eager(model, x, expected, "flex|math", tol=1e-4)
 
 
 def test_flex_is_chosen_on_cuda_and_the_backends_beside_it_elsewhere():

@@ -125,15 +125,21 @@ def test_two_backends_of_one_name_are_two_kept_executors():
     assert first.resident_key() != second.resident_key()
 
 
+def _on_an_h100(monkeypatch) -> tuple[torch.device, dict[str, tuple[bool, bool]]]:
+    """An H100 as the keys see it, and PyTorch's TF32 flags (matmul, cuDNN) as
+    the returned dict's ``"tf32"`` says: on at first."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "H100")
+    flags = {"tf32": (True, True)}
+    monkeypatch.setattr(precision, "tf32_enabled", lambda: flags["tf32"])
+    return torch.device("cuda"), flags
+
+
 def test_one_artifact_serves_a_precision_however_it_was_asked_for(monkeypatch):
     # tools.build --precision tf32 and a workflow under PyTorch's TF32 flags compute
     # alike: the artifact one builds must be the one the other finds (an Aurora
     # build went unused by compile=True calls on an H100 when the two keys differed).
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (9, 0))
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "H100")
-    cuda = torch.device("cuda")
-    flags = {"tf32": (True, True)}
-    monkeypatch.setattr(precision, "tf32_enabled", lambda: flags["tf32"])
+    cuda, flags = _on_an_h100(monkeypatch)
 
     def key(asked: str | None) -> str:
         return _target(device=cuda, precision=asked).aot_key(ARGS, {})[0]
@@ -154,11 +160,7 @@ def test_one_bundle_serves_a_precision_however_it_was_asked_for(monkeypatch):
     # As the artifact's key: a Dynamo-path region's bundle from
     # build(precision="tf32") is the one a forecast under PyTorch's TF32 flags
     # with precision None loads (regression: keyed by "None" against "tf32").
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (9, 0))
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "H100")
-    cuda = torch.device("cuda")
-    flags = {"tf32": (True, True)}
-    monkeypatch.setattr(precision, "tf32_enabled", lambda: flags["tf32"])
+    cuda, flags = _on_an_h100(monkeypatch)
 
     def key(asked: str | None) -> str:
         return _keys(_target(device=cuda, precision=asked))[0]
