@@ -15,7 +15,7 @@ from earth2studio_compile.tools.bench.tables import markdown
 
 HELP = (
     "compiled runs' attention choice instead of the model table's: comma-separated "
-    "SDPA backends and 'flex' (e.g. flex,math)"
+    "SDPA backends and 'flex' (e.g. flex,math; flex on CUDA only)"
 )
 
 
