@@ -404,6 +404,7 @@ def test_build_judges_a_region_with_the_flex_attention_choice_without_a_build(
     the Dynamo path's judge, with the reason, instead of exporting it to fail."""
     import torch
 
+    from earth2studio_compile import options
     from earth2studio_compile.tools.zoo.grid import Grid
     from earth2studio_compile.tools.zoo.user import GridPrognostic
 
@@ -415,8 +416,6 @@ def test_build_judges_a_region_with_the_flex_attention_choice_without_a_build(
 
     class Flexed(GridPrognostic):
         pass
-
-    from earth2studio_compile import options
 
     # The choice as on CUDA, where it applies (both paths are stubbed).
     monkeypatch.setattr(options, "FLEX_DEVICES", frozenset({"cpu", "cuda"}))
