@@ -97,11 +97,17 @@ class SpeedProbe:
     steady compiled calls and eager calls of the same shapes alternate until
     :attr:`PAIRS` pairs are timed (eager's first call of those shapes is not
     counted, its time being eager's own first-call work: the next call is eager
-    again), so a machine that slows down meanwhile slows both alike. Eager calls
-    give the same answer within float tolerance, so probing costs nothing but the
-    eager speed of a few steps. The verdict rests on medians and minima
-    (:func:`is_slower`), which one slow call does not move. Rollouts shorter than
-    this are not judged. The probe only measures:
+    again), so a machine that slows down meanwhile slows both alike. Where those
+    pairs are noisy (a kind's slowest call more than :attr:`NOISY` times its
+    fastest) and their ranges overlap, it times more pairs, up to
+    :attr:`MAX_PAIRS`: on a GPU other processes share, three pairs can catch every
+    compiled call in a busy moment and one eager call in a quiet one, and a
+    verdict is kept for later sessions (StormCast's denoiser, 1.8x faster
+    compiled, was judged slower beside three other test processes on an H200,
+    2026-12-02). Eager calls give the same answer within float tolerance, so
+    probing costs nothing but the eager speed of a few steps. The verdict rests
+    on medians and minima (:func:`is_slower`), which one slow call does not move.
+    Rollouts shorter than this are not judged. The probe only measures:
     :attr:`judged` is told once the figures are in the report (the region acts on
     ``slower``).
 
@@ -117,6 +123,8 @@ class SpeedProbe:
     """
 
     PAIRS = 3
+    MAX_PAIRS = 9
+    NOISY = 1.25
     # The probe's clock (tests replace it).
     clock: Callable[[], float] = staticmethod(time.perf_counter)
 
@@ -214,8 +222,18 @@ class SpeedProbe:
             return
         self.timings[kind].append(seconds)
         self._next = "eager" if kind == "compiled" else "compiled"
-        if len(self.timings["eager"]) == self.PAIRS:
-            self._judge()
+        pairs = len(self.timings["eager"])
+        if kind == "eager" and pairs >= self.PAIRS:
+            if pairs >= self.MAX_PAIRS or self._clear():
+                self._judge()
+
+    def _clear(self) -> bool:
+        """Whether the pairs so far can be judged: the two kinds' ranges apart, or
+        each kind's calls within :attr:`NOISY` of each other."""
+        c, e = self.timings["compiled"], self.timings["eager"]
+        apart = min(c) > max(e) or min(e) > max(c)
+        steady = max(c) <= self.NOISY * min(c) and max(e) <= self.NOISY * min(e)
+        return apart or steady
 
     def _restart(self, sig: Any) -> None:
         self.timings = {"compiled": [], "eager": []}

@@ -30,6 +30,7 @@ from earth2studio_compile.artifacts.hints import hint_path
 from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.artifacts.speed import timing_text
 from earth2studio_compile.artifacts.store import keep_json, keep_reason, read_reason
+from earth2studio_compile.probe import SpeedProbe
 
 __all__ = [
     "JUDGE_CALLS",
@@ -48,9 +49,10 @@ __all__ = [
 
 #: Calls of a region in a session that judges it, off a workflow's path
 #: (:func:`earth2studio_compile.build`, :mod:`.judge`): the first compiles, the
-#: next records CUDA graphs, then the speed probe times its pairs of compiled and
-#: eager calls, with room for a recompile.
-JUDGE_CALLS = 20
+#: next records CUDA graphs, eager's first call is untimed, then the speed probe
+#: times its pairs of compiled and eager calls (as many as noisy pairs take), with
+#: room for a recompile.
+JUDGE_CALLS = 3 + 2 * SpeedProbe.MAX_PAIRS + 3
 
 
 @dataclasses.dataclass(frozen=True)

@@ -69,10 +69,15 @@ def _real_pyproj() -> bool:
     reason="needs pyproj, not a stand-in (carry .ci/fetch-model-wheels.sh's wheels)",
 )
 def test_published_stormcast_on_the_gpu_matches_eager(
-    logs, strict_fp32, record_property
+    logs, strict_fp32, record_property, same_speed
 ):
     """99 HRRR variables on the 512x640 window, 18 sampler steps, 2 forecast steps:
-    both UNets one CUDA graph each, no break, no skipped graph."""
+    both UNets one CUDA graph each, no break, no skipped graph.
+
+    Every call timed alike (``same_speed``): the GPU suite's four processes share
+    one GPU, and there the probe, which judges the denoiser's 72 calls, once found
+    it slower compiled (H200, 2026-12-02) where it runs 1.8x faster alone; its
+    speed is the benchmark's to measure."""
     model = zoo.build("stormcast", size="full")
     cudagraphs = plan(model).spec.cudagraphs
     report, worst = compiled_workflow_matches_eager(
