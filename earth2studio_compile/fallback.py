@@ -10,9 +10,10 @@ with one WARNING (:meth:`Fallback._fall_back`). The speed probe's verdict turns 
 region eager the same way, without an error (:meth:`Fallback._eager_if_slower`).
 A device out-of-memory error beside compiled code turns the whole session eager
 and frees that code's memory before the call runs again
-(:meth:`Fallback._out_of_memory`). Before any eager call after compiled ones,
-what CUDA graphs left on the region's modules is copied out of their memory pool
-(:meth:`Fallback._off_the_pool`).
+(:meth:`Fallback._out_of_memory`), but for one in the speed probe's own eager
+call, which stops the probe instead (the region's ``_probe_out_of_memory``).
+Before any eager call after compiled ones, what CUDA graphs left on the region's
+modules is copied out of their memory pool (:meth:`Fallback._off_the_pool`).
 """
 
 from __future__ import annotations

@@ -173,6 +173,17 @@ class SpeedProbe:
             self._restart(sig)
         return self._next
 
+    def stop(self, why: str) -> None:
+        """Time no more calls and give no verdict: the region stays as it is.
+
+        Parameters
+        ----------
+        why : str
+            What stopped it, for the report's summary
+        """
+        self.enabled = False
+        self.report.probe_stopped = f"not timed against eager: {why}"
+
     def compiled_again(self, call: int) -> None:
         """Call number ``call`` compiled: it is no steady call, nor (under CUDA
         graphs) is the next one, which records the new graph."""

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from loguru import logger
 
 from earth2studio_compile import (
     accuracy,
@@ -63,7 +64,7 @@ from earth2studio_compile.measured import record
 from earth2studio_compile.metrics import Laps
 from earth2studio_compile.options import CompileOptions
 from earth2studio_compile.probe import SpeedProbe, signature
-from earth2studio_compile.report import RegionReport, interruption
+from earth2studio_compile.report import RegionReport, describe, interruption
 from earth2studio_compile.spec import ModelSpec
 from earth2studio_compile.staging import (
     BatchPadding,
@@ -261,10 +262,33 @@ class CompiledRegion(FirstCallAhead, Fallback):
         ):
             kind = self.probe.kind(n, signature(call.args, call.kwargs))
         if kind == "eager":
-            return self.probe.time(
-                "eager", n, call.device, lambda: self._eager_probe(call)
-            )
+            try:
+                return self.probe.time(
+                    "eager", n, call.device, lambda: self._eager_probe(call)
+                )
+            except torch.OutOfMemoryError as err:
+                # The probe's eager call is ours, not the forecast's: FCN3's
+                # decoder ran compiled, then its probe's eager call asked for
+                # 20.4 GiB beside the CUDA graphs' pools and the whole session
+                # turned eager (H200, 2026-12-02). A region that keeps state may
+                # have changed it before it ran out: the OOM handler decides.
+                if self.report.no_cudagraphs is not None:
+                    raise
+                return self._probe_out_of_memory(err, call)
         return self._steady(call, timed=kind == "compiled")
+
+    def _probe_out_of_memory(self, err: torch.OutOfMemoryError, call: Call) -> Any:
+        """The probe stops without a verdict and the call runs compiled, as the
+        calls before it did."""
+        why = (
+            f"its eager call ran out of device memory beside compiled code at "
+            f"step {self.report.calls} ({describe(err)})"
+        )
+        self.probe.stop(why)
+        logger.info(
+            f"{self.report.label}: the speed probe stops, {why}; it stays compiled"
+        )
+        return self._steady(call)
 
     def _steady(self, call: Call, timed: bool = False) -> Any:
         assert self._executor is not None

@@ -141,6 +141,10 @@ class RegionReport:
         Why the region compiled without the CUDA graphs its mode asked for: its
         modules reassign tensor state in their forward, which the next replay
         would overwrite (:mod:`earth2studio_compile.module_state`); None otherwise
+    probe_stopped : str | None
+        Why the speed probe stopped without a verdict, e.g. ``"not timed against
+        eager: its eager call ran out of device memory beside compiled code at
+        step 5"``: the region stays compiled; None otherwise
     background : str | None
         The region's background build
         (:mod:`earth2studio_compile.executors.background`), in words: still
@@ -180,6 +184,7 @@ class RegionReport:
     interrupted: str | None = None
     reused: str | None = None
     no_cudagraphs: str | None = None
+    probe_stopped: str | None = None
     background: str | None = None
 
     #: Phases that are a first call's cost of compiling.
@@ -418,6 +423,8 @@ class CompileReport:
                 text = f"{r.label}: not called"
             else:
                 text = r.label
+            if r.probe_stopped and r.status == "compiled":
+                text += f", {r.probe_stopped}"
             if r.interrupted is not None:
                 # First: an interrupted run must not read as a finished one.
                 rest = text[len(r.label) + 2 :]

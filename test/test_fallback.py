@@ -193,3 +193,32 @@ def test_out_of_memory_without_compiled_code_is_the_callers():
             model.b.short = True
             with pytest.raises(torch.OutOfMemoryError):
                 model(x)
+
+
+def test_out_of_memory_in_the_probes_eager_call_stops_the_probe(logs, same_speed):
+    """Regression: FCN3's decoder ran compiled, then the speed probe's eager call
+    of it asked for 20.4 GiB beside the CUDA graphs' pools, and every region of
+    the session turned eager from step 5 (H200, 2026-12-02). That eager call is
+    the probe's, not the forecast's: the probe stops without a verdict and the
+    call runs compiled, as the ones before it did; no WARNING."""
+    model, x = _Pair().eval(), torch.randn(2, 4)
+    with torch.no_grad():
+        want = model(x)
+    with CompileSession(model, regions=("a", "b"), backend=eager_backend) as session:
+        with torch.no_grad():
+            got = []
+            for call in range(1, 13):
+                # Call 4 is the probe's first eager call (after the compile, the
+                # quiet call and one timed compiled call).
+                model.b.short = call == 4
+                got.append(model(x))
+    assert all(torch.equal(g, want) for g in got)
+    a, b = session.report.regions
+    assert a.status == b.status == "compiled", session.report.summary()
+    assert b.compiled_ms is None and b.eager_calls == 0
+    assert b.probe_stopped.startswith("not timed against eager: its eager call ran")
+    assert "at step 4" in b.probe_stopped
+    assert a.compiled_ms is not None and a.probe_stopped is None
+    assert "_Pair.b: compiled" in session.report.summary()
+    assert f", {b.probe_stopped}" in session.report.summary()
+    assert not messages(logs, "WARNING"), messages(logs, "WARNING")
