@@ -16,7 +16,7 @@ from earth2studio_compile import CompileSession
 from earth2studio_compile.tools import zoo
 
 
-def test_speed_probe_can_be_turned_off():
+def test_speed_probe_can_be_turned_off(same_speed):
     core = zoo.ToyCore(4, 8).eval()
     x = torch.randn(2, 4, 8, 8)
     with CompileSession(core, regions=("net",), backend=eager_backend) as on:
@@ -156,21 +156,15 @@ def _probe_with(monkeypatch, compiled: list[float], warm: float, eager: list[flo
     return session.report
 
 
-# Pairs timed after three noisy ones (ms): compiled calls at 10, eager ones at 11.
-QUIET = [0.010] * 6, [0.011] * 6
-
-
 @pytest.mark.parametrize(
     "compiled, warm, eager, slower",
     [
-        # One slow compiled call among noise: the ranges overlap, six more pairs
-        # are timed, and compiled is no slower.
-        (
-            [0.050, 0.011, 0.010] + QUIET[0],
-            0.010,
-            [0.010, 0.012, 0.011] + QUIET[1],
-            False,
-        ),
+        # One slow compiled call among noise: the ranges overlap, and compiled
+        # is no slower (no more pairs: only a verdict of slower waits).
+        ([0.050, 0.011, 0.010], 0.010, [0.010, 0.012, 0.011], False),
+        # Found slower by three noisy pairs (compiled 20-30 ms, eager 10-25):
+        # a fourth, quieter, says otherwise, and the probe judges.
+        ([0.020, 0.030, 0.025, 0.010], 0.010, [0.010, 0.025, 0.012, 0.011], False),
         # Every compiled call slower than every eager one.
         ([0.020, 0.021, 0.022], 0.010, [0.010, 0.012, 0.011], True),
         # Noisy, but every compiled call slower than every eager one: judged.
@@ -192,13 +186,8 @@ QUIET = [0.010] * 6, [0.011] * 6
         ),
         # StormCast's denoiser on an H200 beside three other test processes (s):
         # its three pairs found compiled slower (0.385-0.466 against 0.259-0.575)
-        # where it is 1.8x faster; the quieter pairs after them say so.
-        (
-            [0.385, 0.439, 0.466] + [0.21] * 6,
-            0.42,
-            [0.259, 0.392, 0.575] + [0.39] * 6,
-            False,
-        ),
+        # where it is 1.8x faster; a quieter pair after them says so.
+        ([0.385, 0.439, 0.466, 0.21], 0.42, [0.259, 0.392, 0.575, 0.39], False),
     ],
 )
 def test_speed_verdict_rests_on_interleaved_calls_and_their_ranges(

@@ -30,7 +30,8 @@ def test_the_probe_times_no_call_that_compiled():
         return gm.forward
 
     core = zoo.ToyCore(4, 8).eval()
-    shapes = [8, 8, 10, 10, 12, 12] + [12] * 10
+    # Room for the probe's nine pairs where its first three are noisy.
+    shapes = [8, 8, 10, 10, 12, 12] + [12] * 22
     walls: list[float] = []
     compiled: list[bool] = []
     with CompileSession(
@@ -57,15 +58,15 @@ def test_the_probe_times_no_call_that_compiled():
     assert r.compiled_ms <= 1e3 * max(steady)
 
 
-def test_the_eager_probe_calls_run_like_the_compiled_ones():
+def test_the_eager_probe_calls_run_like_the_compiled_ones(same_speed):
     """With gradients enabled, the probe's eager calls returned outputs that
     required grad; the next compiled call then recompiled (and was timed)."""
     core = zoo.ToyCore(4, 8).eval()
     x = torch.randn(1, 4, 8, 8)
     outs = []
     with CompileSession(core, regions=("net",), backend=eager_backend) as session:
-        # Grad enabled, as in a user's own loop; call 9 is the probe's last (a
-        # region judged slower then runs eagerly, as the user's code would).
+        # Grad enabled, as in a user's own loop; call 9 is the probe's last
+        # (every call timed alike: judged there, compiled).
         for _ in range(9):
             x = core.net(x)
             outs.append(x)

@@ -142,7 +142,7 @@ def test_the_accuracy_check_runs_once_per_model_and_settings(monkeypatch):
     assert second.precision_error == first.precision_error
 
 
-def test_the_speed_probe_runs_once_per_model_and_settings(monkeypatch):
+def test_the_speed_probe_runs_once_per_model_and_settings(monkeypatch, same_speed):
     from earth2studio_compile.probe import SpeedProbe
 
     timed = []
