@@ -6,14 +6,13 @@
 #     carry [".whl", ".shim", ".whl-models"]: the published StormCast test alone,
 #     every call timed alike (same_speed), after the GPU suite found its denoiser
 #     slower beside three other test processes.
-#   bash docs/bench/2026-12-02-h200-fortyseventh/calls.sh "$OUT" fcn3-probe-oom  # ~340 s
+#   bash docs/bench/2026-12-02-h200-fortyseventh/calls.sh "$OUT" fcn3-probe-oom  # ~420 s
 #     carry [".whl", ".shim", ".whl-fcn3", ".whl-thcuda"], wheels installed as the
-#     forty-fifth's FCN3 calls: the forty-first's fcn3-build, then on the same
-#     machine FCN3's 20-step compile=True call through OverlappedIO alone (warm,
-#     --no-eager: the session's device time left no room for the eager rows; the
-#     forty-seventh's call 3 measured them at 235ec50): whether the decoder's
+#     forty-fifth's FCN3 calls: the forty-first's fcn3-build, then in the same
+#     call FCN3's 20-step calls through OverlappedIO, upstream's eager (a fresh
+#     process) and compile=True (a fresh process, warm): whether the decoder's
 #     probe now stops at its eager call's out-of-memory error and the forecast
-#     stays compiled (abdabe2).
+#     stays compiled (abdabe2), and its whole call against eager's.
 set -uo pipefail
 out="$1"
 phase="$2"
@@ -30,9 +29,9 @@ case "$phase" in
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
       --upgrade --target /tmp/fcn3 .whl-fcn3/*.whl .whl-thcuda/*.whl
     export PYTHONPATH="/tmp/fcn3:$PYTHONPATH"
-    timeout 200 python3 -m earth2studio_compile.tools.bench workflow \
-      --jobs det:fcn3 --steps 20 --io overlapped-memory --ways warm --no-eager \
-      --repeats 1 --no-floor --timeout 190 --deadline 20 \
+    timeout 300 python3 -m earth2studio_compile.tools.bench workflow \
+      --jobs det:fcn3 --steps 20 --io overlapped-memory --ways warm \
+      --repeats 1 --no-floor --timeout 140 --deadline 150 \
       --cache-from /tmp/built-fcn3 --json "$out/fcn3-probe-oom.json" \
       >"$out/fcn3-probe-oom.log" 2>&1
     echo "rc=$?"
