@@ -30,7 +30,7 @@ def test_the_probe_times_no_call_that_compiled():
         return gm.forward
 
     core = zoo.ToyCore(4, 8).eval()
-    # Room for the probe's nine pairs where its first three are noisy.
+    # Room for nine pairs where the first three find compiled slower, noisily.
     shapes = [8, 8, 10, 10, 12, 12] + [12] * 22
     walls: list[float] = []
     compiled: list[bool] = []
