@@ -244,12 +244,26 @@ class SpeedProbe:
         than every eager one, or each kind's calls within :attr:`NOISY` of each
         other). Only a verdict of slower waits for more pairs: it turns the region
         eager and is kept for later sessions."""
-        c, e = self.timings["compiled"], self.timings["eager"]
-        figures = statistics.median(c), statistics.median(e)
-        if not is_slower(*figures, (min(c), max(c)), (min(e), max(e))):
+        figures = self._figures()
+        if not is_slower(*figures):
             return True
-        steady = max(c) <= self.NOISY * min(c) and max(e) <= self.NOISY * min(e)
-        return min(c) > max(e) or steady
+        (c0, c1), (e0, e1) = figures[2:]
+        steady = c1 <= self.NOISY * c0 and e1 <= self.NOISY * e0
+        return c0 > e1 or steady
+
+    def _figures(
+        self,
+    ) -> tuple[float, float, tuple[float, float], tuple[float, float]]:
+        """The timings so far in ms: each kind's median, then each one's fastest
+        and slowest call (:func:`is_slower`'s arguments)."""
+        compiled = [t * 1e3 for t in self.timings["compiled"]]
+        eager = [t * 1e3 for t in self.timings["eager"]]
+        return (
+            statistics.median(compiled),
+            statistics.median(eager),
+            (min(compiled), max(compiled)),
+            (min(eager), max(eager)),
+        )
 
     def _restart(self, sig: Any) -> None:
         self.timings = {"compiled": [], "eager": []}
@@ -259,13 +273,9 @@ class SpeedProbe:
 
     def _judge(self) -> None:
         r = self.report
-        compiled = [t * 1e3 for t in self.timings["compiled"]]
-        eager = [t * 1e3 for t in self.timings["eager"]]
-        r.compiled_ms = statistics.median(compiled)
-        r.eager_ms = statistics.median(eager)
-        r.compiled_range = (min(compiled), max(compiled))
-        r.eager_range = (min(eager), max(eager))
-        r.slower = is_slower(r.compiled_ms, r.eager_ms, r.compiled_range, r.eager_range)
+        figures = self._figures()
+        r.compiled_ms, r.eager_ms, r.compiled_range, r.eager_range = figures
+        r.slower = is_slower(*figures)
         if self.judged is not None:
             self.judged()
 
