@@ -277,7 +277,7 @@ def _found_or_built(
             sealed = seal(done, target, calls, found)
             if done.status != "failed":
                 hints.remember(target, root, args, kwargs, inference)
-                time_speed(done, target, calls, sealed)
+                time_speed(done, target, calls, sealed, root)
             return done
     start = time.perf_counter()
     try:
@@ -297,7 +297,7 @@ def _found_or_built(
         # As a first call leaves one: the next process's first call then runs
         # ahead of its workflow's, while the data is fetched (CompiledRegion.ahead).
         hints.remember(target, root, args, kwargs, inference)
-        time_speed(done, target, calls, sealed)
+        time_speed(done, target, calls, sealed, root)
     return done
 
 

@@ -15,16 +15,19 @@ import torch
 from loguru import logger
 
 from earth2studio_compile import precision as _precision
-from earth2studio_compile.artifacts import background, speed, verified
+from earth2studio_compile.artifacts import background, payoff, speed, verified
 from earth2studio_compile.artifacts.aot_load import load_runner, wants_cudagraphs
 from earth2studio_compile.artifacts.aot_runner import AotRunner
 from earth2studio_compile.artifacts.key import RegionTarget
 from earth2studio_compile.artifacts.refused import refuse_artifact
-from earth2studio_compile.metrics import synchronize
+from earth2studio_compile.metrics import synchronize, timed
 from earth2studio_compile.probe import SpeedProbe, signature
 from earth2studio_compile.report import RegionReport
 
 __all__ = ["Built", "Captured", "refuse_wrong", "seal", "time_speed"]
+
+#: A runner's phases of loading (:func:`~.artifacts.aot_load.load_runner`).
+LOADED = ("key", "checksum", "aot_load", "bind")
 
 
 @dataclass
@@ -91,6 +94,7 @@ def time_speed(
     target: RegionTarget,
     calls: dict[int, Captured],
     sealed: AotRunner | None = None,
+    root: Path | None = None,
 ) -> None:
     """Time the verified artifact as a workflow's region would, its speed probe
     (:class:`~earth2studio_compile.probe.SpeedProbe`: its CUDA graphs recorded,
@@ -99,8 +103,12 @@ def time_speed(
     then times no eager calls of its own. Eager calls run in the region's
     precision, as its probe's do. ``sealed``, the runner the seal ran (without
     CUDA graphs), is timed where the region runs none (on the CPU, always);
-    otherwise the artifact is loaded again with them. Never raises: the probe
-    then runs in the next process, as before.
+    otherwise the artifact is loaded again with them. With ``root``, what
+    loading it, its first run and its recording call cost beyond eager's calls
+    is kept too, at one call a workflow step until a workflow says
+    (:func:`~earth2studio_compile.artifacts.payoff.artifact_payoff_path`): a
+    forecast's first call runs the region eagerly where that cannot pay within
+    its steps. Never raises: the probe then runs in the next process, as before.
 
     Parameters
     ----------
@@ -112,6 +120,8 @@ def time_speed(
         The captured calls, by ``id`` of their core
     sealed : AotRunner | None, optional
         The runner the seal ran, by default None
+    root : Path | None, optional
+        The cache root, by default None (no payoff figures kept)
     """
     if not built.verified or built.path is None:
         return
@@ -139,6 +149,10 @@ def time_speed(
         def eager() -> Any:
             return _precision.call(chosen, device, autocast, args, kwargs)
 
+        # As a region's first call laps them: the load, then its untimed calls.
+        loaded = runner.phases
+        report.phases.update({k: loaded[k] for k in LOADED if k in loaded})
+        untimed = iter(("first_run", "cudagraph_record" if runner.cudagraphs else ""))
         with torch.inference_mode(inference):
             for call in range(1, 20):
                 kind = probe.kind(call, sig)
@@ -147,12 +161,31 @@ def time_speed(
                 elif kind == "compiled":
                     probe.time(kind, call, device, lambda: runner(*args, **kwargs))
                 else:
-                    runner(*args, **kwargs)
+                    _, seconds = timed(device, lambda: runner(*args, **kwargs))
+                    if phase := next(untimed, ""):
+                        report.phases[phase] = seconds
                 if probe.done:
                     break
         synchronize(device)
+        _keep_payoff(report, target, root, sig)
     except Exception as err:  # the next process probes on its own
         logger.debug(f"{built.label}: speed not timed at the build ({err!r})")
+
+
+def _keep_payoff(
+    report: RegionReport, target: RegionTarget, root: Path | None, sig: Any
+) -> None:
+    """Keep what the artifact saves a call and costs to get ready, at the calls
+    per step a workflow kept earlier for the same region and inputs, else one."""
+    path = payoff.artifact_payoff_path(target, root, sig)
+    if path is None:
+        return
+    earlier = payoff.recall(path)
+    figures = payoff.artifact_figures(
+        report, earlier.calls_per_step if earlier is not None else 1.0
+    )
+    if figures is not None:
+        payoff.keep(path, figures, report.label)
 
 
 def seal(

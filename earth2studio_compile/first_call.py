@@ -165,13 +165,19 @@ class FirstCall(PayoffGate):
         why = self.spec.devices_refused[device.type]
         logger.warning(f"{r.model} runs eagerly on {device.type}: {why}")
 
-    def _not_paying(self, call: Call, target: Target) -> bool:
+    def _not_paying(self, call: Call, target: Target, chosen: Executor) -> bool:
         """Before a first call compiles on the Dynamo path (no artifact serves
-        it): eager for good where the payoff figures say so, or while a judge
-        finds them (:class:`~earth2studio_compile.payoff_gate.PayoffGate`)."""
+        it) or loads an artifact: eager for good where the payoff figures say so,
+        or while a judge finds the Dynamo path's
+        (:class:`~earth2studio_compile.payoff_gate.PayoffGate`)."""
         if self._state is not RegionState.PENDING:
             return False
-        reason = self._payoff_reason(call, target)
+        if chosen.name == "dynamo":
+            reason = self._payoff_reason(call, target)
+        elif chosen.name == "aot":
+            reason = self._artifact_reason(call, target)
+        else:
+            return False
         if reason is not None:
             self.state = RegionState.EAGER
             self.report.reason = reason
@@ -194,7 +200,7 @@ class FirstCall(PayoffGate):
             if isinstance(chosen, str):
                 reason = chosen
                 continue
-            if chosen.name == "dynamo" and self._not_paying(call, target):
+            if self._not_paying(call, target, chosen):
                 return self._eager(call)
             try:
                 out = self._attempt(call, chosen, target, laps)

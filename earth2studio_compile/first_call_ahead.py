@@ -109,6 +109,8 @@ class FirstCallAhead(FirstCall):
         chosen = AotExecutor.build(target, made_up=True)
         if self._state is not RegionState.PENDING or isinstance(chosen, str):
             return False
+        if self._artifact_reason(call, target) is not None:
+            return False  # the workflow's first call runs it eagerly, and says why
         self.report.device = device.type
         laps = Laps()
         # Its eager check runs as the workflow's calls do, under their autocast.

@@ -11,7 +11,10 @@ itself within those steps; with none yet, a judge
 (:mod:`~earth2studio_compile.artifacts.judge`) is prepared to find them in a
 background process once the session closes (:meth:`PayoffGate._launch_judge`),
 and the region runs eagerly meanwhile. Where no judge can run, the region
-compiles to find out, as before.
+compiles to find out, as before. A region an ahead-of-time artifact serves asks
+too, before it loads the artifact (:meth:`PayoffGate._artifact_reason`): its
+figures come from the build or an earlier session that ran it, and without them it
+runs the artifact, as before.
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ class PayoffGate:
     #: A judge of the region's compile, launched as the session closes, where no
     #: figures were kept yet (:mod:`~earth2studio_compile.artifacts.judge`).
     _judge: judge.JudgeJob | None = None
+    #: Where the figures of the first call's artifact are kept
+    #: (:func:`~earth2studio_compile.artifacts.payoff.artifact_payoff_path`).
+    _artifact_at: Path | None = None
 
     if TYPE_CHECKING:  # what the region (region.py) gives it
         report: RegionReport
@@ -81,6 +87,37 @@ class PayoffGate:
                 return self._failed_earlier(failed)
             return self._judged_later(call, target)
         return None if kept.pays(self.steps) else kept.text(self.steps)
+
+    def _artifact_reason(self, call: Call, target: Target) -> str | None:
+        """Why ``call``, a first call about to load the region's ahead-of-time
+        artifact, runs eagerly instead: the figures kept of it say loading it and
+        recording its CUDA graph cost more than its calls save within the
+        session's steps; None where it runs the artifact (``probe=False``, no
+        steps told, no figures, figures that say it pays)."""
+        if not self.probe.enabled or self.steps is None:
+            return None
+        try:
+            inputs = signature(call.args, call.kwargs)
+            self._artifact_at = payoff.artifact_payoff_path(target, self._root, inputs)
+        except Exception as err:  # without figures it runs the artifact, as before
+            logger.debug(f"{self.report.label}: no artifact figures ({err!r})")
+            return None
+        kept = payoff.recall(self._artifact_at)
+        if kept is None or kept.pays(self.steps):
+            return None
+        return kept.text(self.steps, payoff.ARTIFACT_COST)
+
+    def _keep_artifact_figures(self) -> None:
+        """As the session closes: what running its artifact saved and cost here,
+        at the session's calls per step, for a later process's first call."""
+        r = self.report
+        if self._artifact_at is None or not self.steps or r.executor != "aot":
+            return
+        if r.interrupted is not None:
+            return
+        figures = payoff.artifact_figures(r, r.calls / self.steps)
+        if figures is not None:
+            payoff.keep(self._artifact_at, figures, r.label)
 
     def _failed_earlier(self, failed: str) -> str:
         """Eager, with one WARNING: an earlier process's judge of this region ended

@@ -172,6 +172,7 @@ class CompiledRegion(FirstCallAhead, Fallback):
         if self._payoff_at is not None and self.steps and r.executor == "dynamo":
             # What compiling cost and saved here, for a later process's first call.
             payoff.remember(self._payoff_at, r, self.steps)
+        self._keep_artifact_figures()
         self._launch_judge()
         # A region eager for being slower keeps its executor with the verdict: a
         # later session over the core turns eager without compiling again.

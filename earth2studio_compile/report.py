@@ -226,19 +226,37 @@ class RegionReport:
         precision reference; each later call saves ``eager_ms - compiled_ms``.
         None without both timings or when compiled is not faster.
         """
-        first = self.first_call_seconds
-        if first is None or self.compiled_ms is None or not self.eager_ms:
+        ready = self._ready()
+        if ready is None or self.compiled_ms is None:
             return None
+        assert self.eager_ms is not None
         saved = (self.eager_ms - self.compiled_ms) / 1e3
         if saved <= 0:
+            return None
+        calls, extra = ready
+        return calls + max(0, math.ceil(extra / saved))
+
+    @property
+    def ready_seconds(self) -> float | None:
+        """Seconds the first call, the CUDA-graph recording call and the precision
+        reference took beyond as many eager calls (none below zero): what
+        compiling costs a call before its steady calls save; None without the
+        first call's phases or eager's timing."""
+        ready = self._ready()
+        return None if ready is None else max(0.0, ready[1])
+
+    def _ready(self) -> tuple[int, float] | None:
+        """The slow calls (the first, the recording one) and what they and the
+        precision reference took beyond as many eager calls."""
+        first = self.first_call_seconds
+        if first is None or not self.eager_ms:
             return None
         slow = [first, self.phases.get("cudagraph_record")]
         calls = sum(1 for s in slow if s is not None)
         cost = sum(s for s in slow if s is not None)
         cost += self.phases.get("precision_reference", 0.0)
         # Calls 1..k cost `cost` instead of k eager calls; each later one saves.
-        extra = cost - calls * self.eager_ms / 1e3
-        return calls + max(0, math.ceil(extra / saved))
+        return calls, cost - calls * self.eager_ms / 1e3
 
     @property
     def precision_text(self) -> str:

@@ -15,6 +15,16 @@ the region eagerly where they say the compile cannot pay within the call
 (:meth:`Payoff.pays`). Kept under the cache root's ``aot/payoff/``, keyed as the
 region's hint (every setting, the core's constants) plus the inputs' shapes, the
 device's kind, torch and the TF32 flags: figures of one place stand for no other.
+
+A region an ahead-of-time artifact serves pays less, but not nothing: loading it,
+its first run and recording its CUDA graph. FCN3's processor blocks at their
+published size on an H200 saved 1 ms of 88 a call against 0.11 s of that beyond
+eager's calls: over a 20-step call, ten artifacts made ``compile=True`` 1.2 s
+slower than eager (docs/bench/2026-12-02-h200-fortyeighth). Their figures
+(:func:`artifact_payoff_path`; the cost :attr:`RegionReport.ready_seconds`) are
+kept by :func:`earth2studio_compile.build`, which times the artifact as a region
+would, and by each workflow session that ran it; a later first call runs the
+region eagerly, without loading the artifact, where they say it cannot pay.
 """
 
 from __future__ import annotations
@@ -33,9 +43,12 @@ from earth2studio_compile.artifacts.store import keep_json, keep_reason, read_re
 from earth2studio_compile.probe import SpeedProbe
 
 __all__ = [
+    "ARTIFACT_COST",
     "JUDGE_CALLS",
     "Payoff",
     "against",
+    "artifact_figures",
+    "artifact_payoff_path",
     "failure_path",
     "figures_of",
     "keep",
@@ -53,6 +66,9 @@ __all__ = [
 #: times its pairs of compiled and eager calls (as many as noisy pairs take), with
 #: room for a recompile.
 JUDGE_CALLS = 3 + 2 * SpeedProbe.MAX_PAIRS + 3
+
+#: What an artifact's :attr:`Payoff.cost_s` is, for :meth:`Payoff.text`.
+ARTIFACT_COST = "loading its artifact and recording its CUDA graph beyond eager's calls"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,15 +102,16 @@ class Payoff:
             return None
         return math.floor(self.cost_s / per_step) + 1
 
-    def text(self, steps: int) -> str:
+    def text(
+        self, steps: int, cost: str = "compiling at each process's first call"
+    ) -> str:
         """Why not, for the report: ``"compiling would not pay for itself in this
-        call (...)"``."""
+        call (...)"``; ``cost`` says what :attr:`cost_s` is."""
         calls = self.calls_per_step * steps
         return (
             f"compiling would not pay for itself in this call: {self.saved_ms:.2f} "
             f"ms saved a call, {calls:g} calls ({steps} steps), against "
-            f"{self.cost_s:.1f} s of compiling at each process's first call "
-            "(measured in an earlier process)"
+            f"{self.cost_s:.2f} s of {cost} (measured in an earlier process)"
         )
 
 
@@ -123,6 +140,56 @@ def payoff_path(
     text = f"{hint.stem}|{inputs}|{timing_text(target.device, target.precision)}"
     name = hashlib.sha256(text.encode()).hexdigest()[:32]
     return hint.parent.parent / "payoff" / f"{name}.json"
+
+
+def artifact_payoff_path(
+    target: RegionTarget, root: Path | None, inputs: tuple[Any, ...]
+) -> Path | None:
+    """Where the figures of ``target``'s artifact for these inputs are kept: as
+    :func:`payoff_path`'s, apart from the Dynamo path's (whose compile costs more).
+
+    Parameters
+    ----------
+    target : RegionTarget
+        The region and its settings
+    root : Path | None
+        Cache root (None: the cache is off)
+    inputs : tuple[Any, ...]
+        The call's :func:`~earth2studio_compile.probe.signature`
+
+    Returns
+    -------
+    Path | None
+        The file, None without a cache
+    """
+    path = payoff_path(target, root, inputs)
+    return None if path is None else path.with_name(f"artifact-{path.name}")
+
+
+def artifact_figures(report: Any, calls_per_step: float) -> Payoff | None:
+    """What running ``report``'s artifact saved a call and cost to get ready
+    (:attr:`RegionReport.ready_seconds`), at ``calls_per_step``.
+
+    Parameters
+    ----------
+    report : RegionReport
+        The region's report, its artifact timed (its probe's or an earlier
+        process's figures) and its first call's phases in it
+    calls_per_step : float
+        Its calls per workflow step (1 where no workflow said: the build's)
+
+    Returns
+    -------
+    Payoff | None
+        None without the figures, for code compiled earlier in the process (its
+        first call's phases are not this session's), or with no calls per step
+    """
+    ready = report.ready_seconds
+    if ready is None or report.compiled_ms is None or report.reused is not None:
+        return None
+    if not (calls_per_step > 0 and math.isfinite(calls_per_step)):
+        return None
+    return Payoff(report.eager_ms - report.compiled_ms, ready, calls_per_step)
 
 
 def remember(path: Path, report: Any, steps: int) -> None:
