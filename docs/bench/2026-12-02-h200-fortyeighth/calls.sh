@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# This session's FCN3 call after the artifact payoff rule (README.md). Prefix:
+# wheels $(ls .whl/*.whl | grep -v torch_harmonics) .whl-fcn3/*.whl
+# .whl-thcuda/*.whl into /tmp/site, PYTHONPATH=/tmp/site:$PWD/.shim:$PWD, the
+# bench commit; carry [".whl", ".shim", ".whl-fcn3", ".whl-thcuda"].
+#
+#   bash docs/bench/2026-12-02-h200-fortyeighth/calls.sh "$OUT" fcn3-payoff  # ~330 s
+#
+# fcn3-payoff: the forty-first's fcn3-build (its time_speed now keeps each
+#   artifact's payoff figures), then FCN3's 20-step compile=True call through
+#   OverlappedIO in a fresh process from that cache, alone (--no-eager: the
+#   session's device time could not hold the two eager rows as well; eager with
+#   OverlappedIO took 21.79 s in this session's call 3, same commit for its path).
+#   Read: which regions the rule ran eagerly (their reason names "loading its
+#   artifact"), the whole call against 21.79 s.
+set -uo pipefail
+out="$1"
+phase="$2"
+case "$phase" in
+  fcn3-payoff)
+    bash docs/bench/2026-11-30-h200-fortyfirst/calls.sh "$out" fcn3-build | tail -3
+    export PYTHONPATH="/tmp/fcn3:$PYTHONPATH"
+    timeout 240 python3 -m earth2studio_compile.tools.bench workflow \
+      --jobs det:fcn3 --steps 20 --io overlapped-memory --ways warm \
+      --repeats 1 --no-floor --no-eager --timeout 200 --deadline 230 \
+      --cache-from /tmp/built-fcn3 --json "$out/fcn3-payoff.json" \
+      >"$out/fcn3-payoff.log" 2>&1
+    echo "rc=$?"
+    sed -n '/Whole call/,/^$/p' "$out/fcn3-payoff.log" | cut -c1-400
+    grep -cE "loading its artifact" "$out/fcn3-payoff.log"
+    grep -E "WARNING" "$out/fcn3-payoff.log" | cut -c1-300 | tail -4
+    ;;
+  *) echo "phase: fcn3-payoff" >&2; exit 2 ;;
+esac
