@@ -106,7 +106,20 @@ class Payoff:
         self, steps: int, cost: str = "compiling at each process's first call"
     ) -> str:
         """Why not, for the report: ``"compiling would not pay for itself in this
-        call (...)"``; ``cost`` says what :attr:`cost_s` is."""
+        call (...)"``.
+
+        Parameters
+        ----------
+        steps : int
+            The workflow's steps in the session
+        cost : str, optional
+            What :attr:`cost_s` is, by default the Dynamo path's first call
+
+        Returns
+        -------
+        str
+            The reason
+        """
         calls = self.calls_per_step * steps
         return (
             f"compiling would not pay for itself in this call: {self.saved_ms:.2f} "

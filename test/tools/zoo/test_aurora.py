@@ -225,7 +225,12 @@ def test_a_built_aurora_serves_compile_true(monkeypatch, tmp_path, same_speed):
     shifted-window mask could not bind it (the build's own call of the model had
     cached it: AOTInductor names it anew). Every call timed alike: what is tested
     is the keys, not this CPU's verdict (CI's once judged a shifted-window stage's
-    artifact slower than eager, 192 against 132 ms, and the stage ran eagerly)."""
+    artifact slower than eager, 192 against 132 ms, and the stage ran eagerly),
+    and every artifact taken as paying for itself within the call's steps (its
+    timed calls saving nothing, none would: artifacts.payoff)."""
+    from earth2studio_compile.artifacts import payoff
+
+    monkeypatch.setattr(payoff.Payoff, "pays", lambda self, steps: True)
     monkeypatch.setenv("EARTH2STUDIO_COMPILE_CACHE", str(tmp_path))
     model = zoo.build("aurora")
     start = {"state": {k: v.clone() for k, v in model.state_dict().items()}}
