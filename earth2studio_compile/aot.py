@@ -343,17 +343,11 @@ def _judge(
             why = r.reason or f"its speed was not judged ({r.status})"
             out.append(Built(r.label, None, "skipped", reason=f"not judged: {why}"))
             continue
-        steps = figures.break_even()
-        verdict = (
-            f"compile=True compiles it in calls of {steps} steps or more, eagerly below"
-            if steps is not None
-            else "it saves nothing a call: compile=True runs it eagerly"
-        )
         why = (
             f"no artifact ({labels[r.label]}); compiled and timed there: "
             f"{figures.saved_ms:.2f} ms saved a call, "
             f"{figures.calls_per_step:g} calls a step, {figures.cost_s:.1f} s of "
-            f"compiling at each process's first call; {verdict}"
+            f"compiling at each process's first call; {figures.verdict()}"
         )
         seconds = r.first_call_seconds or 0.0
         out.append(Built(r.label, None, "judged", seconds, reason=why))

@@ -55,6 +55,10 @@ class Built:
     verified : bool
         The artifact gave eager's answer here and its seal is recorded: a
         forecast's first call runs no eager call beside it
+    payoff : str | None
+        What the artifact saves a call against what getting it ready costs, and
+        from how many steps ``compile=True`` runs it
+        (:func:`time_speed`); None where it was not timed
     """
 
     label: str
@@ -63,6 +67,7 @@ class Built:
     seconds: float = 0.0
     reason: str | None = None
     verified: bool = False
+    payoff: str | None = None
 
 
 class Captured(NamedTuple):
@@ -167,25 +172,32 @@ def time_speed(
                 if probe.done:
                     break
         synchronize(device)
-        _keep_payoff(report, target, root, sig)
+        built.payoff = _keep_payoff(report, target, root, sig)
     except Exception as err:  # the next process probes on its own
         logger.debug(f"{built.label}: speed not timed at the build ({err!r})")
 
 
 def _keep_payoff(
     report: RegionReport, target: RegionTarget, root: Path | None, sig: Any
-) -> None:
+) -> str | None:
     """Keep what the artifact saves a call and costs to get ready, at the calls
-    per step a workflow kept earlier for the same region and inputs, else one."""
+    per step a workflow kept earlier for the same region and inputs, else one;
+    what they say, for :attr:`Built.payoff`."""
     path = payoff.artifact_payoff_path(target, root, sig)
     if path is None:
-        return
+        return None
     earlier = payoff.recall(path)
     figures = payoff.artifact_figures(
         report, earlier.calls_per_step if earlier is not None else 1.0
     )
-    if figures is not None:
-        payoff.keep(path, figures, report.label)
+    if figures is None:
+        return None
+    payoff.keep(path, figures, report.label)
+    return (
+        f"{figures.saved_ms:.2f} ms saved a call, {figures.cost_s:.2f} s to load "
+        f"it and record its CUDA graph beyond eager's calls, "
+        f"{figures.calls_per_step:g} calls a step; {figures.verdict()}"
+    )
 
 
 def seal(

@@ -122,3 +122,13 @@ def test_no_first_call_ahead_loads_an_artifact_that_cannot_pay(
     [r] = session.report.regions
     assert (r.status, r.executor, loads) == ("eager", None, []), r
     assert payoff.ARTIFACT_COST in r.reason
+
+
+def test_build_says_from_how_many_steps_its_artifact_pays(root, built):
+    """build()'s result (printed by tools.build) says what the artifact saves a
+    call, what getting it ready costs and from how many steps compile=True runs
+    it: the figures the first call of a forecast asks."""
+    kept = payoff.recall(kept_at(root))
+    assert built.result.payoff is not None
+    assert built.result.payoff.endswith(kept.verdict())
+    assert f"{kept.saved_ms:.2f} ms saved a call" in built.result.payoff

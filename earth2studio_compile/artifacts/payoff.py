@@ -102,6 +102,16 @@ class Payoff:
             return None
         return math.floor(self.cost_s / per_step) + 1
 
+    def verdict(self) -> str:
+        """What ``compile=True`` makes of these figures, for a build's report:
+        ``"compile=True compiles it in calls of N steps or more, eagerly below"``."""
+        steps = self.break_even()
+        if steps is None:
+            return "it saves nothing a call: compile=True runs it eagerly"
+        return (
+            f"compile=True compiles it in calls of {steps} steps or more, eagerly below"
+        )
+
     def text(
         self, steps: int, cost: str = "compiling at each process's first call"
     ) -> str:

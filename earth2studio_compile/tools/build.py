@@ -89,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         where = b.path if b.path is not None else b.reason
         took = f" in {b.seconds:.1f} s" if b.status in ("built", "judged") else ""
         checked = ", verified against eager" if b.verified else ""
-        print(f"{b.label}: {b.status}{took}{checked}: {where}")
+        paid = f"; {b.payoff}" if b.payoff else ""
+        print(f"{b.label}: {b.status}{took}{checked}: {where}{paid}")
     return 1 if any(b.status == "failed" for b in built) else 0
 
 
