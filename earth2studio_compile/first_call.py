@@ -201,6 +201,10 @@ class FirstCall(PayoffGate):
                 reason = chosen
                 continue
             if self._not_paying(call, target, chosen):
+                # What deciding took (the figures read), for the report: a call
+                # that runs eagerly should cost what eager does.
+                laps.lap("payoff")
+                self.report.phases.update(laps.phases)
                 return self._eager(call)
             try:
                 out = self._attempt(call, chosen, target, laps)

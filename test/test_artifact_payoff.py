@@ -78,6 +78,7 @@ def test_an_artifact_that_cannot_pay_within_the_steps_runs_eagerly(
     assert (r.status, r.executor, loads) == ("eager", None, []), r
     assert "compiling would not pay for itself in this call" in r.reason
     assert payoff.ARTIFACT_COST in r.reason
+    assert r.phases["payoff"] >= 0.0 and r.first_call_seconds is None, r.phases
 
     resident.release()
     r = forecast(built, steps=10**6, calls=3)
