@@ -13,6 +13,15 @@
 #   OverlappedIO took 21.79 s in this session's call 3, same commit for its path).
 #   Read: which regions the rule ran eagerly (their reason names "loading its
 #   artifact"), the whole call against 21.79 s.
+#
+#   bash docs/bench/2026-12-02-h200-fortyeighth/calls.sh "$OUT" fcn3-rows  # ~540 s
+#
+# fcn3-rows (next session; after fcn3-payoff on the same machine, whose build it
+#   reads from /tmp/built-fcn3): upstream eager, eager through OverlappedIO and
+#   compile=True through it, two fresh processes each in alternating rounds: whether
+#   a compile=True call whose regions the payoff rule runs eagerly costs what
+#   eager does, on one machine (call 4 here: 23.13 s against another machine's
+#   21.79). Each region's first call says what deciding took (phase "payoff").
 set -uo pipefail
 out="$1"
 phase="$2"
@@ -30,5 +39,16 @@ case "$phase" in
     grep -cE "loading its artifact" "$out/fcn3-payoff.log"
     grep -E "WARNING" "$out/fcn3-payoff.log" | cut -c1-300 | tail -4
     ;;
-  *) echo "phase: fcn3-payoff" >&2; exit 2 ;;
+  fcn3-rows)
+    test -f /tmp/built-fcn3/done || echo "no build on this machine: rows may compile" >&2
+    export PYTHONPATH="/tmp/fcn3:$PYTHONPATH"
+    timeout 580 python3 -m earth2studio_compile.tools.bench workflow \
+      --jobs det:fcn3 --steps 20 --io overlapped-memory --ways warm \
+      --repeats 1 --fresh-repeats 2 --no-floor --timeout 150 --deadline 560 \
+      --cache-from /tmp/built-fcn3 --json "$out/fcn3-rows.json" \
+      >"$out/fcn3-rows.log" 2>&1
+    echo "rc=$?"
+    sed -n '/Whole call/,/^$/p' "$out/fcn3-rows.log" | cut -c1-400
+    ;;
+  *) echo "phase: fcn3-payoff or fcn3-rows" >&2; exit 2 ;;
 esac
