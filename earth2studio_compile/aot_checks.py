@@ -111,7 +111,7 @@ def time_speed(
     otherwise the artifact is loaded again with them. With ``root``, what
     loading it, its first run and its recording call cost beyond eager's calls
     is kept too, at one call a workflow step until a workflow says
-    (:func:`~earth2studio_compile.artifacts.payoff.artifact_payoff_path`): a
+    (:func:`~earth2studio_compile.artifacts.payoff.payoff_path`): a
     forecast's first call runs the region eagerly where that cannot pay within
     its steps. Never raises: the probe then runs in the next process, as before.
 
@@ -183,7 +183,7 @@ def _keep_payoff(
     """Keep what the artifact saves a call and costs to get ready, at the calls
     per step a workflow kept earlier for the same region and inputs, else one;
     what they say, for :attr:`Built.payoff`."""
-    path = payoff.artifact_payoff_path(target, root, sig)
+    path = payoff.payoff_path(target, root, sig, artifact=True)
     if path is None:
         return None
     earlier = payoff.recall(path)

@@ -54,7 +54,7 @@ class PayoffGate:
     #: figures were kept yet (:mod:`~earth2studio_compile.artifacts.judge`).
     _judge: judge.JudgeJob | None = None
     #: Where the figures of the first call's artifact are kept
-    #: (:func:`~earth2studio_compile.artifacts.payoff.artifact_payoff_path`).
+    #: (:func:`~earth2studio_compile.artifacts.payoff.payoff_path`).
     _artifact_at: Path | None = None
 
     if TYPE_CHECKING:  # what the region (region.py) gives it
@@ -98,7 +98,7 @@ class PayoffGate:
             return None
         try:
             inputs = signature(call.args, call.kwargs)
-            self._artifact_at = payoff.artifact_payoff_path(target, self._root, inputs)
+            self._artifact_at = payoff.payoff_path(target, self._root, inputs, True)
         except Exception as err:  # without figures it runs the artifact, as before
             logger.debug(f"{self.report.label}: no artifact figures ({err!r})")
             return None

@@ -30,6 +30,20 @@ def root(built, tmp_path, monkeypatch):
     resident.release()
 
 
+@pytest.fixture
+def loads(monkeypatch):
+    """One entry per artifact the executor loads."""
+    loaded: list = []
+    real = aot_executor.load_runner
+
+    def counted(*args, **kwargs):
+        loaded.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(aot_executor, "load_runner", counted)
+    return loaded
+
+
 def kept_at(root):
     """The one region's artifact figures under ``root``."""
     [path] = (root / "aot" / "payoff").glob("artifact-*.json")
@@ -57,21 +71,11 @@ def test_build_keeps_what_its_artifact_costs_to_get_ready(root):
     assert kept.cost_s >= 0.0
 
 
-def test_an_artifact_that_cannot_pay_within_the_steps_runs_eagerly(
-    built, root, monkeypatch
-):
+def test_an_artifact_that_cannot_pay_within_the_steps_runs_eagerly(built, root, loads):
     """Figures that say the artifact costs more to get ready than its calls save
     within the session's steps: the region runs eagerly from its first call and
     never loads it (regression: it loaded the artifact and recorded its CUDA graph
     in every call, whatever the steps); told enough steps, it runs the artifact."""
-    loads: list = []
-    real = aot_executor.load_runner
-
-    def counted(*args, **kwargs):
-        loads.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(aot_executor, "load_runner", counted)
     path = kept_at(root)
     payoff.keep(path, payoff.Payoff(0.5, 10.0, 1.0), "core")
     r = forecast(built, steps=3, calls=3)
@@ -99,20 +103,10 @@ def test_a_session_that_ran_its_artifact_keeps_its_calls_per_step(built, root):
     assert kept.saved_ms == pytest.approx(r.eager_ms - r.compiled_ms)
 
 
-def test_no_first_call_ahead_loads_an_artifact_that_cannot_pay(
-    built, root, monkeypatch
-):
+def test_no_first_call_ahead_loads_an_artifact_that_cannot_pay(built, root, loads):
     """The first call ahead (the artifact loaded while the workflow fetches its
     data) asks the same figures: it loads nothing that the workflow's first call
     would not run, and that call runs the region eagerly."""
-    loads: list = []
-    real = aot_executor.load_runner
-
-    def counted(*args, **kwargs):
-        loads.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(aot_executor, "load_runner", counted)
     payoff.keep(kept_at(root), payoff.Payoff(0.5, 10.0, 1.0), "core")
     with CompileSession(built.model) as session:
         session.expect(3)

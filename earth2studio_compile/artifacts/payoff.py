@@ -21,7 +21,7 @@ its first run and recording its CUDA graph. FCN3's processor blocks at their
 published size on an H200 saved 1 ms of 88 a call against 0.11 s of that beyond
 eager's calls: over a 20-step call, ten artifacts made ``compile=True`` 1.2 s
 slower than eager (docs/bench/2026-12-02-h200-fortyeighth). Their figures
-(:func:`artifact_payoff_path`; the cost :attr:`RegionReport.ready_seconds`) are
+(:func:`payoff_path` with ``artifact``; the cost :attr:`RegionReport.ready_seconds`) are
 kept by :func:`earth2studio_compile.build`, which times the artifact as a region
 would, and by each workflow session that ran it; a later first call runs the
 region eagerly, without loading the artifact, where they say it cannot pay.
@@ -48,7 +48,6 @@ __all__ = [
     "Payoff",
     "against",
     "artifact_figures",
-    "artifact_payoff_path",
     "failure_path",
     "figures_of",
     "keep",
@@ -139,7 +138,10 @@ class Payoff:
 
 
 def payoff_path(
-    target: RegionTarget, root: Path | None, inputs: tuple[Any, ...]
+    target: RegionTarget,
+    root: Path | None,
+    inputs: tuple[Any, ...],
+    artifact: bool = False,
 ) -> Path | None:
     """Where the figures of ``target``'s region for these inputs are kept.
 
@@ -151,6 +153,9 @@ def payoff_path(
         Cache root (None: the cache is off)
     inputs : tuple[Any, ...]
         The call's :func:`~earth2studio_compile.probe.signature`
+    artifact : bool, optional
+        The figures of its ahead-of-time artifact, apart from the Dynamo path's
+        (whose compile costs more), by default False
 
     Returns
     -------
@@ -162,31 +167,8 @@ def payoff_path(
         return None
     text = f"{hint.stem}|{inputs}|{timing_text(target.device, target.precision)}"
     name = hashlib.sha256(text.encode()).hexdigest()[:32]
-    return hint.parent.parent / "payoff" / f"{name}.json"
-
-
-def artifact_payoff_path(
-    target: RegionTarget, root: Path | None, inputs: tuple[Any, ...]
-) -> Path | None:
-    """Where the figures of ``target``'s artifact for these inputs are kept: as
-    :func:`payoff_path`'s, apart from the Dynamo path's (whose compile costs more).
-
-    Parameters
-    ----------
-    target : RegionTarget
-        The region and its settings
-    root : Path | None
-        Cache root (None: the cache is off)
-    inputs : tuple[Any, ...]
-        The call's :func:`~earth2studio_compile.probe.signature`
-
-    Returns
-    -------
-    Path | None
-        The file, None without a cache
-    """
-    path = payoff_path(target, root, inputs)
-    return None if path is None else path.with_name(f"artifact-{path.name}")
+    kind = "artifact-" if artifact else ""
+    return hint.parent.parent / "payoff" / f"{kind}{name}.json"
 
 
 def artifact_figures(report: Any, calls_per_step: float) -> Payoff | None:
