@@ -28,6 +28,9 @@ phase="$2"
 case "$phase" in
   fcn3-payoff)
     bash docs/bench/2026-11-30-h200-fortyfirst/calls.sh "$out" fcn3-build | tail -3
+    # Whether the built cache could travel as a carry folder (64 MiB a call) and
+    # spare later sessions the build's ~250 s of device time.
+    du -sh /tmp/built-fcn3 /tmp/built-fcn3/* 2>/dev/null | sort -h | tail -6
     export PYTHONPATH="/tmp/fcn3:$PYTHONPATH"
     timeout 240 python3 -m earth2studio_compile.tools.bench workflow \
       --jobs det:fcn3 --steps 20 --io overlapped-memory --ways warm \
