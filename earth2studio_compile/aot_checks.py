@@ -194,8 +194,8 @@ def _keep_payoff(
         return None
     payoff.keep(path, figures, report.label)
     return (
-        f"{figures.saved_ms:.2f} ms saved a call, {figures.cost_s:.2f} s to load "
-        f"it and record its CUDA graph beyond eager's calls, "
+        f"{figures.saved_ms:.2f} ms saved a call, {figures.cost_s:.2f} s to get "
+        "it ready beyond eager's calls, "
         f"{figures.calls_per_step:g} calls a step; {figures.verdict()}"
     )
 

@@ -67,7 +67,10 @@ __all__ = [
 JUDGE_CALLS = 3 + 2 * SpeedProbe.MAX_PAIRS + 3
 
 #: What an artifact's :attr:`Payoff.cost_s` is, for :meth:`Payoff.text`.
-ARTIFACT_COST = "loading its artifact and recording its CUDA graph beyond eager's calls"
+ARTIFACT_COST = (
+    "getting its artifact ready (loading it, its first run, recording its CUDA "
+    "graph where it has one) beyond eager's calls"
+)
 
 
 @dataclasses.dataclass(frozen=True)

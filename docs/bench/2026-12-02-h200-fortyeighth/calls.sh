@@ -11,8 +11,8 @@
 #   OverlappedIO in a fresh process from that cache, alone (--no-eager: the
 #   session's device time could not hold the two eager rows as well; eager with
 #   OverlappedIO took 21.79 s in this session's call 3, same commit for its path).
-#   Read: which regions the rule ran eagerly (their reason names "loading its
-#   artifact"), the whole call against 21.79 s.
+#   Read: which regions the rule ran eagerly (the JSON's summary: their reason
+#   names the artifact's cost), the whole call against 21.79 s.
 #
 #   bash docs/bench/2026-12-02-h200-fortyeighth/calls.sh "$OUT" fcn3-rows  # ~540 s
 #
@@ -39,7 +39,6 @@ case "$phase" in
       >"$out/fcn3-payoff.log" 2>&1
     echo "rc=$?"
     sed -n '/Whole call/,/^$/p' "$out/fcn3-payoff.log" | cut -c1-400
-    grep -cE "loading its artifact" "$out/fcn3-payoff.log"
     grep -E "WARNING" "$out/fcn3-payoff.log" | cut -c1-300 | tail -4
     ;;
   fcn3-rows)
