@@ -71,14 +71,8 @@ class PayoffGate:
         eagerly instead: the figures say the compile cannot pay within the
         session's steps, or a judge is finding them; None where it compiles
         (``probe=False``, no steps told, figures that say it pays, no judge)."""
-        # Without the workflow's steps there is nothing to decide or to keep.
-        if not self.probe.enabled or self.steps is None:
-            return None
-        try:
-            inputs = signature(call.args, call.kwargs)
-            self._payoff_at = payoff.payoff_path(target, self._root, inputs)
-        except Exception as err:  # without figures the region compiles, as before
-            logger.debug(f"{self.report.label}: no payoff figures ({err!r})")
+        self._payoff_at = self._figures_path(call, target, artifact=False)
+        if self._payoff_at is None or self.steps is None:
             return None
         kept = payoff.recall(self._payoff_at)
         if kept is None:
@@ -94,18 +88,28 @@ class PayoffGate:
         recording its CUDA graph cost more than its calls save within the
         session's steps; None where it runs the artifact (``probe=False``, no
         steps told, no figures, figures that say it pays)."""
-        if not self.probe.enabled or self.steps is None:
-            return None
-        try:
-            inputs = signature(call.args, call.kwargs)
-            self._artifact_at = payoff.payoff_path(target, self._root, inputs, True)
-        except Exception as err:  # without figures it runs the artifact, as before
-            logger.debug(f"{self.report.label}: no artifact figures ({err!r})")
+        self._artifact_at = self._figures_path(call, target, artifact=True)
+        if self._artifact_at is None or self.steps is None:
             return None
         kept = payoff.recall(self._artifact_at)
         if kept is None or kept.pays(self.steps):
             return None
         return kept.text(self.steps, payoff.ARTIFACT_COST)
+
+    def _figures_path(self, call: Call, target: Target, artifact: bool) -> Path | None:
+        """Where the payoff figures of ``call``'s region (its artifact's, with
+        ``artifact``) are kept; None where nothing is to be decided or kept
+        (``probe=False``, no steps told, no cache) or the path cannot be made:
+        the region then compiles or runs its artifact, as before."""
+        # Without the workflow's steps there is nothing to decide or to keep.
+        if not self.probe.enabled or self.steps is None:
+            return None
+        try:
+            inputs = signature(call.args, call.kwargs)
+            return payoff.payoff_path(target, self._root, inputs, artifact)
+        except Exception as err:
+            logger.debug(f"{self.report.label}: no payoff figures ({err!r})")
+            return None
 
     def _keep_artifact_figures(self) -> None:
         """As the session closes: what running its artifact saved and cost here,

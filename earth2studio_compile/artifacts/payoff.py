@@ -21,10 +21,11 @@ its first run and recording its CUDA graph. FCN3's processor blocks at their
 published size on an H200 saved 1 ms of 88 a call against 0.11 s of that beyond
 eager's calls: over a 20-step call, ten artifacts made ``compile=True`` 1.2 s
 slower than eager (docs/bench/2026-12-02-h200-fortyeighth). Their figures
-(:func:`payoff_path` with ``artifact``; the cost :attr:`RegionReport.ready_seconds`) are
-kept by :func:`earth2studio_compile.build`, which times the artifact as a region
-would, and by each workflow session that ran it; a later first call runs the
-region eagerly, without loading the artifact, where they say it cannot pay.
+(:func:`payoff_path` with ``artifact``; the cost
+:attr:`RegionReport.ready_seconds`) are kept by
+:func:`earth2studio_compile.build`, which times the artifact as a region would,
+and by each workflow session that ran it; a later first call runs the region
+eagerly, without loading the artifact, where they say it cannot pay.
 """
 
 from __future__ import annotations
